@@ -1,0 +1,291 @@
+"""CompGraph: the host-side, validated intermediate representation of a computation graph.
+
+One op per node and one output tensor per op (DESIGN section 2). Every front end (synthetic
+generators, profile importers, the JAX/HLO front end) produces a CompGraph; every optimizer and
+the simulators consume one. Construction validates eagerly so that bad input fails here with a
+message naming the node, edge or field, never later inside a jitted simulator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Optional, Sequence
+
+import numpy as np
+
+# Per-node float fields, in the order they are stored and reported.
+FLOAT_FIELDS = ("cost", "out_bytes", "param_bytes", "temp_bytes", "flops", "bytes_accessed")
+
+
+def _as_1d(name: str, value, dtype) -> np.ndarray:
+  arr = np.asarray(value)
+  if arr.ndim != 1:
+    raise ValueError(f"CompGraph field '{name}' must be 1-D, got shape {arr.shape}")
+  if np.issubdtype(dtype, np.integer):
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+      if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+        raise ValueError(f"CompGraph field '{name}' must hold integers")
+  out = np.array(arr, dtype=dtype)
+  out.setflags(write=False)
+  return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompGraph:
+  """A computation graph with per-op costs and sizes (numpy, immutable, validated).
+
+  Attributes:
+    cost: (N,) seconds of op on the reference device (speed 1.0).
+    senders: (E,) producer op of each edge u->v (v consumes u's output).
+    receivers: (E,) consumer op of each edge.
+    out_bytes: (N,) bytes of the op's output tensor.
+    param_bytes: (N,) bytes resident on the op's device for the whole step.
+    temp_bytes: (N,) scratch bytes live only while the op runs.
+    flops: (N,) floating point operations (0 where unknown).
+    bytes_accessed: (N,) bytes read + written (0 where unknown).
+    op_type: (N,) int id in the shared op vocabulary (`simulator.ops`).
+    colocation: (N,) int group id; ops of a group share a device; -1 = no group.
+    name: graph name.
+    node_names: optional tuple of N op names.
+
+  Edges are stored merged (duplicates removed) and sorted by (sender, receiver).
+  """
+
+  cost: np.ndarray
+  senders: np.ndarray
+  receivers: np.ndarray
+  out_bytes: Optional[np.ndarray] = None
+  param_bytes: Optional[np.ndarray] = None
+  temp_bytes: Optional[np.ndarray] = None
+  flops: Optional[np.ndarray] = None
+  bytes_accessed: Optional[np.ndarray] = None
+  op_type: Optional[np.ndarray] = None
+  colocation: Optional[np.ndarray] = None
+  name: str = "graph"
+  node_names: Optional[Sequence[str]] = None
+
+  def __post_init__(self):
+    set_ = lambda k, v: object.__setattr__(self, k, v)
+    cost = _as_1d("cost", self.cost, np.float64)
+    n = cost.shape[0]
+    if n == 0:
+      raise ValueError(f"CompGraph '{self.name}': empty graph (no nodes)")
+    set_("cost", cost)
+    for f in FLOAT_FIELDS[1:]:
+      v = getattr(self, f)
+      set_(f, _as_1d(f, np.zeros(n) if v is None else v, np.float64))
+    set_("op_type", _as_1d("op_type", np.zeros(n) if self.op_type is None else self.op_type,
+                           np.int32))
+    set_("colocation", _as_1d(
+        "colocation", -np.ones(n) if self.colocation is None else self.colocation, np.int64))
+    if self.node_names is not None:
+      names = tuple(str(s) for s in self.node_names)
+      if len(names) != n:
+        raise ValueError(f"CompGraph '{self.name}': node_names has {len(names)} entries, "
+                         f"expected {n}")
+      set_("node_names", names)
+
+    for f in ("op_type", "colocation") + FLOAT_FIELDS:
+      arr = getattr(self, f)
+      if arr.shape[0] != n:
+        raise ValueError(f"CompGraph '{self.name}': field '{f}' has length {arr.shape[0]}, "
+                         f"expected {n} (length of 'cost')")
+    for f in FLOAT_FIELDS:
+      arr = getattr(self, f)
+      bad = np.flatnonzero(~np.isfinite(arr))
+      if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"CompGraph '{self.name}': field '{f}' of node {self.node_label(i)} "
+                         f"is not finite ({arr[i]})")
+      bad = np.flatnonzero(arr < 0)
+      if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"CompGraph '{self.name}': field '{f}' of node {self.node_label(i)} "
+                         f"is negative ({arr[i]})")
+    if np.any(self.op_type < 0):
+      i = int(np.flatnonzero(self.op_type < 0)[0])
+      raise ValueError(f"CompGraph '{self.name}': op_type of node {self.node_label(i)} "
+                       f"is negative")
+    if np.any(self.colocation < -1):
+      i = int(np.flatnonzero(self.colocation < -1)[0])
+      raise ValueError(f"CompGraph '{self.name}': colocation of node {self.node_label(i)} "
+                       f"is {self.colocation[i]} (use -1 for no group)")
+    self._validate_edges(n)
+
+  def _validate_edges(self, n: int):
+    s = _as_1d("senders", self.senders, np.int64)
+    r = _as_1d("receivers", self.receivers, np.int64)
+    if s.shape != r.shape:
+      raise ValueError(f"CompGraph '{self.name}': senders has {s.shape[0]} entries but "
+                       f"receivers has {r.shape[0]}")
+    for f, arr in (("senders", s), ("receivers", r)):
+      bad = np.flatnonzero((arr < 0) | (arr >= n))
+      if bad.size:
+        k = int(bad[0])
+        raise ValueError(f"CompGraph '{self.name}': edge {k} ({s[k]} -> {r[k]}) has "
+                         f"{f[:-1]} index {arr[k]} out of range [0, {n})")
+    loops = np.flatnonzero(s == r)
+    if loops.size:
+      k = int(loops[0])
+      raise ValueError(f"CompGraph '{self.name}': edge {k} is a self loop on node "
+                       f"{self.node_label(int(s[k]))}")
+    # Merge duplicate edges; canonical order is (sender, receiver).
+    key = np.unique(s * n + r)
+    s, r = (key // n).astype(np.int32), (key % n).astype(np.int32)
+    s.setflags(write=False)
+    r.setflags(write=False)
+    object.__setattr__(self, "senders", s)
+    object.__setattr__(self, "receivers", r)
+    order = self._kahn_order()
+    if order.shape[0] < n:
+      raise ValueError(f"CompGraph '{self.name}': graph has a cycle through node "
+                       f"{self.node_label(self._node_on_cycle(order))}")
+    order.setflags(write=False)
+    object.__setattr__(self, "_topo", order)
+
+  def _kahn_order(self) -> np.ndarray:
+    """Topological order (smallest ready id first); shorter than N iff there is a cycle."""
+    import heapq
+    n = self.num_nodes
+    indeg = np.bincount(self.receivers, minlength=n)
+    ptr, succ = self.successor_csr()
+    heap = [int(i) for i in np.flatnonzero(indeg == 0)]
+    heapq.heapify(heap)
+    indeg = indeg.tolist()
+    out = []
+    while heap:
+      u = heapq.heappop(heap)
+      out.append(u)
+      for v in succ[ptr[u]:ptr[u + 1]].tolist():
+        indeg[v] -= 1
+        if indeg[v] == 0:
+          heapq.heappush(heap, v)
+    return np.asarray(out, dtype=np.int32)
+
+  def _node_on_cycle(self, partial_order: np.ndarray) -> int:
+    """Walks predecessors inside the non-sortable remainder until a node repeats."""
+    left = np.ones(self.num_nodes, bool)
+    left[partial_order] = False
+    pred_of = {}
+    for u, v in zip(self.senders.tolist(), self.receivers.tolist()):
+      if left[u] and left[v]:
+        pred_of.setdefault(v, u)
+    node, seen = int(np.flatnonzero(left)[0]), set()
+    while node not in seen:
+      seen.add(node)
+      node = pred_of[node]
+    return node
+
+  # ---------------------------------------------------------------- accessors
+  @property
+  def num_nodes(self) -> int:
+    return int(self.cost.shape[0])
+
+  @property
+  def num_edges(self) -> int:
+    return int(self.senders.shape[0])
+
+  def node_label(self, i: int) -> str:
+    if self.node_names is not None and 0 <= i < len(self.node_names):
+      return f"{i} ('{self.node_names[i]}')"
+    return str(i)
+
+  def topological_order(self) -> np.ndarray:
+    """(N,) op ids in a topological order (Kahn's algorithm, smallest ready id first)."""
+    return self._topo
+
+  def successor_csr(self):
+    """(ptr (N+1,), succ (E,)): successors of u are succ[ptr[u]:ptr[u+1]], ascending."""
+    ptr = np.zeros(self.num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(self.senders, minlength=self.num_nodes), out=ptr[1:])
+    return ptr, self.receivers  # edges are sorted by sender already
+
+  def predecessor_csr(self):
+    """(ptr (N+1,), pred (E,)): predecessors of v are pred[ptr[v]:ptr[v+1]], ascending."""
+    order = np.lexsort((self.senders, self.receivers))
+    ptr = np.zeros(self.num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(self.receivers, minlength=self.num_nodes), out=ptr[1:])
+    return ptr, self.senders[order]
+
+  def in_degree(self) -> np.ndarray:
+    return np.bincount(self.receivers, minlength=self.num_nodes)
+
+  def out_degree(self) -> np.ndarray:
+    return np.bincount(self.senders, minlength=self.num_nodes)
+
+  def colocation_root(self) -> np.ndarray:
+    """(N,) for each op, the lowest op id of its colocation group (itself when ungrouped)."""
+    root = np.arange(self.num_nodes)
+    grouped = np.flatnonzero(self.colocation >= 0)
+    if grouped.size:
+      groups = self.colocation[grouped]
+      first = {}
+      for i, g in zip(grouped.tolist(), groups.tolist()):
+        first.setdefault(g, i)  # ascending i, so the first seen is the lowest id
+      root[grouped] = [first[g] for g in groups.tolist()]
+    return root
+
+  def replace(self, **changes) -> "CompGraph":
+    return dataclasses.replace(self, **changes)
+
+  def __repr__(self):
+    return (f"CompGraph(name={self.name!r}, nodes={self.num_nodes}, edges={self.num_edges}, "
+            f"total_cost={self.cost.sum():.4g}s)")
+
+  # ---------------------------------------------------------------- I/O
+  def save(self, path: str) -> None:
+    """Writes an .npz atomically (temporary file in the same folder, then rename)."""
+    arrays = {f: getattr(self, f) for f in FLOAT_FIELDS + ("op_type", "colocation",
+                                                           "senders", "receivers")}
+    arrays["name"] = np.asarray(self.name)
+    if self.node_names is not None:
+      arrays["node_names"] = np.asarray(self.node_names, dtype=str)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
+    try:
+      with os.fdopen(fd, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+      os.replace(tmp, path)
+    except BaseException:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+      raise
+
+  @classmethod
+  def load(cls, path: str) -> "CompGraph":
+    """Reads a graph written by `save`; raises ValueError naming the file on bad content."""
+    try:
+      data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+      raise ValueError(f"cannot read CompGraph file '{path}': {e}") from e
+    with data:
+      required = ("cost", "senders", "receivers")
+      missing = [k for k in required if k not in data.files]
+      if missing:
+        raise ValueError(f"CompGraph file '{path}' lacks field(s) {missing}")
+      kwargs = {k: data[k] for k in FLOAT_FIELDS + ("op_type", "colocation", "senders",
+                                                    "receivers") if k in data.files}
+      kwargs["name"] = str(data["name"]) if "name" in data.files else os.path.basename(path)
+      if "node_names" in data.files:
+        kwargs["node_names"] = [str(s) for s in data["node_names"]]
+    try:
+      return cls(**kwargs)
+    except ValueError as e:
+      raise ValueError(f"CompGraph file '{path}': {e}") from e
+
+  def to_graphs_tuple(self):
+    """A `jraph.GraphsTuple` (numpy leaves) with every per-node field as a node feature."""
+    import jraph  # local import: only graph-network code needs jraph
+    nodes = {f: getattr(self, f).astype(np.float32) for f in FLOAT_FIELDS}
+    nodes["op_type"] = self.op_type
+    nodes["colocation"] = self.colocation.astype(np.int32)
+    return jraph.GraphsTuple(
+        nodes=nodes,
+        edges={"bytes": self.out_bytes[self.senders].astype(np.float32)},
+        senders=self.senders.astype(np.int32),
+        receivers=self.receivers.astype(np.int32),
+        n_node=np.asarray([self.num_nodes], np.int32),
+        n_edge=np.asarray([self.num_edges], np.int32),
+        globals=None)
