@@ -1,0 +1,233 @@
+r"""Simulates one placement and priority of a graph on a device topology; prints and plots it.
+
+The `go-jax-simulate` command. It runs both the jitted batched `simulator.simulate` and the plain
+Python `simulator.reference_simulate` (which also returns the timeline), checks that their
+makespans agree, prints a per-device table and writes `<out>/schedule.png` (Gantt chart and memory
+over time) and `<out>/summary.json`.
+
+Examples:
+  go-jax-simulate
+  go-jax-simulate --graph=pipedream:resnet50 --topology=nvlink8 --placement=random --seed=3
+  go-jax-simulate --graph=my_graph.npz --placement=npy:placement.npy --priority=topo \
+      --mem_capacity=8e9 --out=/tmp/run1
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Dict, Sequence
+
+import numpy as np
+from absl import app, flags, logging
+
+import simulator
+from go_jax import placements, plotting
+
+FLAGS = flags.FLAGS
+
+DEFAULT_GRAPH = "layered:n=200,width=16,seed=0"
+MAKESPAN_RTOL = 1e-5
+
+flags.DEFINE_string("graph", DEFAULT_GRAPH,
+                    "Graph spec for simulator.sources.load_graph (e.g. 'layered:n=1000,width=32,"
+                    "seed=0', 'pipedream:resnet50', 'chain:n=50') or a CompGraph .npz file.")
+flags.DEFINE_enum("topology", "nvlink4", sorted(simulator.available_presets()),
+                  "Device topology preset (simulator.available_presets()).")
+flags.DEFINE_float("mem_capacity", None, "Per-device memory capacity in bytes, overriding the "
+                   "preset's (e.g. 8e9; 'inf' for unbounded).", lower_bound=0.0)
+flags.DEFINE_string("placement", "round_robin",
+                    f"Placement: one of {sorted(placements.PLACEMENTS)} or an (N,) int array "
+                    "saved with numpy.save ('npy:<path>' or '<path>.npy').")
+flags.DEFINE_string("priority", "critical_path",
+                    f"Priority (higher runs first): one of {sorted(placements.PRIORITIES)} or an "
+                    "(N,) float array saved with numpy.save ('npy:<path>' or '<path>.npy').")
+flags.DEFINE_integer("seed", 0, "Seed of the random strategies.")
+flags.DEFINE_string("out", "./go_jax_out", "Folder for schedule.png and summary.json.")
+
+flags.register_validator(
+    "placement", lambda s: placements.is_valid_spec(s, placements.PLACEMENTS),
+    f"--placement must be one of {sorted(placements.PLACEMENTS)}, 'npy:<path>' or '<path>.npy'")
+flags.register_validator(
+    "priority", lambda s: placements.is_valid_spec(s, placements.PRIORITIES),
+    f"--priority must be one of {sorted(placements.PRIORITIES)}, 'npy:<path>' or '<path>.npy'")
+
+
+# ------------------------------------------------------------------ inputs
+def load_graph(spec: str) -> simulator.CompGraph:
+  """A CompGraph from an .npz file, or from `simulator.sources.load_graph` for other specs."""
+  if spec.endswith(".npz"):
+    return simulator.CompGraph.load(spec)
+  try:
+    from simulator.sources import load_graph as sources_load_graph  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ValueError(f"graph spec '{spec}' needs simulator.sources.load_graph, which is not "
+                     f"available in this checkout ({e}); pass a CompGraph .npz file instead"
+                     ) from e
+  return sources_load_graph(spec)
+
+
+def _as_flag_error(flag: str, fn, *args):
+  """Runs fn(*args), turning a ValueError into a UsageError that names the flag at fault."""
+  try:
+    return fn(*args)
+  except ValueError as e:
+    logging.debug("--%s rejected", flag, exc_info=True)  # the full traceback at --v=1
+    raise app.UsageError(f"--{flag}={getattr(FLAGS, flag)}: {e}") from e
+
+
+# ------------------------------------------------------------------ summary
+def _finite_or_none(x: float):
+  return float(x) if np.isfinite(x) else None
+
+
+def summarize(graph, topology, ref, makespan_simulate: float, setup: Dict[str, Any]
+              ) -> Dict[str, Any]:
+  """JSON-ready dict of the run: inputs, makespans, per-device load, transfers and memory."""
+  d = topology.num_devices
+  place = np.asarray(ref.placement)
+  busy = np.bincount(place, weights=ref.finish - ref.start, minlength=d)
+  makespan = float(ref.makespan)
+  t_src = np.array([t.src for t in ref.transfers], int)
+  t_bytes = np.array([graph.out_bytes[t.op] for t in ref.transfers], float)
+  t_time = np.array([t.arrival - t.start for t in ref.transfers], float)
+  sent = np.bincount(t_src, minlength=d)
+  sent_bytes = np.bincount(t_src, weights=t_bytes, minlength=d)
+  send_busy = np.bincount(t_src, weights=t_time, minlength=d)
+  cap = np.asarray(topology.mem_capacity, float)
+  peak = np.asarray(ref.peak_memory, float)
+  devices = [{
+      "device": k,
+      "ops": int(np.sum(place == k)),
+      "busy_s": float(busy[k]),
+      "utilization": float(busy[k] / makespan) if makespan > 0 else 0.0,
+      "transfers_sent": int(sent[k]),
+      "bytes_sent": float(sent_bytes[k]),
+      "send_busy_s": float(send_busy[k]),
+      "peak_memory_bytes": float(peak[k]),
+      "mem_capacity_bytes": _finite_or_none(cap[k]),
+      "oom": bool(peak[k] > cap[k]),
+  } for k in range(d)]
+  agree = bool(np.isclose(makespan_simulate, makespan, rtol=MAKESPAN_RTOL, atol=0.0))
+  return {
+      "graph": {"spec": setup["graph"], "name": graph.name, "nodes": graph.num_nodes,
+                "edges": graph.num_edges, "total_cost_s": float(graph.cost.sum())},
+      "topology": {"preset": setup["topology"], "devices": d,
+                   # None: the preset's memory; "inf" (JSON has no infinity): unbounded
+                   "mem_capacity_override": (
+                       setup["mem_capacity"] if setup["mem_capacity"] is None or
+                       np.isfinite(setup["mem_capacity"]) else "inf")},
+      "placement": setup["placement"],
+      "priority": setup["priority"],
+      "seed": setup["seed"],
+      "makespan_s": makespan,
+      "makespan_simulate_s": float(makespan_simulate),
+      "makespans_agree": agree,
+      "transfers": len(ref.transfers),
+      "bytes_moved": float(t_bytes.sum()),
+      "oom": bool(ref.oom),
+      "devices": devices,
+  }
+
+
+def format_table(s: Dict[str, Any]) -> str:
+  """The human-readable report printed by the launcher."""
+  fs, fb = plotting.format_seconds, plotting.format_bytes
+  g, t = s["graph"], s["topology"]
+  head = [
+      ("graph", f"{g['spec']} ('{g['name']}': {g['nodes']} ops, {g['edges']} edges, "
+                f"total cost {fs(g['total_cost_s'])})"),
+      ("topology", f"{t['preset']} ({t['devices']} devices"
+                   + (f", memory set to {fb(float(t['mem_capacity_override']))})"
+                      if t["mem_capacity_override"] is not None else ")")),
+      ("actions", f"placement={s['placement']} priority={s['priority']} seed={s['seed']}"),
+      ("makespan", f"{fs(s['makespan_s'], 6)} (jitted simulate: "
+                   f"{fs(s['makespan_simulate_s'], 6)}, "
+                   f"{'agrees' if s['makespans_agree'] else 'DISAGREES'})"),
+      ("transfers", f"{s['transfers']}, {fb(s['bytes_moved'])} moved"),
+      ("OOM", "YES" if s["oom"] else "no"),
+  ]
+  lines = [f"{k:<10}{v}" for k, v in head]
+  cols = ("device", "ops", "busy", "util", "sent", "bytes sent", "peak memory", "capacity",
+          "OOM")
+  rows = [(str(r["device"]), str(r["ops"]), fs(r["busy_s"]), f"{r['utilization']:.1%}",
+           str(r["transfers_sent"]), fb(r["bytes_sent"]), fb(r["peak_memory_bytes"]),
+           fb(r["mem_capacity_bytes"] if r["mem_capacity_bytes"] is not None else np.inf),
+           "YES" if r["oom"] else "no") for r in s["devices"]]
+  widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+  fmt = lambda row: "  ".join(x.rjust(w) for x, w in zip(row, widths))
+  lines += ["", fmt(cols), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
+  return "\n".join(lines)
+
+
+def write_json(obj: Dict[str, Any], path: str) -> str:
+  """Writes strict JSON (no NaN/inf) atomically: temporary file in the same folder, rename."""
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".json")
+  try:
+    with os.fdopen(fd, "w") as fh:
+      json.dump(obj, fh, indent=2, allow_nan=False)
+      fh.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+  return path
+
+
+# ------------------------------------------------------------------ run
+def run_simulation(graph, topology, placement: np.ndarray, priority: np.ndarray,
+                   setup: Dict[str, Any], out: str) -> Dict[str, Any]:
+  """Simulates with both simulators, writes schedule.png and summary.json; returns the summary."""
+  res = simulator.simulate(graph, topology, placement[None], priority[None])
+  makespan_simulate = float(np.asarray(res.makespan)[0])
+  ref = simulator.reference_simulate(graph, topology, placement, priority)
+  summary = summarize(graph, topology, ref, makespan_simulate, setup)
+  if not summary["makespans_agree"]:
+    logging.warning("makespans disagree beyond rtol %g: simulate %.9g s, reference_simulate "
+                    "%.9g s", MAKESPAN_RTOL, makespan_simulate, ref.makespan)
+  if bool(np.asarray(res.oom)[0]) != bool(ref.oom):
+    logging.warning("OOM flags disagree: simulate %s, reference_simulate %s",
+                    bool(np.asarray(res.oom)[0]), ref.oom)
+  png = os.path.join(out, "schedule.png")
+  plotting.plot_schedule(graph, topology, ref, png, title=(
+      f"{graph.name} on {setup['topology']}: placement {setup['placement']}, priority "
+      f"{setup['priority']}, makespan {plotting.format_seconds(ref.makespan)}"
+      f"{', OUT OF MEMORY' if ref.oom else ''}"))
+  summary["files"] = {"schedule": os.path.abspath(png),
+                      "summary": os.path.abspath(os.path.join(out, "summary.json"))}
+  write_json(summary, summary["files"]["summary"])
+  return summary
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  setup = {k: getattr(FLAGS, k) for k in ("graph", "topology", "mem_capacity", "placement",
+                                           "priority", "seed", "out")}
+  graph = _as_flag_error("graph", load_graph, FLAGS.graph)
+  topology = _as_flag_error("mem_capacity", simulator.preset, FLAGS.topology,
+                            FLAGS.mem_capacity)
+  placement = _as_flag_error("placement", placements.make_placement, FLAGS.placement, graph,
+                             topology, FLAGS.seed)
+  priority = _as_flag_error("priority", placements.make_priority, FLAGS.priority, graph,
+                            topology, FLAGS.seed)
+  if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
+    raise app.UsageError(f"--out={FLAGS.out}: exists and is not a folder")
+  logging.info("simulating %r on %s", graph, FLAGS.topology)
+  summary = run_simulation(graph, topology, placement, priority, setup, FLAGS.out)
+  print(format_table(summary))
+  print(f"\nwrote {summary['files']['schedule']}\n      {summary['files']['summary']}")
+
+
+def run():
+  """Console-script entry point (`go-jax-simulate`)."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

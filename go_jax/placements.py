@@ -1,0 +1,193 @@
+"""Simple placement and priority strategies: the trivial baselines and the launcher's defaults.
+
+A placement gives each op a device id in [0, D); a priority gives each op a float, higher runs
+first when several ops are ready on one device (DESIGN section 2 "Actions", section 4 rule 5).
+Every strategy is a function `(graph, topology, seed) -> (N,) array`, registered by name in
+`PLACEMENTS` or `PRIORITIES` (dicts, so new strategies are added without touching dispatch).
+
+`make_placement` / `make_priority` also accept an action saved with `numpy.save`, as
+"npy:<path>" or a bare path ending in ".npy", so that an action found by one tool (a search, a
+trained policy) can be replayed and plotted by another. Results are validated here, with
+messages naming the strategy or file, before they reach the simulator.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+Strategy = Callable[..., np.ndarray]  # (graph, topology, seed) -> (N,)
+
+NPY_PREFIX = "npy:"
+
+
+# ------------------------------------------------------------------ placements
+def single_device(graph, topology, seed: int = 0) -> np.ndarray:
+  """Every op on device 0: the single-device baseline every speedup is measured against."""
+  del topology, seed
+  return np.zeros(graph.num_nodes, np.int32)
+
+
+def round_robin(graph, topology, seed: int = 0) -> np.ndarray:
+  """The k-th op in topological order goes to device k mod D (spreads every layer of a DAG)."""
+  del seed
+  out = np.empty(graph.num_nodes, np.int32)
+  out[graph.topological_order()] = np.arange(graph.num_nodes) % topology.num_devices
+  return out
+
+
+def random_placement(graph, topology, seed: int = 0) -> np.ndarray:
+  """Each op on a uniformly random device (numpy Generator seeded with `seed`)."""
+  rng = np.random.default_rng(seed)
+  return rng.integers(0, topology.num_devices, graph.num_nodes).astype(np.int32)
+
+
+# ------------------------------------------------------------------ priorities
+def uniform_priority(graph, topology, seed: int = 0) -> np.ndarray:
+  """All zeros: ties are broken by the simulator (lowest op id), i.e. roughly FIFO by id."""
+  del topology, seed
+  return np.zeros(graph.num_nodes, np.float64)
+
+
+def upward_rank(graph) -> np.ndarray:
+  """(N,) longest path, in summed `cost` (seconds at speed 1), from each op to any sink.
+
+  The op's own cost is included, so a sink's rank is its cost. This is HEFT's upward rank without
+  communication terms: ops on the critical path get the highest values.
+  """
+  n = graph.num_nodes
+  cost = graph.cost.tolist()
+  ptr, succ = graph.successor_csr()
+  ptr, succ = ptr.tolist(), succ.tolist()
+  rank = [0.0] * n
+  for u in reversed(graph.topological_order().tolist()):
+    best = 0.0
+    for v in succ[ptr[u]:ptr[u + 1]]:
+      if rank[v] > best:
+        best = rank[v]
+    rank[u] = cost[u] + best
+  return np.asarray(rank, np.float64)
+
+
+def critical_path_priority(graph, topology, seed: int = 0) -> np.ndarray:
+  """Upward rank (see `upward_rank`): the op with the longest remaining path runs first."""
+  del topology, seed
+  return upward_rank(graph)
+
+
+def topo_priority(graph, topology, seed: int = 0) -> np.ndarray:
+  """N - position in topological order: ops earlier in the order run first."""
+  del topology, seed
+  n = graph.num_nodes
+  out = np.empty(n, np.float64)
+  out[graph.topological_order()] = np.arange(n, 0, -1, dtype=np.float64)
+  return out
+
+
+PLACEMENTS: Dict[str, Strategy] = {
+    "single": single_device,
+    "round_robin": round_robin,
+    "random": random_placement,
+}
+
+PRIORITIES: Dict[str, Strategy] = {
+    "uniform": uniform_priority,
+    "critical_path": critical_path_priority,
+    "topo": topo_priority,
+}
+
+
+# ------------------------------------------------------------------ specs
+def npy_path(spec: str) -> Optional[str]:
+  """The file of an "npy:<path>" or "<path>.npy" spec, or None for a strategy name."""
+  if spec.startswith(NPY_PREFIX):
+    return spec[len(NPY_PREFIX):]
+  if spec.endswith(".npy"):
+    return spec
+  return None
+
+
+def is_valid_spec(spec: str, registry: Dict[str, Strategy]) -> bool:
+  """Cheap syntactic check (registered name or .npy spec) for flag validators."""
+  path = npy_path(spec)
+  return spec in registry or (path is not None and bool(path))
+
+
+def _load_npy(path: str, what: str, graph) -> np.ndarray:
+  if not path:
+    raise ValueError(f"{what}: empty path in '{NPY_PREFIX}' spec")
+  if not os.path.isfile(path):
+    raise ValueError(f"{what} file '{path}' does not exist")
+  try:
+    arr = np.load(path, allow_pickle=False)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"cannot read {what} file '{path}': {e}") from e
+  if not isinstance(arr, np.ndarray):
+    raise ValueError(f"{what} file '{path}' holds an archive, expected one array (numpy.save)")
+  if arr.shape != (graph.num_nodes,):
+    raise ValueError(f"{what} file '{path}' has shape {arr.shape}, expected "
+                     f"({graph.num_nodes},) for graph '{graph.name}'")
+  if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating) or
+          arr.dtype == np.bool_):
+    raise ValueError(f"{what} file '{path}' has dtype {arr.dtype}, expected numbers")
+  return arr
+
+
+def _unknown(kind: str, spec: str, registry: Dict[str, Strategy]) -> ValueError:
+  return ValueError(f"unknown {kind} '{spec}'; available: {sorted(registry)} or "
+                    f"'{NPY_PREFIX}<path>' / '<path>.npy' (an array saved with numpy.save)")
+
+
+def check_placement(placement, graph, topology, source: str = "placement") -> np.ndarray:
+  """(N,) int32 placement or ValueError naming `source` and the first bad op."""
+  arr = np.asarray(placement)
+  n, d = graph.num_nodes, topology.num_devices
+  if arr.shape != (n,):
+    raise ValueError(f"{source}: shape {arr.shape}, expected ({n},)")
+  if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+    i = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))[0])
+    raise ValueError(f"{source}: op {graph.node_label(i)} has device {arr[i]}, not an integer")
+  bad = np.flatnonzero((arr < 0) | (arr >= d))
+  if bad.size:
+    i = int(bad[0])
+    raise ValueError(f"{source}: op {graph.node_label(i)} has device {arr[i]}, outside [0, {d}) "
+                     f"of the {d}-device topology")
+  return arr.astype(np.int32)
+
+
+def check_priority(priority, graph, source: str = "priority") -> np.ndarray:
+  """(N,) float64 finite priority or ValueError naming `source` and the first bad op."""
+  arr = np.asarray(priority, np.float64)
+  n = graph.num_nodes
+  if arr.shape != (n,):
+    raise ValueError(f"{source}: shape {arr.shape}, expected ({n},)")
+  bad = np.flatnonzero(~np.isfinite(arr))
+  if bad.size:
+    i = int(bad[0])
+    raise ValueError(f"{source}: op {graph.node_label(i)} has priority {arr[i]}, not finite")
+  return arr
+
+
+def make_placement(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
+  """(N,) int32 placement from a strategy name in `PLACEMENTS` or an .npy spec."""
+  path = npy_path(spec)
+  if path is not None:
+    return check_placement(_load_npy(path, "placement", graph), graph, topology,
+                           f"placement file '{path}'")
+  if spec not in PLACEMENTS:
+    raise _unknown("placement", spec, PLACEMENTS)
+  return check_placement(PLACEMENTS[spec](graph, topology, seed), graph, topology,
+                         f"placement strategy '{spec}'")
+
+
+def make_priority(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
+  """(N,) float64 priority from a strategy name in `PRIORITIES` or an .npy spec."""
+  path = npy_path(spec)
+  if path is not None:
+    return check_priority(_load_npy(path, "priority", graph), graph, f"priority file '{path}'")
+  if spec not in PRIORITIES:
+    raise _unknown("priority", spec, PRIORITIES)
+  return check_priority(PRIORITIES[spec](graph, topology, seed), graph,
+                        f"priority strategy '{spec}'")

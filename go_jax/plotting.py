@@ -1,0 +1,339 @@
+"""Figures of simulated schedules and method comparisons (matplotlib, Agg, no pyplot state).
+
+`plot_schedule` draws what `simulator.reference_simulate` computed for one action: a Gantt chart
+with, per device, one row of ops and one row of its outgoing send channel (DESIGN section 4 rule 3:
+transfers leave a device one at a time), and below it the memory in use on every device over time
+against its capacity (rule 7). It is the picture to look at when a placement is slow or runs out
+of memory: idle gaps, a saturated send channel and the moment a device overflows are all visible.
+
+Figures are built on `matplotlib.figure.Figure` directly (not pyplot) so that nothing global is
+changed, no GUI backend is needed and figures are freed when they go out of scope. Bars are drawn
+as one `PolyCollection` per row kind, so graphs of tens of thousands of ops still render in about
+a second; op labels are only drawn for small graphs and only where they fit inside their bar.
+PNGs are written atomically (temporary file in the same folder, then `os.replace`), so a reader
+never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+# Labels are never drawn for graphs with more ops than this (there would be no room anyway, and
+# tens of thousands of Text artists make rendering slow).
+MAX_LABELED_OPS = 400
+_LABEL_FONTSIZE = 7
+_ROW_INCHES = 0.32  # height of one Gantt row
+_WIDTH_INCHES = 12.0
+_DPI = 110
+
+_TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+_BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1.0, "B"))
+
+
+# ------------------------------------------------------------------ units
+def time_unit(seconds: float) -> Tuple[float, str]:
+  """(scale, name) of the largest unit in which `seconds` is >= 1 (seconds if it is 0)."""
+  seconds = abs(float(seconds))
+  for scale, name in _TIME_UNITS:
+    if seconds >= scale:
+      return scale, name
+  return (1.0, "s") if seconds == 0 else _TIME_UNITS[-1]
+
+
+def byte_unit(nbytes: float) -> Tuple[float, str]:
+  """(scale, name) of the largest decimal byte unit in which `nbytes` is >= 1."""
+  nbytes = abs(float(nbytes))
+  for scale, name in _BYTE_UNITS:
+    if nbytes >= scale:
+      return scale, name
+  return 1.0, "B"
+
+
+def format_seconds(seconds: float, digits: int = 4) -> str:
+  """Human-readable duration, e.g. '12.5 ms'."""
+  if not np.isfinite(seconds):
+    return str(seconds)
+  scale, name = time_unit(seconds)
+  return f"{seconds / scale:.{digits}g} {name}"
+
+
+def format_bytes(nbytes: float, digits: int = 4) -> str:
+  """Human-readable size, e.g. '3.2 GB'; 'inf' for an unbounded capacity."""
+  if not np.isfinite(nbytes):
+    return "inf"
+  scale, name = byte_unit(nbytes)
+  return f"{nbytes / scale:.{digits}g} {name}"
+
+
+# ------------------------------------------------------------------ output
+def save_figure(fig: Figure, path: str) -> str:
+  """Writes `fig` as PNG to `path` atomically (creating the folder); returns the path."""
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".png")
+  try:
+    with os.fdopen(fd, "wb") as fh:
+      fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+  return path
+
+
+# ------------------------------------------------------------------ drawing helpers
+def _bars(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, height: float) -> np.ndarray:
+  """(M, 4, 2) rectangle vertices for bars [x0, x1] centred on rows y."""
+  lo, hi = y - height / 2, y + height / 2
+  return np.stack([np.stack([x0, lo], -1), np.stack([x0, hi], -1),
+                   np.stack([x1, hi], -1), np.stack([x1, lo], -1)], axis=1)
+
+
+def _op_colors(ops: np.ndarray) -> np.ndarray:
+  """One colour per op id from a qualitative colormap, via a multiplicative hash of the id.
+
+  A plain `id % 20` would give every device of a round-robin placement (op i on device i mod D)
+  only the 20 / D colours congruent to its id, so devices would look differently shaded.
+  """
+  h = (np.asarray(ops, np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)
+  return colormaps["tab20"](((h >> np.uint64(16)) % np.uint64(20)).astype(np.int64))
+
+
+def _add_bars(ax, x0, x1, y, height, colors, many: bool, alpha: float = 1.0, hatch=None):
+  if len(x0) == 0:
+    return
+  verts = _bars(np.asarray(x0, float), np.asarray(x1, float), np.asarray(y, float), height)
+  # With many tiny bars an edge in the face colour keeps sub-pixel ops visible; with few, a thin
+  # dark edge separates back-to-back ops of similar colour.
+  coll = PolyCollection(verts, facecolors=colors, alpha=alpha, hatch=hatch,
+                        edgecolors="face" if many else "0.15",
+                        linewidths=0.3 if many else 0.6)
+  ax.add_collection(coll)
+
+
+def _fits(ax, fig, widths_data: np.ndarray, texts: Sequence[str], x_span: float,
+          fontsize: float) -> np.ndarray:
+  """Which labels fit inside their bars, estimated from the axes width in pixels.
+
+  A character is taken as 0.65 em wide (a little over DejaVu Sans' average), so that estimated
+  fits never overlap their neighbours; measuring every Text would be far slower.
+  """
+  ax_px = ax.get_position().width * fig.get_figwidth() * fig.dpi
+  bar_px = widths_data / max(x_span, 1e-300) * ax_px
+  em_px = fontsize * fig.dpi / 72.0
+  text_px = np.array([len(t) for t in texts]) * 0.65 * em_px + 4
+  return bar_px >= text_px
+
+
+def _op_label(graph, i: int) -> str:
+  if graph.node_names is not None:
+    return graph.node_names[i]
+  return str(i)
+
+
+def _check_inputs(graph, topology, result):
+  n, d = graph.num_nodes, topology.num_devices
+  for field in ("start", "finish", "placement"):
+    shape = np.shape(getattr(result, field))
+    if shape != (n,):
+      raise ValueError(f"plot_schedule: result.{field} has shape {shape}, expected ({n},) for "
+                       f"graph '{graph.name}' (pass the ReferenceResult of this graph)")
+  place = np.asarray(result.placement)
+  if np.any((place < 0) | (place >= d)):
+    raise ValueError(f"plot_schedule: result.placement has device ids outside [0, {d}) of the "
+                     f"{d}-device topology")
+  if len(result.memory_events) != d:
+    raise ValueError(f"plot_schedule: result has memory events for {len(result.memory_events)} "
+                     f"devices, topology has {d}")
+
+
+# ------------------------------------------------------------------ schedule
+def plot_schedule(graph, topology, result, path: str, title: Optional[str] = None,
+                  max_labeled_ops: int = MAX_LABELED_OPS) -> str:
+  """Writes a PNG with a per-device Gantt chart (ops and send channel) and memory over time.
+
+  Args:
+    graph: the `simulator.CompGraph` that was simulated.
+    topology: the `simulator.Topology` it ran on (capacities are read from it).
+    result: `simulator.ReferenceResult` of `reference_simulate` (needs its timeline: placement,
+      transfers and memory_events, which the batched `simulate` does not return).
+    path: PNG file to write (atomically; the folder is created).
+    title: figure title; default names the graph, size and makespan.
+    max_labeled_ops: op and transfer labels are drawn only for graphs up to this many ops.
+
+  Returns:
+    `path`.
+  """
+  _check_inputs(graph, topology, result)
+  n, d = graph.num_nodes, topology.num_devices
+  start = np.asarray(result.start, float)
+  finish = np.asarray(result.finish, float)
+  place = np.asarray(result.placement, int)
+  makespan = float(result.makespan)
+  tscale, tname = time_unit(makespan)
+  span = makespan / tscale if makespan > 0 else 1.0
+  many = n > max_labeled_ops
+
+  rows = 2 * d
+  gantt_h = max(1.6, _ROW_INCHES * rows + 0.6)
+  mem_h = 2.6
+  fig = Figure(figsize=(_WIDTH_INCHES, gantt_h + mem_h + 0.8), dpi=_DPI)
+  gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, mem_h], hspace=0.12)
+  ax_g = fig.add_subplot(gs[0])
+  ax_m = fig.add_subplot(gs[1], sharex=ax_g)
+
+  # Row layout: device k's ops at y = 2k, its send channel at y = 2k + 1 (y axis inverted).
+  ops = np.arange(n)
+  colors = _op_colors(ops)
+  _add_bars(ax_g, start / tscale, finish / tscale, 2.0 * place, 0.8, colors, many)
+  tr = result.transfers
+  t_op = np.fromiter((t.op for t in tr), int, len(tr))
+  t_src = np.fromiter((t.src for t in tr), int, len(tr))
+  t_dst = np.fromiter((t.dst for t in tr), int, len(tr))
+  t0 = np.fromiter((t.start for t in tr), float, len(tr)) / tscale
+  t1 = np.fromiter((t.arrival for t in tr), float, len(tr)) / tscale
+  _add_bars(ax_g, t0, t1, 2.0 * t_src + 1, 0.55, _op_colors(t_op), many, alpha=0.75,
+            hatch=None if many else "///")
+
+  ax_g.set_xlim(0, span * 1.01)
+  if not many:
+    labels = [_op_label(graph, i) for i in range(n)]
+    ok = _fits(ax_g, fig, (finish - start) / tscale, labels, span * 1.01, _LABEL_FONTSIZE)
+    for i in np.flatnonzero(ok):
+      ax_g.text((start[i] + finish[i]) / 2 / tscale, 2.0 * place[i], labels[i], ha="center",
+                va="center", fontsize=_LABEL_FONTSIZE, clip_on=True)
+    tlabels = [f"{_op_label(graph, int(o))}\u2192{int(e)}" for o, e in zip(t_op, t_dst)]
+    ok = _fits(ax_g, fig, t1 - t0, tlabels, span * 1.01, _LABEL_FONTSIZE - 1)
+    for k in np.flatnonzero(ok):
+      ax_g.text((t0[k] + t1[k]) / 2, 2.0 * t_src[k] + 1, tlabels[k], ha="center", va="center",
+                fontsize=_LABEL_FONTSIZE - 1, clip_on=True,
+                bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.7))
+
+  ax_g.set_ylim(rows - 0.5, -0.5)
+  ax_g.set_yticks(np.arange(rows))
+  ax_g.set_yticklabels([f"dev {k} ops" if r == 0 else f"dev {k} send"
+                        for k in range(d) for r in (0, 1)], fontsize=8)
+  for k in range(1, d):
+    ax_g.axhline(2 * k - 0.5, color="0.75", lw=0.6)
+  ax_g.axvline(makespan / tscale, color="crimson", lw=1.0, ls=":")
+  ax_g.grid(axis="x", color="0.9", lw=0.5)
+  ax_g.set_axisbelow(True)
+  ax_g.tick_params(labelbottom=False)
+  busy = np.bincount(place, weights=finish - start, minlength=d)
+  util = busy / makespan if makespan > 0 else np.zeros(d)
+  ax_g.set_title("schedule: ops per device (colour = op) and outgoing transfers "
+                 f"(label = op\u2192destination); device utilisation "
+                 f"{', '.join(f'{u:.0%}' for u in util)}", fontsize=9)
+
+  _plot_memory(ax_m, topology, result, makespan, tscale)
+  ax_m.set_xlabel(f"time ({tname})")
+
+  if title is None:
+    title = (f"{graph.name}: {n} ops, {graph.num_edges} edges on {d} devices, makespan "
+             f"{format_seconds(makespan)}, {len(tr)} transfers"
+             f"{', OUT OF MEMORY' if result.oom else ''}")
+  fig.suptitle(title, fontsize=11)
+  return save_figure(fig, path)
+
+
+def _plot_memory(ax, topology, result, makespan: float, tscale: float):
+  """Step lines of bytes in use per device, dashed capacity lines where finite and on scale."""
+  d = topology.num_devices
+  cap = np.asarray(topology.mem_capacity, float)
+  peak = np.asarray(result.peak_memory, float)
+  top = max(float(peak.max(initial=0.0)), 1.0)
+  # A capacity far above every peak would squash the curves flat; draw it only when on scale
+  # and otherwise state it in the legend.
+  on_scale = np.isfinite(cap) & (cap <= 2.5 * top)
+  ymax = max(top, float(cap[on_scale].max(initial=0.0)))
+  bscale, bname = byte_unit(ymax)
+  dev_colors = colormaps["tab10"](np.arange(d) % 10)
+  handles = []
+  for k in range(d):
+    ev = np.asarray(result.memory_events[k], float).reshape(-1, 2)
+    t = np.append(ev[:, 0], max(makespan, ev[-1, 0] if len(ev) else 0.0))
+    b = np.append(ev[:, 1], ev[-1, 1] if len(ev) else 0.0)
+    label = f"dev {k} (peak {format_bytes(peak[k], 3)}"
+    label += f", cap {format_bytes(cap[k], 3)})" if np.isfinite(cap[k]) else ")"
+    if np.isfinite(cap[k]) and not on_scale[k]:
+      label = label[:-1] + ", off scale)"
+    if np.isfinite(cap[k]) and peak[k] > cap[k]:
+      label += " OOM"
+    ax.step(t / tscale, b / bscale, where="post", color=dev_colors[k], lw=1.2)
+    handles.append(Line2D([], [], color=dev_colors[k], lw=1.2, label=label))
+    if on_scale[k]:
+      ax.axhline(cap[k] / bscale, color=dev_colors[k], ls="--", lw=1.0, alpha=0.9)
+  if np.any(on_scale):
+    handles.append(Line2D([], [], color="0.3", ls="--", lw=1.0, label="capacity"))
+  ax.axvline(makespan / tscale, color="crimson", lw=1.0, ls=":")
+  ax.set_ylim(0, ymax / bscale * 1.12)
+  ax.set_ylabel(f"memory in use ({bname})")
+  ax.grid(color="0.9", lw=0.5)
+  ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+            borderaxespad=0.0, frameon=False)
+
+
+# ------------------------------------------------------------------ comparisons
+def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
+              title: Optional[str] = None, ylabel: Optional[str] = None,
+              errors: Optional[Sequence[float]] = None, reference: Optional[float] = None,
+              highlight_min: bool = True) -> str:
+  """Writes a bar chart comparing one figure across methods (e.g. makespan per method).
+
+  Args:
+    labels: one name per bar.
+    values: one value per bar (finite).
+    path: PNG file to write atomically.
+    title, ylabel: text of the chart.
+    errors: optional error bar half-heights (e.g. std over seeds), one per bar.
+    reference: optional value drawn as a dashed horizontal line (e.g. the single-device time).
+    highlight_min: colour the smallest bar differently (the best when lower is better).
+
+  Returns:
+    `path`.
+  """
+  labels = [str(s) for s in labels]
+  values = np.asarray(values, float)
+  if values.ndim != 1 or len(labels) != values.shape[0] or not labels:
+    raise ValueError(f"plot_bars: need one value per label, got {len(labels)} labels and "
+                     f"values of shape {values.shape}")
+  if not np.all(np.isfinite(values)):
+    raise ValueError(f"plot_bars: values must be finite, got {values.tolist()}")
+  if errors is not None:
+    errors = np.asarray(errors, float)
+    if errors.shape != values.shape:
+      raise ValueError(f"plot_bars: errors has shape {errors.shape}, expected {values.shape}")
+  m = len(labels)
+  fig = Figure(figsize=(max(4.0, 0.7 * m + 2.0), 3.6), dpi=_DPI)
+  ax = fig.add_subplot(1, 1, 1)
+  colors = np.tile(np.array(colormaps["tab10"](0)), (m, 1))
+  if highlight_min:
+    colors[int(np.argmin(values))] = colormaps["tab10"](2)
+  x = np.arange(m)
+  ax.bar(x, values, yerr=errors, color=colors, capsize=3 if errors is not None else 0)
+  for xi, v in zip(x, values):
+    ax.annotate(f"{v:.4g}", (xi, v), xytext=(0, 2), textcoords="offset points", ha="center",
+                va="bottom", fontsize=7)
+  if reference is not None:
+    ax.axhline(float(reference), color="0.3", ls="--", lw=1.0)
+  ax.set_xticks(x)
+  ax.set_xticklabels(labels, rotation=30 if m > 4 else 0, ha="right" if m > 4 else "center",
+                     fontsize=8)
+  if ylabel:
+    ax.set_ylabel(ylabel)
+  if title:
+    ax.set_title(title, fontsize=10)
+  ax.grid(axis="y", color="0.9", lw=0.5)
+  ax.set_axisbelow(True)
+  ax.margins(y=0.12)
+  return save_figure(fig, path)

@@ -1,0 +1,104 @@
+"""Tests of go_jax.plotting: PNGs are written (atomically) for small and mid-size schedules."""
+
+import os
+
+import numpy as np
+import pytest
+
+from simulator import CompGraph, Topology, reference_simulate
+from go_jax import plotting
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def diamond():
+  """DESIGN section 4 worked example: a->b, a->c, b->d, c->d; costs 1, 2, 3, 1; outputs 1 B."""
+  return CompGraph(cost=[1.0, 2.0, 3.0, 1.0], senders=[0, 0, 1, 2], receivers=[1, 2, 3, 3],
+                   out_bytes=[1.0] * 4, name="diamond", node_names=["a", "b", "c", "d"])
+
+
+def layered(n=300, width=20, seed=0):
+  """A random layered DAG: every op after the first layer reads two ops of the layer above."""
+  rng = np.random.default_rng(seed)
+  layer = np.arange(n) // width
+  senders, receivers = [], []
+  for v in range(width, n):
+    for u in rng.choice(np.flatnonzero(layer == layer[v] - 1), 2, replace=False):
+      senders.append(u)
+      receivers.append(v)
+  return CompGraph(cost=rng.uniform(1e-4, 1e-3, n), senders=senders, receivers=receivers,
+                   out_bytes=rng.uniform(1e5, 1e7, n), param_bytes=rng.uniform(0, 1e6, n),
+                   temp_bytes=rng.uniform(0, 1e6, n), name=f"layered{n}")
+
+
+def assert_png(path):
+  assert os.path.isfile(path)
+  with open(path, "rb") as fh:
+    head = fh.read(8)
+  assert head == PNG_MAGIC
+  assert os.path.getsize(path) > 1000
+  leftovers = [f for f in os.listdir(os.path.dirname(path)) if f.startswith(".tmp_")]
+  assert not leftovers, leftovers
+
+
+def test_worked_example(tmp_path):
+  g = diamond()
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.5, mem_capacity=3.0)
+  res = reference_simulate(g, topo, [0, 0, 1, 0], np.zeros(4))
+  np.testing.assert_allclose(res.start, [0, 1, 2.5, 7])  # the figure shows the documented run
+  path = str(tmp_path / "sub" / "diamond.png")  # the folder is created
+  assert plotting.plot_schedule(g, topo, res, path, title="worked example") == path
+  assert_png(path)
+
+
+def test_mid_size_graph_and_overwrite(tmp_path):
+  g = layered()
+  topo = Topology.uniform(3, bandwidth=1e9, latency=1e-5, mem_capacity=2e7)
+  place = np.arange(g.num_nodes) % 3
+  res = reference_simulate(g, topo, place, np.zeros(g.num_nodes))
+  path = str(tmp_path / "schedule.png")
+  plotting.plot_schedule(g, topo, res, path)
+  assert_png(path)
+  plotting.plot_schedule(g, topo, res, path, max_labeled_ops=0)  # replaces the file
+  assert_png(path)
+
+
+def test_single_device_infinite_memory(tmp_path):
+  g = layered(n=40, width=4)
+  topo = Topology.uniform(1, bandwidth=1.0)
+  res = reference_simulate(g, topo, np.zeros(40, int), np.zeros(40))
+  assert not res.transfers
+  path = str(tmp_path / "one.png")
+  plotting.plot_schedule(g, topo, res, path)
+  assert_png(path)
+
+
+def test_mismatched_result_is_rejected(tmp_path):
+  g = diamond()
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.5)
+  res = reference_simulate(g, topo, [0, 0, 1, 0], np.zeros(4))
+  other = layered(n=10, width=5)
+  with pytest.raises(ValueError, match="shape"):
+    plotting.plot_schedule(other, topo, res, str(tmp_path / "x.png"))
+  with pytest.raises(ValueError, match="device ids"):
+    plotting.plot_schedule(g, Topology.uniform(1, bandwidth=1.0), res, str(tmp_path / "x.png"))
+  assert not os.listdir(tmp_path)
+
+
+def test_plot_bars(tmp_path):
+  path = str(tmp_path / "bars.png")
+  plotting.plot_bars(["single", "round_robin", "random"], [3.0, 1.2, 1.9], path,
+                     title="makespan", ylabel="seconds", errors=[0.0, 0.1, 0.2], reference=3.0)
+  assert_png(path)
+  with pytest.raises(ValueError, match="one value per label"):
+    plotting.plot_bars(["a", "b"], [1.0], path)
+  with pytest.raises(ValueError, match="finite"):
+    plotting.plot_bars(["a"], [np.nan], path)
+
+
+def test_unit_formatting():
+  assert plotting.format_seconds(0.0125) == "12.5 ms"
+  assert plotting.format_seconds(0.0) == "0 s"
+  assert plotting.format_bytes(3.2e9) == "3.2 GB"
+  assert plotting.format_bytes(np.inf) == "inf"
+  assert plotting.format_bytes(12) == "12 B"

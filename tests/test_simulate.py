@@ -1,0 +1,272 @@
+"""Differential tests: jitted `simulate` vs `reference_simulate` vs a literal O(N^2) oracle."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import CompGraph, Topology, reference_simulate, simulate
+from simulator.padding import pad_graph
+from simulator.simulate import simulate_padded
+
+NP, EP = 64, 256  # one bucket for every random graph: one compile per device count
+
+
+def literal_simulate(graph, topo, placement, priority):
+  """Section 4 rules 1-6 word for word, O(N^2 * D): checks the heap-based reference."""
+  n, d = graph.num_nodes, topo.num_devices
+  place = np.asarray(placement)[graph.colocation_root()]
+  preds = [[] for _ in range(n)]
+  succs = [[] for _ in range(n)]
+  for u, v in zip(graph.senders, graph.receivers):
+    preds[v].append(u)
+    succs[u].append(v)
+  committed = np.zeros(n, bool)
+  start, finish = np.zeros(n), np.zeros(n)
+  avail = {}
+  free, chan = np.zeros(d), np.zeros(d)
+  for _ in range(n):
+    best = None
+    for dev in range(d):
+      known = [j for j in range(n) if not committed[j] and place[j] == dev and
+               all(committed[i] for i in preds[j])]
+      if not known:
+        continue
+      r = {j: max([avail[(i, dev)] for i in preds[j]], default=0.0) for j in known}
+      s = max(free[dev], min(r.values()))
+      cands = [j for j in known if r[j] <= s]
+      cand = min(cands, key=lambda j: (-priority[j], j))
+      if best is None or s < best[0]:
+        best = (s, dev, cand)
+    s, dev, op = best
+    committed[op] = True
+    start[op] = s
+    finish[op] = s + (graph.cost[op] / topo.speed[dev] + topo.overhead[dev])
+    free[dev] = finish[op]
+    avail[(op, dev)] = finish[op]
+    for e in sorted({place[v] for v in succs[op]} - {dev}):
+      t0 = max(finish[op], chan[dev])
+      avail[(op, e)] = chan[dev] = t0 + (topo.latency[dev, e] +
+                                         graph.out_bytes[op] / topo.bandwidth[dev, e])
+  return start, finish
+
+
+def random_instance(seed, n, d, integer=True, tie_levels=2, zero_frac=0.2, coloc_frac=0.2):
+  """A random DAG, topology and batch of 4 actions; integer times where `integer`."""
+  rng = np.random.default_rng(seed)
+  s, r = [], []
+  for v in range(1, n):
+    k = int(rng.integers(0, 4))
+    for u in rng.choice(v, size=min(v, k), replace=False):
+      s.append(int(u))
+      r.append(v)
+  if integer:
+    speed = rng.choice([1.0, 2.0], d)
+    cost = 2.0 * rng.integers(0, 6, n)  # even: cost / speed stays an integer
+    out_bytes = 2.0 * rng.integers(0, 4, n)
+    bw = rng.choice([1.0, 2.0], (d, d))
+    lat = rng.integers(0, 3, (d, d)).astype(float)
+    over = rng.integers(0, 2, d).astype(float)
+  else:
+    speed = rng.uniform(0.5, 2.0, d)
+    cost = rng.uniform(0, 1e-3, n)
+    out_bytes = rng.uniform(0, 1e6, n)
+    bw = rng.uniform(1e8, 1e9, (d, d))
+    lat = rng.uniform(0, 1e-5, (d, d))
+    over = rng.uniform(0, 1e-5, d)
+  cost[rng.random(n) < zero_frac] = 0.0
+  coloc = np.where(rng.random(n) < coloc_frac, rng.integers(0, 3, n), -1)
+  g = CompGraph(cost=cost, senders=s, receivers=r, out_bytes=out_bytes,
+                param_bytes=rng.integers(0, 3, n), temp_bytes=rng.integers(0, 3, n),
+                colocation=coloc)
+  mem = rng.integers(2, 12, d).astype(float)
+  topo = Topology.create(speed, over, mem, bw, lat)
+  place = rng.integers(0, d, (4, n))
+  prio = rng.integers(0, tie_levels, (4, n)).astype(float)
+  return g, topo, place, prio
+
+
+_jit_padded = jax.jit(simulate_padded)
+
+
+def run_padded(g, topo, place, prio, chunk=2):
+  pg = pad_graph(g, NP, EP, chunk=chunk)
+  n = g.num_nodes
+  pl = np.zeros((place.shape[0], NP), np.int32)
+  pr = np.zeros((place.shape[0], NP))
+  pl[:, :n], pr[:, :n] = place, prio
+  res = _jit_padded(pg, topo, pl, pr)
+  return jax.tree_util.tree_map(np.asarray, res)
+
+
+def assert_same(res, b, ref, n, exact=True):
+  check = np.testing.assert_array_equal if exact else (
+      lambda a, c: np.testing.assert_allclose(a, c, rtol=1e-9, atol=0))
+  check(res.start[b, :n], ref.start)
+  check(res.finish[b, :n], ref.finish)
+  check(res.makespan[b], ref.makespan)
+  check(res.peak_memory[b], ref.peak_memory)
+  assert bool(res.oom[b]) == ref.oom
+
+
+def test_worked_example(diamond):
+  g, topo, place, prio = diamond
+  ref = reference_simulate(g, topo, place, prio)
+  np.testing.assert_array_equal(ref.start, [0, 1, 2.5, 7])
+  assert ref.makespan == 8
+  np.testing.assert_array_equal(ref.peak_memory, [3, 2])
+  res = simulate(g, topo, place, prio)
+  np.testing.assert_array_equal(np.asarray(res.start[0]), [0, 1, 2.5, 7])
+  np.testing.assert_array_equal(np.asarray(res.makespan), [8])
+  np.testing.assert_array_equal(np.asarray(res.peak_memory[0]), [3, 2])
+  assert not bool(res.oom[0])
+
+
+@settings(max_examples=320, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 60), d=st.integers(1, 8),
+       ties=st.sampled_from([1, 2, 5]), zero_frac=st.sampled_from([0.0, 0.3, 1.0]),
+       coloc_frac=st.sampled_from([0.0, 0.3]))
+def test_simulate_equals_reference_exactly(seed, n, d, ties, zero_frac, coloc_frac):
+  g, topo, place, prio = random_instance(seed, n, d, True, ties, zero_frac, coloc_frac)
+  res = run_padded(g, topo, place, prio)
+  for b in range(place.shape[0]):
+    assert_same(res, b, reference_simulate(g, topo, place[b], prio[b]), n)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), n=st.integers(1, 25), d=st.integers(1, 4),
+       ties=st.sampled_from([1, 3]))
+def test_reference_equals_literal_rules(seed, n, d, ties):
+  for integer in (True, False):
+    g, topo, place, prio = random_instance(seed, n, d, integer, ties)
+    for b in range(2):
+      ref = reference_simulate(g, topo, place[b], prio[b])
+      start, finish = literal_simulate(g, topo, place[b], prio[b])
+      np.testing.assert_array_equal(ref.start, start)
+      np.testing.assert_array_equal(ref.finish, finish)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16])
+def test_edge_chunk_does_not_change_results(chunk):
+  for seed in range(3):
+    g, topo, place, prio = random_instance(seed, 50, 3)
+    res = run_padded(g, topo, place, prio, chunk=chunk)
+    for b in range(4):
+      assert_same(res, b, reference_simulate(g, topo, place[b], prio[b]), 50)
+
+
+def test_x64_float_times_agree_to_1e9():
+  with jax.enable_x64(True):
+    for seed in range(40):
+      n = 5 + seed
+      g, topo, place, prio = random_instance(seed, n, 1 + seed % 6, integer=False)
+      prio = prio + np.random.default_rng(seed).uniform(0, 1, prio.shape)
+      res = run_padded(g, topo, place, prio)
+      assert res.start.dtype == np.float64
+      for b in range(4):
+        assert_same(res, b, reference_simulate(g, topo, place[b], prio[b]), n, exact=False)
+
+
+def test_float32_float_times_close():
+  g, topo, place, prio = random_instance(7, 60, 4, integer=False)
+  res = run_padded(g, topo, place, prio)
+  for b in range(4):
+    ref = reference_simulate(g, topo, place[b], prio[b])
+    np.testing.assert_allclose(res.makespan[b], ref.makespan, rtol=1e-5)
+
+
+def test_jit_equals_no_jit():
+  g, topo, place, prio = random_instance(3, 7, 3)
+  pg = pad_graph(g, 8, 16, chunk=2)
+  pl = np.zeros((4, 8), np.int32)
+  pr = np.zeros((4, 8))
+  pl[:, :7], pr[:, :7] = place, prio
+  jitted = jax.tree_util.tree_map(np.asarray, jax.jit(simulate_padded)(pg, topo, pl, pr))
+  with jax.disable_jit():
+    eager = jax.tree_util.tree_map(np.asarray, simulate_padded(pg, topo, pl, pr))
+  for a, b in zip(jax.tree_util.tree_leaves(jitted), jax.tree_util.tree_leaves(eager)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_no_retrace_within_a_bucket():
+  traced = chex.assert_max_traces(simulate_padded, n=1)
+  fn = jax.jit(traced)
+  for seed in range(4):  # different graphs, topologies and actions; same bucket and D
+    g, topo, place, prio = random_instance(seed, 20 + seed, 3)
+    pg = pad_graph(g, NP, EP, chunk=2)
+    pl = np.zeros((4, NP), np.int32)
+    pl[:, :g.num_nodes] = place
+    pr = np.zeros((4, NP), np.float32)
+    pr[:, :g.num_nodes] = prio
+    fn(pg, topo, pl, pr).makespan.block_until_ready()
+  chex.clear_trace_counter()
+
+
+def test_public_simulate_reuses_its_compilation():
+  g1, topo, place, prio = random_instance(11, 40, 3)
+  # Another graph of the same bucket: other costs, sizes and a node less.
+  g2 = CompGraph(cost=g1.cost[:39] + 1, senders=g1.senders[g1.receivers < 39],
+                 receivers=g1.receivers[g1.receivers < 39], out_bytes=g1.out_bytes[:39] * 2)
+  place2, prio2 = place[:, :39], prio[:, :39] + 1
+  sim = __import__("sys").modules["simulator.simulate"]
+  assert sim.padded(g1).chunk == sim.padded(g2).chunk
+  simulate(g1, topo, place, prio)
+  before = sim._simulate_jit._cache_size()
+  simulate(g2, topo, place2, prio2)
+  simulate(g2, topo, place2[:3], prio2[:3])  # B=3 pads to the same batch bucket of 4
+  assert sim._simulate_jit._cache_size() == before
+
+
+def test_vmap_over_topologies():
+  g, topo, place, prio = random_instance(5, 30, 3)
+  topo2 = Topology.create(topo.speed * 2, topo.overhead, topo.mem_capacity, topo.bandwidth,
+                          topo.latency)
+  stacked = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), topo, topo2)
+  pg = pad_graph(g, 32, 128, chunk=2)
+  pl = np.zeros((4, 32), np.int32)
+  pl[:, :30] = place
+  pr = np.zeros((4, 32))
+  pr[:, :30] = prio
+  res = jax.vmap(simulate_padded, in_axes=(None, 0, None, None))(pg, stacked, pl, pr)
+  for t, tp in enumerate((topo, topo2)):
+    for b in range(4):
+      ref = reference_simulate(g, tp, place[b], prio[b])
+      np.testing.assert_array_equal(np.asarray(res.makespan[t, b]), ref.makespan)
+      np.testing.assert_array_equal(np.asarray(res.peak_memory[t, b]), ref.peak_memory)
+
+
+def test_single_op_and_single_device():
+  g = CompGraph(cost=[3.0], senders=[], receivers=[], out_bytes=[5.0], temp_bytes=[2.0],
+                param_bytes=[1.0])
+  topo = Topology.uniform(1, bandwidth=1.0, overhead=1.0)
+  res = simulate(g, topo, [0], [0.0])
+  assert float(res.makespan[0]) == 4.0
+  # param 1 + output kept until makespan 5 + temp 2
+  np.testing.assert_array_equal(np.asarray(res.peak_memory[0]), [8.0])
+
+
+def test_oom_flag():
+  # Two independent ops whose outputs live until the makespan: 20 bytes on one device.
+  g = CompGraph(cost=[1.0, 1.0], senders=[], receivers=[], out_bytes=[10.0, 10.0])
+  topo = Topology.uniform(2, bandwidth=1e9, mem_capacity=15.0)
+  res = simulate(g, topo, [[0, 0], [0, 1]], [[0, 0], [0, 0]])
+  np.testing.assert_array_equal(np.asarray(res.oom), [True, False])
+
+
+@pytest.mark.parametrize("placement,priority,match", [
+    ([0, 0, 2, 0], [0, 0, 0, 0], "not a device id"),
+    ([0, 0, -1, 0], [0, 0, 0, 0], "not a device id"),
+    ([0, 0, 1], [0, 0, 0], "must both have shape"),
+    ([0, 0, 1, 0], [0, 0, 0], "must both have shape"),
+    ([0, 0, 1, 0], [0, np.nan, 0, 0], "NaN"),
+    ([0, 0.5, 1, 0], [0, 0, 0, 0], "integer"),
+])
+def test_bad_actions_raise(diamond, placement, priority, match):
+  g, topo, _, _ = diamond
+  with pytest.raises(ValueError, match=match):
+    simulate(g, topo, placement, priority)
+  with pytest.raises(ValueError, match=match):
+    reference_simulate(g, topo, placement, priority)
