@@ -23,10 +23,14 @@ def _as_1d(name: str, value, dtype) -> np.ndarray:
   arr = np.asarray(value)
   if arr.ndim != 1:
     raise ValueError(f"CompGraph field '{name}' must be 1-D, got shape {arr.shape}")
-  if np.issubdtype(dtype, np.integer):
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+  if np.issubdtype(dtype, np.integer) and arr.size:
+    if not np.issubdtype(arr.dtype, np.integer):
       if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
         raise ValueError(f"CompGraph field '{name}' must hold integers")
+    info = np.iinfo(dtype)
+    if arr.min() < info.min or arr.max() > info.max:
+      raise ValueError(f"CompGraph field '{name}' has values outside the {np.dtype(dtype)} "
+                       f"range [{info.min}, {info.max}]")
   out = np.array(arr, dtype=dtype)
   out.setflags(write=False)
   return out
@@ -256,20 +260,18 @@ class CompGraph:
   @classmethod
   def load(cls, path: str) -> "CompGraph":
     """Reads a graph written by `save`; raises ValueError naming the file on bad content."""
+    fields = FLOAT_FIELDS + ("op_type", "colocation", "senders", "receivers")
     try:
-      data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-      raise ValueError(f"cannot read CompGraph file '{path}': {e}") from e
-    with data:
-      required = ("cost", "senders", "receivers")
-      missing = [k for k in required if k not in data.files]
-      if missing:
-        raise ValueError(f"CompGraph file '{path}' lacks field(s) {missing}")
-      kwargs = {k: data[k] for k in FLOAT_FIELDS + ("op_type", "colocation", "senders",
-                                                    "receivers") if k in data.files}
-      kwargs["name"] = str(data["name"]) if "name" in data.files else os.path.basename(path)
-      if "node_names" in data.files:
-        kwargs["node_names"] = [str(s) for s in data["node_names"]]
+      with np.load(path, allow_pickle=False) as data:
+        kwargs = {k: data[k] for k in fields if k in data.files}
+        kwargs["name"] = str(data["name"]) if "name" in data.files else os.path.basename(path)
+        if "node_names" in data.files:
+          kwargs["node_names"] = [str(s) for s in data["node_names"]]
+    except Exception as e:  # ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error
+      raise ValueError(f"cannot read CompGraph file '{path}': {type(e).__name__}: {e}") from e
+    missing = [k for k in ("cost", "senders", "receivers") if k not in kwargs]
+    if missing:
+      raise ValueError(f"CompGraph file '{path}' lacks field(s) {missing}")
     try:
       return cls(**kwargs)
     except ValueError as e:

@@ -88,7 +88,7 @@ def _sequential_transfers(base, times, mask):
   return jnp.stack(starts, -1), jnp.stack(arrivals, -1)
 
 
-def _simulate_one(pg: PaddedGraph, topo: Topology, placement, priority):
+def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op):
   """Simulates one action; vmapped over the batch by `simulate_padded`."""
   dt = _dtype()
   np_ = pg.cost.shape[0]
@@ -103,10 +103,7 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, priority):
 
   place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
   place = jnp.where(pg.node_mask, place, 0)
-  # Leaf position = rank by (priority descending, id ascending); padding ranks last.
-  prio = priority.astype(dt)
-  key = jnp.where(pg.node_mask, jnp.where(prio == 0, 0.0, -prio), INF)  # -0.0 ties 0.0
-  pos2op = jnp.argsort(key, stable=True).astype(jnp.int32)
+  # Leaf position of each op: its rank by (priority descending, id ascending).
   pos = jnp.zeros(np_, jnp.int32).at[pos2op].set(jnp.arange(np_, dtype=jnp.int32))
   # cons[u, e]: u has a consumer on device e (one transfer per consumer device, rule 3).
   recv_dev = place[pg.receivers]
@@ -248,24 +245,33 @@ class _Events:
   base: jnp.ndarray  # (B, D) parameter bytes resident for the whole step
 
 
-def _time_order(time):
-  """(B, M) indices that sort each row by time, and each event's exact time rank.
+def _sortable_bits(x):
+  """Integers that order like the floats `x` (-0.0 == 0.0); int32, or int64 for float64."""
+  itype = jnp.int64 if x.dtype == jnp.float64 else jnp.int32
+  bits = jax.lax.bitcast_convert_type(x + 0.0, itype)  # + 0.0 turns -0.0 into 0.0
+  return jnp.where(bits < 0, bits ^ jnp.iinfo(itype).max, bits)  # negatives: reverse order
 
-  XLA's CPU sort is fast only for one integer operand (about 10x faster than a sort with a
-  payload or with float keys, measured here), so instead of sorting (time, payload) pairs: sort
-  the time bits (non-negative floats order like their integer bits), take each event's exact
-  rank by binary search, then sort `rank << bits | index` as one unsigned integer.
+
+def rank_order(x):
+  """Stable ascending order of each row of `x` (B, M), and each sorted element's exact rank.
+
+  Returns (order, rank): `x[b, order[b]]` is sorted with ties in index order, and rank[b, k] is
+  the number of elements of row b strictly smaller than the k-th smallest (equal values share a
+  rank). XLA's CPU sort is fast only for a single integer operand (about 10x faster than a sort
+  with a payload or with float keys, measured here), so instead of sorting (value, index)
+  pairs: sort the order-preserving integer bits, find each element's exact rank by binary
+  search, then sort `rank << bits | index` packed into one unsigned integer.
   """
-  m = time.shape[-1]
+  m = x.shape[-1]
   idx_bits = max(1, (m - 1).bit_length())
-  wide = time.dtype == jnp.float64
-  itype, utype = (jnp.int64, jnp.uint64) if wide else (jnp.int32, jnp.uint32)
-  if 2 * idx_bits > (64 if wide else 32):  # too many events to pack: generic sort
-    order = jnp.argsort(time, axis=-1)
-    rank = jax.vmap(lambda s, q: jnp.searchsorted(s, q, side="left"))(
-        jnp.take_along_axis(time, order, -1), time)
-    return order, jnp.take_along_axis(rank, order, -1)
-  bits = jax.lax.bitcast_convert_type(time + 0.0, itype)  # + 0.0 turns -0.0 into 0.0
+  bits = _sortable_bits(x)
+  wide = bits.dtype == jnp.int64
+  if 2 * idx_bits > (64 if wide else 32):  # too many elements to pack: generic stable sort
+    order = jnp.argsort(x, axis=-1, stable=True).astype(jnp.int32)
+    srt = jnp.take_along_axis(bits, order, -1)
+    rank = jax.vmap(lambda s: jnp.searchsorted(s, s, side="left"))(srt)
+    return order, rank.astype(jnp.int32)
+  utype = jnp.uint64 if wide else jnp.uint32
   rank = jax.vmap(lambda s, q: jnp.searchsorted(s, q, side="left", method="scan"))(
       jax.lax.sort(bits, dimension=-1), bits)
   key = (rank.astype(utype) << idx_bits) | jnp.arange(m, dtype=utype)
@@ -282,7 +288,7 @@ def _peak_memory(ev: _Events):
   an instant is irrelevant. One sequential pass over the events in time order keeps a (B, D)
   running sum and samples it wherever the next event is at a later instant.
   """
-  order, rank = _time_order(ev.time)
+  order, rank = rank_order(ev.time)
   dev = jnp.take_along_axis(ev.dev, order, -1)
   delta = jnp.take_along_axis(ev.delta, order, -1)
   last = jnp.concatenate([rank[:, 1:] != rank[:, :-1],
@@ -308,8 +314,11 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority) ->
   Results keep the padded node axis. Padded nodes must carry a valid device id (e.g. 0); their
   values are ignored. vmap it over graphs (a stacked PaddedGraph) or topologies as needed.
   """
+  # Ops by priority descending, ties by lowest id; padding last.
+  key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
+  pos2op, _ = rank_order(key)
   makespan, start, finish, events = jax.vmap(_simulate_one, in_axes=(None, None, 0, 0))(
-      pg, topology, placement, priority)
+      pg, topology, placement, pos2op)
   peak = _peak_memory(events)
   oom = jnp.any(peak > jnp.asarray(topology.mem_capacity, peak.dtype), -1)
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)

@@ -1,0 +1,140 @@
+r"""Benchmark: jitted `simulate` vs heap-based `reference_simulate` (the go-jax-bench-simulator).
+
+For each graph size N (random layered DAG, about 2 predecessors per node) it times the
+reference per placement, then the jitted simulator for each batch size B; every cell runs in a
+fresh worker process so that compile time and peak host memory are that cell's own. Prints a
+table and writes JSON (atomically).
+
+  python -m experiments.bench_simulator                    # N in {100,1000,4000}, B in {1,256,1024}
+  python -m experiments.bench_simulator --sizes=1000 --batches=1024 --profile
+"""
+
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("sizes", ["100", "1000", "4000"], "graph sizes N (nodes)")
+flags.DEFINE_list("batches", ["1", "256", "1024"], "batch sizes B (placements per call)")
+flags.DEFINE_string("topology", "nvlink8", "topology preset")
+flags.DEFINE_string("graph", "layered:n={n},width={width},seed=0",
+                    "graph spec template; {n} and {width} (= round(sqrt(n))) are filled in")
+flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per size")
+flags.DEFINE_integer("repeats", 3, "timed runs per cell (the median is reported)")
+flags.DEFINE_bool("profile", False, "also print the top XLA ops of the largest cell")
+flags.DEFINE_string("out", "results/bench_simulator.json", "JSON output path")
+
+
+def _worker(kind, n, batch, cfg, queue):
+  """Runs one cell in a fresh process and puts its result dict on `queue`."""
+  try:
+    from simulator import benchmark, preset
+    from simulator.sources import load_graph
+    graph = load_graph(cfg["graph"].format(n=n, width=max(4, round(n ** 0.5))))
+    topo = preset(cfg["topology"])
+    if kind == "reference":
+      out = benchmark.time_reference(graph, topo, cfg["ref_samples"])
+    elif kind == "profile":
+      out = {"top_ops": benchmark.profile_simulate(graph, topo, batch)}
+    else:
+      out = benchmark.time_simulate(graph, topo, batch, cfg["repeats"])
+    out.update(n=n, edges=graph.num_edges, graph=graph.name,
+               peak_rss_bytes=benchmark.peak_rss_bytes())
+    queue.put(out)
+  except Exception as e:  # reported by the parent with the cell's name
+    queue.put({"error": f"{type(e).__name__}: {e}"})
+
+
+def run_cell(kind, n, batch=0):
+  ctx = multiprocessing.get_context("spawn")
+  queue = ctx.Queue()
+  cfg = {"graph": FLAGS.graph, "topology": FLAGS.topology, "ref_samples": FLAGS.ref_samples,
+         "repeats": FLAGS.repeats}
+  proc = ctx.Process(target=_worker, args=(kind, n, batch, cfg, queue))
+  proc.start()
+  out = queue.get()
+  proc.join()
+  if "error" in out:
+    raise RuntimeError(f"{kind} cell N={n} B={batch} failed: {out['error']}")
+  return out
+
+
+def write_json(path, payload):
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+  with os.fdopen(fd, "w") as fh:
+    json.dump(payload, fh, indent=1)
+  os.replace(tmp, path)
+
+
+def format_table(rows):
+  head = ("N", "E", "B", "method", "placements/s", "node-commits/s", "speedup", "compile s",
+          "peak RSS")
+  lines = [" | ".join(head), " | ".join("---" for _ in head)]
+  for r in rows:
+    lines.append(" | ".join([
+        str(r["n"]), str(r["edges"]), str(r.get("batch", 1)), r["method"],
+        f"{r['placements_per_s']:,.1f}", f"{r['node_commits_per_s']:,.0f}",
+        f"{r['speedup']:.1f}x" if "speedup" in r else "1.0x",
+        f"{r['compile_s']:.2f}" if "compile_s" in r else "-",
+        f"{r['peak_rss_bytes'] / 2**20:,.0f} MiB"]))
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  sizes = [int(s) for s in FLAGS.sizes]
+  batches = [int(b) for b in FLAGS.batches]
+  cells = len(sizes) * (1 + len(batches))
+  rows, t_start, done = [], time.time(), 0
+  for n in sizes:
+    ref = run_cell("reference", n)
+    ref["method"] = "reference"
+    rows.append(ref)
+    done += 1
+    for b in batches:
+      cell = run_cell("simulate", n, b)
+      cell["method"] = "simulate"
+      cell["speedup"] = cell["placements_per_s"] / ref["placements_per_s"]
+      rows.append(cell)
+      done += 1
+      elapsed = time.time() - t_start
+      logging.info("[%d/%d] N=%d B=%d: %.1f placements/s (%.1fx reference), compile %.2f s; "
+                   "elapsed %.0f s, ETA %.0f s", done, cells, n, b, cell["placements_per_s"],
+                   cell["speedup"], cell["compile_s"], elapsed,
+                   elapsed / done * (cells - done))
+  import jax
+  payload = {
+      "command": " ".join(sys.argv),
+      "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                  "cpu_count": os.cpu_count(), "jax": jax.__version__,
+                  "devices": [str(d) for d in jax.devices()],
+                  "device_kind": jax.devices()[0].device_kind},
+      "topology": FLAGS.topology, "graph_template": FLAGS.graph,
+      "rows": [{k: v for k, v in r.items() if k != "makespans"} for r in rows]}
+  if FLAGS.profile:
+    prof = run_cell("profile", max(sizes), max(batches))
+    payload["profile"] = prof["top_ops"]
+    print(f"\ntop XLA ops, N={max(sizes)} B={max(batches)}:")
+    for p in prof["top_ops"]:
+      print(f"  {p['ms']:9.1f} ms  {p['calls']:6d} calls  {p['op']}")
+  print()
+  print(format_table(rows))
+  write_json(FLAGS.out, payload)
+  print(f"\nwrote {FLAGS.out}")
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

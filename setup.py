@@ -1,0 +1,76 @@
+"""Packaging of go-jax: `pip install -e ".[test]"` (development) or `pip install .`.
+
+Version ranges: the lower bounds are the oldest releases with the APIs the code uses; the upper
+bounds stop at the next minor (0.x) or major release after the versions the project is tested
+with (jax/jaxlib 0.10, flax 0.12, optax 0.2, chex 0.1, orbax-checkpoint 0.12, numpy 2), so a
+breaking release upstream does not break a fresh install. JAX installs its CPU build; for a GPU
+add e.g. `pip install -U "jax[cuda12]"` within the same range.
+"""
+
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _long_description() -> str:
+  path = os.path.join(HERE, "README.md")
+  if not os.path.isfile(path):
+    return ""
+  with open(path, encoding="utf-8") as fh:
+    return fh.read()
+
+
+INSTALL_REQUIRES = [
+    "jax>=0.4.30,<0.11",
+    "jaxlib>=0.4.30,<0.11",
+    "flax>=0.8.5,<0.13",
+    "optax>=0.2.2,<0.3",
+    "jraph>=0.0.6.dev0,<0.1",  # 0.0.6.dev0 is the newest release on PyPI
+    "chex>=0.1.86,<0.2",
+    "numpy>=1.26,<3",
+    "absl-py>=1.4,<3",
+    "ml-collections>=0.1.1,<2",
+    "matplotlib>=3.7,<4",
+    "tqdm>=4.64,<5",
+    "orbax-checkpoint>=0.5.20,<0.13",
+]
+
+EXTRAS_REQUIRE = {
+    "test": [
+        "pytest>=7.4,<10",
+        "hypothesis>=6.80,<7",
+        "pytest-xdist>=3.3,<4",  # optional: `pytest -n 2`; the CI command does not need it
+    ],
+    "baselines": [
+        "ortools>=9.8,<10",  # CP-SAT
+        "pymetis>=2023.1",  # METIS (calendar-versioned)
+        "scipy>=1.11,<2",
+    ],
+}
+
+setup(
+    name="go-jax",
+    version="0.1.0",
+    description=("Learned and classic device placement, scheduling and fusion of ML "
+                 "computation graphs on a fast JAX simulator (GO, GDP, REGAL, Placeto, HDP, "
+                 "Tofu and baselines)."),
+    long_description=_long_description(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["simulator*", "go_jax*", "experiments*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={
+        "console_scripts": [
+            "go-jax-simulate = experiments.simulate:run",
+            "go-jax-bench-simulator = experiments.bench_simulator:run",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

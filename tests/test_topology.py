@@ -1,0 +1,265 @@
+"""Topology: validated constructor (one test per rule), helpers, presets, pytree behaviour."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from simulator import Topology, available_presets, preset
+from simulator.topology import GB, GiB, US
+
+EXPECTED_DEVICES = {"nvlink2": 2, "nvlink4": 4, "nvlink8": 8, "pcie4": 4, "pcie8": 8,
+                    "tpu2x2": 4, "k80x2": 2}
+
+
+def args(d=3, **changes):
+  """Valid `Topology.create` keyword arguments for d devices, with `changes` applied."""
+  kw = dict(speed=np.ones(d), overhead=np.zeros(d), mem_capacity=np.full(d, 10.0),
+            bandwidth=np.full((d, d), 2.0), latency=np.full((d, d), 0.5))
+  kw.update(changes)
+  return kw
+
+
+def with_entry(field, index, value, d=3):
+  """Valid arguments with one entry of `field` replaced."""
+  kw = args(d)
+  arr = np.array(kw[field], float)
+  arr[index] = value
+  kw[field] = arr
+  return kw
+
+
+# ------------------------------------------------------------------ validation
+@pytest.mark.parametrize("speed", [np.ones((2, 2)), np.ones(0), 1.0])
+def test_speed_shape(speed):
+  with pytest.raises(ValueError, match=r"speed must be a non-empty 1-D array"):
+    Topology.create(**args(speed=speed))
+
+
+@pytest.mark.parametrize("field", ["overhead", "mem_capacity"])
+@pytest.mark.parametrize("shape", [(2,), (4,), (3, 1)])
+def test_vector_shape(field, shape):
+  with pytest.raises(ValueError, match=rf"{field} has shape \(.*\), expected \(3,\)"):
+    Topology.create(**args(**{field: np.ones(shape)}))
+
+
+@pytest.mark.parametrize("field", ["bandwidth", "latency"])
+@pytest.mark.parametrize("shape", [(3,), (2, 2), (3, 4), (3, 3, 1)])
+def test_matrix_shape(field, shape):
+  with pytest.raises(ValueError, match=rf"{field} has shape \(.*\), expected \(3, 3\)"):
+    Topology.create(**args(**{field: np.ones(shape)}))
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, np.inf, np.nan])
+def test_bad_speed(value):
+  with pytest.raises(ValueError, match=r"speed of device 1 must be finite and > 0"):
+    Topology.create(**with_entry("speed", 1, value))
+
+
+@pytest.mark.parametrize("value", [-1e-6, np.inf, np.nan])
+def test_bad_overhead(value):
+  with pytest.raises(ValueError, match=r"overhead of device 2 must be finite and >= 0"):
+    Topology.create(**with_entry("overhead", 2, value))
+
+
+@pytest.mark.parametrize("value", [-1.0, np.nan, -np.inf])
+def test_bad_mem_capacity(value):
+  with pytest.raises(ValueError, match=r"mem_capacity of device 0 must be >= 0"):
+    Topology.create(**with_entry("mem_capacity", 0, value))
+
+
+def test_inf_and_zero_memory_allowed():
+  t = Topology.create(**args(mem_capacity=[np.inf, 0.0, 5.0]))
+  np.testing.assert_array_equal(t.mem_capacity, [np.inf, 0.0, 5.0])
+
+
+@pytest.mark.parametrize("value", [0.0, -2.0, np.nan])
+def test_bad_bandwidth_off_diagonal(value):
+  with pytest.raises(ValueError, match=r"bandwidth of devices 2->0 must be > 0"):
+    Topology.create(**with_entry("bandwidth", (2, 0), value))
+
+
+def test_inf_bandwidth_off_diagonal_allowed():
+  t = Topology.create(**with_entry("bandwidth", (0, 1), np.inf))
+  assert t.bandwidth[0, 1] == np.inf and t.bandwidth[1, 0] == 2.0
+
+
+@pytest.mark.parametrize("value", [-1.0, np.inf, np.nan])
+def test_bad_latency_off_diagonal(value):
+  with pytest.raises(ValueError, match=r"latency of devices 0->2 must be finite and >= 0"):
+    Topology.create(**with_entry("latency", (0, 2), value))
+
+
+def test_diagonal_ignored():
+  kw = args()
+  kw["bandwidth"] = np.array(kw["bandwidth"])
+  kw["latency"] = np.array(kw["latency"])
+  np.fill_diagonal(kw["bandwidth"], [0.0, -1.0, np.nan])
+  np.fill_diagonal(kw["latency"], [np.inf, -1.0, np.nan])
+  t = Topology.create(**kw)
+  np.testing.assert_array_equal(np.diag(t.bandwidth), np.full(3, np.inf))
+  np.testing.assert_array_equal(np.diag(t.latency), np.zeros(3))
+  off = ~np.eye(3, dtype=bool)
+  assert np.all(t.bandwidth[off] == 2.0) and np.all(t.latency[off] == 0.5)
+
+
+def test_create_values_and_dtype():
+  t = Topology.create(speed=[1, 2], overhead=[0, 1e-6], mem_capacity=[1, 2],
+                      bandwidth=[[1, 3], [4, 1]], latency=[[0, 1], [2, 0]])
+  assert t.num_devices == 2
+  for leaf in jax.tree_util.tree_leaves(t):
+    assert leaf.dtype == np.float64
+  np.testing.assert_array_equal(t.speed, [1, 2])
+  assert t.bandwidth[0, 1] == 3 and t.bandwidth[1, 0] == 4
+  assert t.transfer_time(1, 0, 8.0) == 2.0 + 8.0 / 4
+
+
+# ------------------------------------------------------------------ helpers
+def test_uniform():
+  t = Topology.uniform(3, bandwidth=5.0, latency=1.0, mem_capacity=7.0, speed=2.0, overhead=0.1)
+  assert t.num_devices == 3
+  np.testing.assert_array_equal(t.speed, [2, 2, 2])
+  np.testing.assert_array_equal(t.overhead, [0.1] * 3)
+  np.testing.assert_array_equal(t.mem_capacity, [7, 7, 7])
+  off = ~np.eye(3, dtype=bool)
+  assert np.all(t.bandwidth[off] == 5.0) and np.all(np.diag(t.bandwidth) == np.inf)
+  assert np.all(t.latency[off] == 1.0) and np.all(np.diag(t.latency) == 0.0)
+
+
+def test_uniform_defaults_and_errors():
+  t = Topology.uniform(1, bandwidth=1.0)
+  assert t.num_devices == 1
+  assert t.mem_capacity[0] == np.inf and t.speed[0] == 1.0 and t.overhead[0] == 0.0
+  with pytest.raises(ValueError, match="num_devices must be >= 1"):
+    Topology.uniform(0, bandwidth=1.0)
+  with pytest.raises(ValueError, match="bandwidth of devices 0->1"):
+    Topology.uniform(2, bandwidth=0.0)
+
+
+def test_with_memory():
+  t = Topology.uniform(3, bandwidth=5.0, latency=1.0, speed=2.0)
+  m = t.with_memory(4.0)
+  np.testing.assert_array_equal(m.mem_capacity, [4, 4, 4])
+  m = t.with_memory([1.0, 2.0, np.inf])
+  np.testing.assert_array_equal(m.mem_capacity, [1, 2, np.inf])
+  for f in ("speed", "overhead", "bandwidth", "latency"):
+    np.testing.assert_array_equal(getattr(m, f), getattr(t, f))
+  assert np.all(t.mem_capacity == np.inf)  # the original is unchanged
+  with pytest.raises(ValueError, match="mem_capacity of device 1"):
+    t.with_memory([1.0, -1.0, 1.0])
+
+
+# ------------------------------------------------------------------ presets
+def test_preset_list():
+  presets = available_presets()
+  assert set(EXPECTED_DEVICES) <= set(presets)
+  assert all(isinstance(v, str) and v for v in presets.values())
+
+
+@pytest.mark.parametrize("name", sorted(available_presets()))
+def test_preset_builds_and_is_sane(name):
+  t = preset(name)
+  d = t.num_devices
+  if name in EXPECTED_DEVICES:
+    assert d == EXPECTED_DEVICES[name]
+  off = ~np.eye(d, dtype=bool)
+  np.testing.assert_array_equal(t.bandwidth, t.bandwidth.T)
+  np.testing.assert_array_equal(t.latency, t.latency.T)
+  assert np.all(np.isfinite(t.bandwidth[off])) and np.all(t.bandwidth[off] > 0)
+  assert np.all(np.isfinite(t.latency[off])) and np.all(t.latency[off] >= 0)
+  assert np.all(np.diag(t.bandwidth) == np.inf) and np.all(np.diag(t.latency) == 0)
+  assert np.all(t.speed > 0) and np.all(t.mem_capacity > 0) and np.all(t.overhead >= 0)
+
+
+def test_nvlink8_figures():
+  t = preset("nvlink8")
+  for i in range(4):
+    assert t.bandwidth[i, i + 4] == 50 * GB
+  for q in (range(4), range(4, 8)):
+    for i in q:
+      for j in q:
+        if i != j:
+          assert t.bandwidth[i, j] == 25 * GB
+  assert t.bandwidth[0, 5] == 10 * GB and t.bandwidth[3, 4] == 10 * GB
+  assert np.all(t.mem_capacity == 32 * GB)
+  assert t.latency[0, 1] == 10 * US and t.overhead[0] == 5 * US
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_small_nvlink_is_one_quad(n):
+  t = preset(f"nvlink{n}")
+  off = ~np.eye(n, dtype=bool)
+  assert np.all(t.bandwidth[off] == 25 * GB)
+
+
+def test_pcie_figures():
+  t = preset("pcie8")
+  assert t.bandwidth[0, 3] == 12 * GB and t.bandwidth[4, 7] == 12 * GB
+  assert t.bandwidth[0, 4] == 8 * GB and t.bandwidth[3, 5] == 8 * GB
+  assert np.all(t.mem_capacity == 16 * GB)
+  t4 = preset("pcie4")
+  assert np.all(t4.bandwidth[~np.eye(4, dtype=bool)] == 12 * GB)
+
+
+def test_tpu2x2_figures():
+  t = preset("tpu2x2")
+  # chips (0,0), (0,1), (1,0), (1,1): 0-3 and 1-2 are diagonal (two hops)
+  for i, j in ((0, 1), (0, 2), (1, 3), (2, 3)):
+    assert t.bandwidth[i, j] == 164 * GB
+    assert t.latency[i, j] == 5 * US
+  for i, j in ((0, 3), (1, 2)):
+    assert t.bandwidth[i, j] == t.bandwidth[0, 1] / 2 == 82 * GB
+    assert t.latency[i, j] == 2 * t.latency[0, 1]
+  assert np.all(t.mem_capacity == 32 * GiB)
+
+
+def test_k80x2_figures():
+  t = preset("k80x2")
+  assert t.bandwidth[0, 1] == 10 * GB and np.all(t.mem_capacity == 12 * GB)
+  assert t.latency[0, 1] == 20 * US and np.all(t.overhead == 10 * US)
+
+
+def test_unknown_preset_lists_available():
+  with pytest.raises(ValueError, match=r"unknown topology preset 'nvlink3'.*nvlink2.*nvlink8"):
+    preset("nvlink3")
+
+
+def test_preset_mem_override():
+  t = preset("nvlink4", mem_capacity=1e9)
+  np.testing.assert_array_equal(t.mem_capacity, np.full(4, 1e9))
+  t = preset("k80x2", mem_capacity=[1.0, np.inf])
+  np.testing.assert_array_equal(t.mem_capacity, [1.0, np.inf])
+  np.testing.assert_array_equal(t.bandwidth, preset("k80x2").bandwidth)
+  with pytest.raises(ValueError, match="mem_capacity"):
+    preset("k80x2", mem_capacity=-1.0)
+
+
+def test_presets_are_fresh_objects():
+  a = preset("nvlink2")
+  b = preset("nvlink2", mem_capacity=1.0)
+  assert np.all(a.mem_capacity == 32 * GB) and np.all(b.mem_capacity == 1.0)
+
+
+# ------------------------------------------------------------------ pytree
+def test_topology_is_a_pytree():
+  t = preset("nvlink4")
+  leaves = jax.tree_util.tree_leaves(t)
+  assert len(leaves) == 5
+  assert all(isinstance(x, np.ndarray) for x in leaves)
+  t2 = jax.tree_util.tree_map(lambda x: x, t)
+  assert isinstance(t2, Topology)
+
+
+def test_vmap_over_stacked_topologies():
+  a = Topology.uniform(3, bandwidth=2.0, speed=1.0, mem_capacity=5.0)
+  b = Topology.uniform(3, bandwidth=4.0, speed=2.0, mem_capacity=7.0)
+  stacked = jax.tree_util.tree_map(lambda x, y: jnp.stack([x, y]), a, b)
+  assert stacked.speed.shape == (2, 3) and stacked.bandwidth.shape == (2, 3, 3)
+
+  def f(t):
+    return t.speed.sum() + t.bandwidth[0, 1] + t.mem_capacity[2] + t.num_devices
+
+  out = jax.vmap(f)(stacked)
+  np.testing.assert_allclose(np.asarray(out), [3 + 2 + 5 + 3, 6 + 4 + 7 + 3])
+  out = jax.jit(jax.vmap(f))(stacked)
+  np.testing.assert_allclose(np.asarray(out), [13, 20])
