@@ -23,6 +23,7 @@ import numpy as np
 from absl import app, flags, logging
 
 import simulator
+from simulator import sources
 from go_jax import placements, plotting
 
 FLAGS = flags.FLAGS
@@ -56,16 +57,8 @@ flags.register_validator(
 
 # ------------------------------------------------------------------ inputs
 def load_graph(spec: str) -> simulator.CompGraph:
-  """A CompGraph from an .npz file, or from `simulator.sources.load_graph` for other specs."""
-  if spec.endswith(".npz"):
-    return simulator.CompGraph.load(spec)
-  try:
-    from simulator.sources import load_graph as sources_load_graph  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ValueError(f"graph spec '{spec}' needs simulator.sources.load_graph, which is not "
-                     f"available in this checkout ({e}); pass a CompGraph .npz file instead"
-                     ) from e
-  return sources_load_graph(spec)
+  """A CompGraph from a graph spec or an .npz file (see `simulator.sources.load_graph`)."""
+  return sources.load_graph(spec)
 
 
 def _as_flag_error(flag: str, fn, *args):

@@ -123,22 +123,6 @@ def test_bad_flags_give_clear_errors(graph_file, tmp_path):
     run_launcher(f"--graph={graph_file}", "extra")
 
 
-def _has_sources():
-  try:
-    from simulator.sources import load_graph  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    return False
-  return True
-
-
-def test_synthetic_spec_without_sources_is_a_clear_error(tmp_path):
-  if _has_sources():
-    pytest.skip("simulator.sources exists")
-  with pytest.raises(app.UsageError, match="simulator.sources.load_graph"):
-    run_launcher(f"--out={tmp_path}")
-
-
-@pytest.mark.skipif(not _has_sources(), reason="simulator.sources.load_graph not written yet")
 def test_default_flags(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # default --out is ./go_jax_out
   run_launcher()
