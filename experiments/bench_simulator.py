@@ -22,6 +22,8 @@ from absl import app, flags, logging
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["100", "1000", "4000"], "graph sizes N (nodes)")
 flags.DEFINE_list("batches", ["1", "256", "1024"], "batch sizes B (placements per call)")
+flags.DEFINE_list("devices", ["1", "all"], "CPU device counts to shard each batch over "
+                  "('all' = one per core; see simulator.runtime.configure_cpu_devices)")
 flags.DEFINE_string("topology", "nvlink8", "topology preset")
 flags.DEFINE_string("graph", "layered:n={n},width={width},seed=0",
                     "graph spec template; {n} and {width} (= round(sqrt(n))) are filled in")
@@ -34,6 +36,8 @@ flags.DEFINE_string("out", "results/bench_simulator.json", "JSON output path")
 def _worker(kind, n, batch, cfg, queue):
   """Runs one cell in a fresh process and puts its result dict on `queue`."""
   try:
+    from simulator import runtime
+    runtime.configure_cpu_devices(cfg["devices"])
     from simulator import benchmark, preset
     from simulator.sources import load_graph
     graph = load_graph(cfg["graph"].format(n=n, width=max(4, round(n ** 0.5))))
@@ -51,11 +55,11 @@ def _worker(kind, n, batch, cfg, queue):
     queue.put({"error": f"{type(e).__name__}: {e}"})
 
 
-def run_cell(kind, n, batch=0):
+def run_cell(kind, n, batch=0, devices=1):
   ctx = multiprocessing.get_context("spawn")
   queue = ctx.Queue()
   cfg = {"graph": FLAGS.graph, "topology": FLAGS.topology, "ref_samples": FLAGS.ref_samples,
-         "repeats": FLAGS.repeats}
+         "repeats": FLAGS.repeats, "devices": devices}
   proc = ctx.Process(target=_worker, args=(kind, n, batch, cfg, queue))
   proc.start()
   out = queue.get()
@@ -75,12 +79,13 @@ def write_json(path, payload):
 
 
 def format_table(rows):
-  head = ("N", "E", "B", "method", "placements/s", "node-commits/s", "speedup", "compile s",
-          "peak RSS")
+  head = ("N", "E", "B", "method", "devices", "placements/s", "node-commits/s", "speedup",
+          "compile s", "peak RSS")
   lines = [" | ".join(head), " | ".join("---" for _ in head)]
   for r in rows:
     lines.append(" | ".join([
         str(r["n"]), str(r["edges"]), str(r.get("batch", 1)), r["method"],
+        str(r.get("devices", 1)),
         f"{r['placements_per_s']:,.1f}", f"{r['node_commits_per_s']:,.0f}",
         f"{r['speedup']:.1f}x" if "speedup" in r else "1.0x",
         f"{r['compile_s']:.2f}" if "compile_s" in r else "-",
@@ -93,7 +98,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   sizes = [int(s) for s in FLAGS.sizes]
   batches = [int(b) for b in FLAGS.batches]
-  cells = len(sizes) * (1 + len(batches))
+  devices = sorted({(os.cpu_count() or 1) if v == "all" else int(v) for v in FLAGS.devices})
+  cells = len(sizes) * (1 + len(batches) * len(devices))
   rows, t_start, done = [], time.time(), 0
   for n in sizes:
     ref = run_cell("reference", n)
@@ -101,16 +107,17 @@ def main(argv):
     rows.append(ref)
     done += 1
     for b in batches:
-      cell = run_cell("simulate", n, b)
-      cell["method"] = "simulate"
-      cell["speedup"] = cell["placements_per_s"] / ref["placements_per_s"]
-      rows.append(cell)
-      done += 1
-      elapsed = time.time() - t_start
-      logging.info("[%d/%d] N=%d B=%d: %.1f placements/s (%.1fx reference), compile %.2f s; "
-                   "elapsed %.0f s, ETA %.0f s", done, cells, n, b, cell["placements_per_s"],
-                   cell["speedup"], cell["compile_s"], elapsed,
-                   elapsed / done * (cells - done))
+      for dev in devices:
+        cell = run_cell("simulate", n, b, dev)
+        cell.update(method="simulate", devices=dev,
+                    speedup=cell["placements_per_s"] / ref["placements_per_s"])
+        rows.append(cell)
+        done += 1
+        elapsed = time.time() - t_start
+        logging.info("[%d/%d] N=%d B=%d devices=%d: %.1f placements/s (%.1fx reference), "
+                     "compile %.2f s; elapsed %.0f s, ETA %.0f s", done, cells, n, b, dev,
+                     cell["placements_per_s"], cell["speedup"], cell["compile_s"], elapsed,
+                     elapsed / done * (cells - done))
   import jax
   payload = {
       "command": " ".join(sys.argv),
@@ -121,7 +128,7 @@ def main(argv):
       "topology": FLAGS.topology, "graph_template": FLAGS.graph,
       "rows": [{k: v for k, v in r.items() if k != "makespans"} for r in rows]}
   if FLAGS.profile:
-    prof = run_cell("profile", max(sizes), max(batches))
+    prof = run_cell("profile", max(sizes), max(batches), 1)
     payload["profile"] = prof["top_ops"]
     print(f"\ntop XLA ops, N={max(sizes)} B={max(batches)}:")
     for p in prof["top_ops"]:

@@ -23,7 +23,7 @@ import numpy as np
 from simulator.graph import CompGraph
 from simulator.padding import bucket
 from simulator.reference import reference_simulate
-from simulator.simulate import _simulate_jit, padded
+from simulator.simulate import _simulate_jit, batch_sharding, padded
 from simulator.topology import Topology
 
 
@@ -53,11 +53,16 @@ def time_reference(graph: CompGraph, topology: Topology, samples: int, seed: int
 
 
 def _padded_batch(graph, place, prio):
+  """Pads like `simulate` does, including the split of the batch across local devices."""
   pg = padded(graph)
   b, n = place.shape
-  pl = np.zeros((bucket(b, 1), pg.num_nodes_padded), np.int32)
+  sharding = batch_sharding()
+  parts = 1 if sharding is None else sharding.mesh.size
+  pl = np.zeros((-(-bucket(b, 1) // parts) * parts, pg.num_nodes_padded), np.int32)
   pr = np.zeros(pl.shape, np.float32)
   pl[:b, :n], pr[:b, :n] = place, prio
+  if sharding is not None:
+    pl, pr = jax.device_put(pl, sharding), jax.device_put(pr, sharding)
   return pg, pl, pr
 
 
@@ -77,7 +82,7 @@ def time_simulate(graph: CompGraph, topology: Topology, batch: int, repeats: int
     jax.block_until_ready(compiled(pg, topology, pl, pr))
     runs.append(time.perf_counter() - t0)
   run_s = float(np.median(runs))
-  return {"batch": batch, "compile_s": compile_s, "run_s": run_s, "runs_s": runs,
+  return {"batch": batch, "devices": len(jax.local_devices()), "compile_s": compile_s, "run_s": run_s, "runs_s": runs,
           "placements_per_s": batch / run_s,
           "node_commits_per_s": batch * graph.num_nodes / run_s,
           "chunk": pg.chunk, "loop_iterations": int(pg.num_iters),

@@ -337,25 +337,41 @@ def padded(graph: CompGraph) -> PaddedGraph:
   return per_graph[mode]
 
 
+def batch_sharding(devices=None):
+  """A sharding that splits the batch axis across `devices` (default: all local devices), or
+  None where there is only one. See `simulator.runtime.configure_cpu_devices` for CPU cores."""
+  devices = jax.local_devices() if devices is None else list(devices)
+  if len(devices) < 2:
+    return None
+  mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+
+
 def simulate(graph: CompGraph, topology: Topology, placement, priority,
-             batch_bucket: Optional[int] = None) -> SimResult:
+             batch_bucket: Optional[int] = None, shard: bool = True) -> SimResult:
   """Simulates B actions of one graph: placement (B, N) int, priority (B, N) float.
 
   A single action of shape (N,) is accepted and treated as B = 1. The batch is padded to a
-  power of two (or `batch_bucket`) so that varying B does not recompile for every size.
+  power of two (or `batch_bucket`) so that varying B does not recompile for every size, and,
+  with `shard` and several local devices, split across them.
   """
   placement, priority = check_actions(graph, topology, placement, priority)
   placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
   b, n = placement.shape
   pg = padded(graph)
   np_ = pg.num_nodes_padded
+  sharding = batch_sharding() if shard else None
+  parts = 1 if sharding is None else sharding.mesh.size
   bb = bucket(b, 1) if batch_bucket is None else int(batch_bucket)
+  bb = -(-bb // parts) * parts
   if bb < b:
     raise ValueError(f"batch_bucket {bb} is smaller than the batch {b}")
   pl = np.zeros((bb, np_), np.int32)
   pr = np.zeros((bb, np_), np.float64)
   pl[:b, :n], pr[:b, :n] = placement, priority
   pl[b:], pr[b:] = pl[0], pr[0]
+  if sharding is not None:
+    pl, pr = jax.device_put(pl, sharding), jax.device_put(pr, sharding)
   res = _simulate_jit(pg, topology, pl, pr)
   return SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
                    finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])

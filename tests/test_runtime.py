@@ -1,0 +1,51 @@
+"""CPU cores as devices: the batch is split across them and results stay exact."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from simulator import runtime
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_CHILD = r"""
+from simulator.runtime import configure_cpu_devices
+configure_cpu_devices(2)
+import jax, numpy as np
+from simulator import simulate, reference_simulate
+from tests.test_simulate import random_instance
+assert len(jax.local_devices()) == 2, jax.local_devices()
+for seed in range(6):
+  g, topo, place, prio = random_instance(seed, 10 + 7 * seed, 1 + seed % 4)
+  res = simulate(g, topo, place[:3], prio[:3])  # B=3 pads to 4: two rows per device
+  assert len(res.makespan.sharding.device_set) == 2
+  for b in range(3):
+    ref = reference_simulate(g, topo, place[b], prio[b])
+    np.testing.assert_array_equal(np.asarray(res.start[b]), ref.start)
+    np.testing.assert_array_equal(np.asarray(res.peak_memory[b]), ref.peak_memory)
+    assert float(res.makespan[b]) == ref.makespan and bool(res.oom[b]) == ref.oom
+print("OK")
+"""
+
+
+def test_sharded_batch_is_exact():
+  """Run in a fresh process: the device count is fixed when JAX's backend starts."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", _CHILD], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_configure_after_backend_start_is_a_no_op(monkeypatch):
+  import jax
+  jax.devices()  # the backend exists now
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert runtime.configure_cpu_devices(3) == 3
+  assert os.environ["XLA_FLAGS"] == ""
+
+
+def test_bad_count():
+  with pytest.raises(ValueError, match="count"):
+    runtime.configure_cpu_devices(0)
