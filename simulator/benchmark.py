@@ -21,9 +21,8 @@ import jax
 import numpy as np
 
 from simulator.graph import CompGraph
-from simulator.padding import bucket
 from simulator.reference import reference_simulate
-from simulator.simulate import _simulate_jit, batch_sharding, padded
+from simulator.simulate import _simulate_jit, prepare_batch
 from simulator.topology import Topology
 
 
@@ -52,25 +51,11 @@ def time_reference(graph: CompGraph, topology: Topology, samples: int, seed: int
           "makespans": makespans}
 
 
-def _padded_batch(graph, place, prio):
-  """Pads like `simulate` does, including the split of the batch across local devices."""
-  pg = padded(graph)
-  b, n = place.shape
-  sharding = batch_sharding()
-  parts = 1 if sharding is None else sharding.mesh.size
-  pl = np.zeros((-(-bucket(b, 1) // parts) * parts, pg.num_nodes_padded), np.int32)
-  pr = np.zeros(pl.shape, np.float32)
-  pl[:b, :n], pr[:b, :n] = place, prio
-  if sharding is not None:
-    pl, pr = jax.device_put(pl, sharding), jax.device_put(pr, sharding)
-  return pg, pl, pr
-
-
 def time_simulate(graph: CompGraph, topology: Topology, batch: int, repeats: int = 3,
                   seed: int = 0) -> Dict:
   """Compile seconds and median run seconds of the jitted simulator on one batch."""
   place, prio = random_actions(graph, topology, batch, seed)
-  pg, pl, pr = _padded_batch(graph, place, prio)
+  pg, pl, pr = prepare_batch(graph, place, prio)
   t0 = time.perf_counter()
   compiled = _simulate_jit.lower(pg, topology, pl, pr).compile()
   compile_s = time.perf_counter() - t0
@@ -94,7 +79,7 @@ def profile_simulate(graph: CompGraph, topology: Topology, batch: int, top: int 
                      seed: int = 0) -> List[Dict]:
   """Per-XLA-op wall time of one jitted run (jax.profiler trace), largest first."""
   place, prio = random_actions(graph, topology, batch, seed)
-  pg, pl, pr = _padded_batch(graph, place, prio)
+  pg, pl, pr = prepare_batch(graph, place, prio)
   jax.block_until_ready(_simulate_jit(pg, topology, pl, pr))
   with tempfile.TemporaryDirectory() as folder:
     jax.profiler.start_trace(folder, create_perfetto_trace=True)

@@ -347,31 +347,45 @@ def batch_sharding(devices=None):
   return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
 
 
-def simulate(graph: CompGraph, topology: Topology, placement, priority,
-             batch_bucket: Optional[int] = None, shard: bool = True) -> SimResult:
-  """Simulates B actions of one graph: placement (B, N) int, priority (B, N) float.
+def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[int] = None,
+                  shard: bool = True):
+  """(padded graph, placement (Bb, Np), priority (Bb, Np)) ready for `simulate_padded`.
 
-  A single action of shape (N,) is accepted and treated as B = 1. The batch is padded to a
-  power of two (or `batch_bucket`) so that varying B does not recompile for every size, and,
-  with `shard` and several local devices, split across them.
+  Actions must already be validated (`check_actions`). The batch is padded to a power of two
+  (or `batch_bucket`) by repeating its first row, so that varying B does not recompile for
+  every size; with `shard` and several local devices it is split across them (when each gets
+  at least one real row).
   """
-  placement, priority = check_actions(graph, topology, placement, priority)
-  placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
   b, n = placement.shape
   pg = padded(graph)
-  np_ = pg.num_nodes_padded
   sharding = batch_sharding() if shard else None
+  if sharding is not None and b < sharding.mesh.size:
+    sharding = None
   parts = 1 if sharding is None else sharding.mesh.size
   bb = bucket(b, 1) if batch_bucket is None else int(batch_bucket)
   bb = -(-bb // parts) * parts
   if bb < b:
     raise ValueError(f"batch_bucket {bb} is smaller than the batch {b}")
-  pl = np.zeros((bb, np_), np.int32)
-  pr = np.zeros((bb, np_), np.float64)
+  pl = np.zeros((bb, pg.num_nodes_padded), np.int32)
+  pr = np.zeros((bb, pg.num_nodes_padded), np.float64)
   pl[:b, :n], pr[:b, :n] = placement, priority
   pl[b:], pr[b:] = pl[0], pr[0]
   if sharding is not None:
     pl, pr = jax.device_put(pl, sharding), jax.device_put(pr, sharding)
+  return pg, pl, pr
+
+
+def simulate(graph: CompGraph, topology: Topology, placement, priority,
+             batch_bucket: Optional[int] = None, shard: bool = True) -> SimResult:
+  """Simulates B actions of one graph: placement (B, N) int, priority (B, N) float.
+
+  A single action of shape (N,) is accepted and treated as B = 1. See `prepare_batch` for the
+  padding of the batch and its split across devices.
+  """
+  placement, priority = check_actions(graph, topology, placement, priority)
+  placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
+  b, n = placement.shape
+  pg, pl, pr = prepare_batch(graph, placement, priority, batch_bucket, shard)
   res = _simulate_jit(pg, topology, pl, pr)
   return SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
                    finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])
