@@ -270,3 +270,31 @@ def test_bad_actions_raise(diamond, placement, priority, match):
     simulate(g, topo, placement, priority)
   with pytest.raises(ValueError, match=match):
     reference_simulate(g, topo, placement, priority)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_rank_order_is_a_stable_sort_with_tie_keys(x64):
+  from simulator.simulate import rank_order
+  rng = np.random.default_rng(0)
+  x = rng.choice([-np.inf, -2.5, -1e-30, -0.0, 0.0, 1e-30, 3.0, 3.0000002, np.inf], (5, 300))
+  with jax.enable_x64(x64):
+    dtype = np.float64 if x64 else np.float32
+    xs = jnp.asarray(x.astype(dtype))
+    order, key = jax.jit(rank_order)(xs)
+    order, key = np.asarray(order), np.asarray(key)
+  expect = np.argsort(x.astype(dtype) + 0.0, axis=-1, kind="stable")
+  np.testing.assert_array_equal(order, expect)
+  vals = np.take_along_axis(x.astype(dtype) + 0.0, order, -1)
+  # Neighbouring keys are equal exactly where the sorted values are equal (-0.0 == 0.0).
+  np.testing.assert_array_equal(key[:, 1:] == key[:, :-1], vals[:, 1:] == vals[:, :-1])
+
+
+def test_signed_zero_priorities_tie():
+  """-0.0 and 0.0 are the same priority: the lowest op id runs first (rule 5)."""
+  g = CompGraph(cost=[1.0, 1.0, 1.0], senders=[], receivers=[])
+  topo = Topology.uniform(1, bandwidth=1.0)
+  prio = np.array([-0.0, 0.0, -0.0])
+  ref = reference_simulate(g, topo, [0, 0, 0], prio)
+  res = simulate(g, topo, [0, 0, 0], prio)
+  np.testing.assert_array_equal(ref.start, [0, 1, 2])
+  np.testing.assert_array_equal(np.asarray(res.start[0]), ref.start)
