@@ -9,15 +9,15 @@ table and writes JSON (atomically).
   python -m experiments.bench_simulator --sizes=1000 --batches=1024 --profile
 """
 
-import json
 import multiprocessing
 import os
 import platform
 import sys
-import tempfile
 import time
 
 from absl import app, flags, logging
+
+from simulator import fileio
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["100", "1000", "4000"], "graph sizes N (nodes)")
@@ -67,15 +67,6 @@ def run_cell(kind, n, batch=0, devices=1):
   if "error" in out:
     raise RuntimeError(f"{kind} cell N={n} B={batch} failed: {out['error']}")
   return out
-
-
-def write_json(path, payload):
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-  with os.fdopen(fd, "w") as fh:
-    json.dump(payload, fh, indent=1)
-  os.replace(tmp, path)
 
 
 def format_table(rows):
@@ -135,7 +126,7 @@ def main(argv):
       print(f"  {p['ms']:9.1f} ms  {p['calls']:6d} calls  {p['op']}")
   print()
   print(format_table(rows))
-  write_json(FLAGS.out, payload)
+  fileio.write_json(FLAGS.out, payload, indent=1)
   print(f"\nwrote {FLAGS.out}")
 
 

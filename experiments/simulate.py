@@ -14,16 +14,14 @@ Examples:
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from typing import Any, Dict, Sequence
 
 import numpy as np
 from absl import app, flags, logging
 
 import simulator
-from simulator import sources
+from simulator import fileio, sources
 from go_jax import placements, plotting
 
 FLAGS = flags.FLAGS
@@ -155,21 +153,8 @@ def format_table(s: Dict[str, Any]) -> str:
 
 
 def write_json(obj: Dict[str, Any], path: str) -> str:
-  """Writes strict JSON (no NaN/inf) atomically: temporary file in the same folder, rename."""
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".json")
-  try:
-    with os.fdopen(fd, "w") as fh:
-      json.dump(obj, fh, indent=2, allow_nan=False)
-      fh.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-  return path
+  """Writes strict JSON (no NaN/inf) atomically (see `simulator.fileio`)."""
+  return fileio.write_json(path, obj)
 
 
 # ------------------------------------------------------------------ run

@@ -16,8 +16,6 @@ never sees a half-written file.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -25,6 +23,8 @@ from matplotlib import colormaps
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+
+from simulator import fileio
 
 # Labels are never drawn for graphs with more ops than this (there would be no room anyway, and
 # tens of thousands of Text artists make rendering slow).
@@ -76,18 +76,8 @@ def format_bytes(nbytes: float, digits: int = 4) -> str:
 # ------------------------------------------------------------------ output
 def save_figure(fig: Figure, path: str) -> str:
   """Writes `fig` as PNG to `path` atomically (creating the folder); returns the path."""
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".png")
-  try:
-    with os.fdopen(fd, "wb") as fh:
-      fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are meant to be shared
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
+  with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
+    fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
   return path
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from typing import Optional, Sequence
 
 import numpy as np
+
+from simulator import fileio
 
 # Per-node float fields, in the order they are stored and reported.
 FLOAT_FIELDS = ("cost", "out_bytes", "param_bytes", "temp_bytes", "flops", "bytes_accessed")
@@ -246,16 +247,8 @@ class CompGraph:
     arrays["name"] = np.asarray(self.name)
     if self.node_names is not None:
       arrays["node_names"] = np.asarray(self.node_names, dtype=str)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
-    try:
-      with os.fdopen(fd, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
-      os.replace(tmp, path)
-    except BaseException:
-      if os.path.exists(tmp):
-        os.remove(tmp)
-      raise
+    with fileio.atomic_open(path, "wb") as fh:
+      np.savez_compressed(fh, **arrays)
 
   @classmethod
   def load(cls, path: str) -> "CompGraph":

@@ -16,32 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 from typing import Callable, Dict, List, Optional
 
 from simulator.graph import CompGraph
 from simulator.sources import pipedream, piper, synthetic
+from simulator.sources.datafiles import DATA_ENV_VAR, data_root
 from simulator.sources.pipedream import load_pipedream
 from simulator.sources.piper import load_piper
 from simulator.sources.synthetic import chain, layered_dag, regal_dag, series_parallel
-
-DATA_ENV_VAR = "GO_JAX_DATA"
-
-
-def data_root() -> str:
-  """The shared data folder: $GO_JAX_DATA if set, else <repo root>/../shared/data."""
-  root = os.environ.get(DATA_ENV_VAR)
-  if root:
-    if not os.path.isdir(root):
-      raise ValueError(f"{DATA_ENV_VAR}={root!r} is not a folder")
-    return root
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  root = os.path.normpath(os.path.join(repo, os.pardir, "shared", "data"))
-  if not os.path.isdir(root):
-    raise ValueError(f"shared data folder not found at {root!r}; set {DATA_ENV_VAR} to the "
-                     f"folder holding pipedream/ and piper/")
-  return root
-
 
 def _parse_bool(text: str) -> bool:
   low = text.lower()
@@ -171,6 +153,6 @@ def available_graphs() -> Dict[str, List[str]]:
   return out
 
 
-__all__ = ["REGISTRY", "SourceKind", "data_root", "load_graph", "available_graphs",
+__all__ = ["DATA_ENV_VAR", "REGISTRY", "SourceKind", "data_root", "load_graph", "available_graphs",
            "load_pipedream", "load_piper", "layered_dag", "regal_dag", "chain",
            "series_parallel", "synthetic", "pipedream", "piper"]

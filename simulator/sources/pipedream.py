@@ -30,6 +30,7 @@ import numpy as np
 
 from simulator import ops
 from simulator.graph import CompGraph
+from simulator.sources import datafiles
 
 _REQUIRED = ("forward_compute_time", "backward_compute_time", "activation_size",
              "parameter_size")
@@ -150,24 +151,15 @@ def parse_pipedream(path: str) -> Profile:
 
 def pipedream_models(root: Optional[str] = None) -> Dict[str, str]:
   """Model name -> graph.txt path for the profiles under `root` (default: the shared data)."""
-  if root is None:
-    from simulator.sources import data_root  # local import: the package imports this module
-    root = data_root()
+  root = datafiles.data_root() if root is None else root
   pattern = os.path.join(root, "pipedream", "profiler", "*", "profiles", "*", "graph.txt")
   return {os.path.basename(os.path.dirname(p)): p for p in sorted(glob.glob(pattern))}
 
 
 def resolve_pipedream(path_or_model_name: str) -> str:
   """A file path as given, or the graph.txt of a model name (e.g. 'resnet50', 'gnmt')."""
-  if os.path.isfile(path_or_model_name):
-    return path_or_model_name
-  if os.sep in path_or_model_name or path_or_model_name.endswith(".txt"):
-    raise ValueError(f"PipeDream profile '{path_or_model_name}' does not exist")
-  models = pipedream_models()
-  if path_or_model_name not in models:
-    raise ValueError(f"unknown PipeDream model '{path_or_model_name}'; available: "
-                     f"{', '.join(sorted(models)) or '(none found)'}")
-  return models[path_or_model_name]
+  return datafiles.resolve(path_or_model_name, pipedream_models, "PipeDream", "profile",
+                           ".txt")
 
 
 def _model_name(path: str) -> str:

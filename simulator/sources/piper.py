@@ -43,6 +43,7 @@ import numpy as np
 
 from simulator import ops
 from simulator.graph import CompGraph
+from simulator.sources import datafiles
 
 # Seconds per unit of timePerSample for the files shipped with Piper (see module docstring).
 _TIME_UNITS = {"bert32a100": 1.0, "gnmt": 1e-3, "resnet": 1e-3}
@@ -52,24 +53,14 @@ _VARIANT_ALIASES = {"recomp": "activation recomp", "activation_recomp": "activat
 
 def piper_models(root: Optional[str] = None) -> Dict[str, str]:
   """Model name -> JSON path for the Piper inputs under `root` (default: the shared data)."""
-  if root is None:
-    from simulator.sources import data_root  # local import: the package imports this module
-    root = data_root()
+  root = datafiles.data_root() if root is None else root
   pattern = os.path.join(root, "piper", "inputs", "*.json")
   return {os.path.splitext(os.path.basename(p))[0]: p for p in sorted(glob.glob(pattern))}
 
 
 def resolve_piper(path_or_name: str) -> str:
   """A file path as given, or the JSON of a model name ('bert32a100', 'gnmt', 'resnet')."""
-  if os.path.isfile(path_or_name):
-    return path_or_name
-  if os.sep in path_or_name or path_or_name.endswith(".json"):
-    raise ValueError(f"Piper input '{path_or_name}' does not exist")
-  models = piper_models()
-  if path_or_name not in models:
-    raise ValueError(f"unknown Piper model '{path_or_name}'; available: "
-                     f"{', '.join(sorted(models)) or '(none found)'}")
-  return models[path_or_name]
+  return datafiles.resolve(path_or_name, piper_models, "Piper", "input", ".json")
 
 
 def _field(path: str, where: str, obj: dict, key: str, kind=float):

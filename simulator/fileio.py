@@ -1,0 +1,44 @@
+"""Atomic file writes: a reader, or a run resumed after an interruption, never sees half a file.
+
+Every result file of the project (graphs, JSON summaries, plots, checkpoints' side files) is
+written through `atomic_open`: the content goes to a temporary file in the destination folder,
+which is renamed over the destination only once it is complete (rename is atomic on POSIX).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any, Iterator, IO
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w", make_dirs: bool = False) -> Iterator[IO]:
+  """Yields a file object whose content replaces `path` when the block exits without error.
+
+  `make_dirs` creates the destination folder; otherwise a missing folder raises. The file gets
+  mode 0644 (mkstemp creates 0600; results are meant to be shared).
+  """
+  folder = os.path.dirname(os.path.abspath(path))
+  if make_dirs:
+    os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+  try:
+    with os.fdopen(fd, mode) as fh:
+      yield fh
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def write_json(path: str, obj: Any, indent: int = 2) -> str:
+  """Writes strict JSON (NaN and inf are an error) atomically, creating the folder."""
+  with atomic_open(path, "w", make_dirs=True) as fh:
+    json.dump(obj, fh, indent=indent, allow_nan=False)
+    fh.write("\n")
+  return path
