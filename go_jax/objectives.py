@@ -1,0 +1,131 @@
+"""Objectives and bounds (DESIGN section 5): what every method minimises and how far off it is.
+
+An objective turns simulator results into one number per action, lower is better:
+`makespan`, or `peak_memory` (max over devices). Infeasible actions (some device over its
+memory capacity) must rank below every feasible action on the same graph, so they score
+`upper bound * (1 + overflow ratio)`: the upper bound is a value no feasible action can exceed.
+The same functions work on numpy and inside jit (they only use `jnp`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict
+
+import jax.numpy as jnp
+import numpy as np
+
+from simulator.graph import CompGraph
+from simulator.topology import Topology
+
+
+def durations(graph: CompGraph, topology: Topology) -> np.ndarray:
+  """(N, D) seconds of each op on each device (rule 2: cost / speed + overhead)."""
+  return graph.cost[:, None] / topology.speed[None, :] + topology.overhead[None, :]
+
+
+def makespan_upper_bound(graph: CompGraph, topology: Topology) -> float:
+  """Every op on its slowest device plus every edge on its slowest link, back to back.
+
+  In the simulator some op or transfer is always in progress until the last op finishes (a
+  device idles only while an op it could run waits for a transfer), and there are at most E
+  transfers, so no action's makespan exceeds this.
+  """
+  d = topology.num_devices
+  work = durations(graph, topology).max(axis=1).sum()
+  if d == 1 or graph.num_edges == 0:
+    return float(work)
+  off = ~np.eye(d, dtype=bool)
+  lat = topology.latency[off].max()
+  inv_bw = (1.0 / topology.bandwidth[off]).max()
+  comm = (lat + graph.out_bytes[graph.senders] * inv_bw).sum()
+  return float(work + comm)
+
+
+def memory_upper_bound(graph: CompGraph) -> float:
+  """All parameters, outputs (and one copy per consumer) and scratch bytes at once."""
+  copies = graph.out_bytes[graph.senders].sum()
+  return float(graph.param_bytes.sum() + graph.out_bytes.sum() + copies +
+               graph.temp_bytes.sum())
+
+
+def makespan_lower_bound(graph: CompGraph, topology: Topology) -> Dict[str, float]:
+  """Lower bounds on the makespan of any action, and their max under key 'bound'.
+
+  critical_path: the longest path with every op at its fastest device and free transfers.
+  work: total cost over total speed (all devices busy all the time, overheads ignored).
+  """
+  fastest = durations(graph, topology).min(axis=1)
+  ptr, succ = graph.successor_csr()
+  longest = np.zeros(graph.num_nodes)
+  for u in graph.topological_order()[::-1].tolist():
+    nxt = succ[ptr[u]:ptr[u + 1]]
+    longest[u] = fastest[u] + (longest[nxt].max() if nxt.size else 0.0)
+  cp = float(longest.max())
+  work = float(graph.cost.sum() / topology.speed.sum())
+  return {"critical_path": cp, "work": work, "bound": max(cp, work)}
+
+
+def memory_lower_bound(graph: CompGraph, topology: Topology) -> Dict[str, float]:
+  """Lower bounds on the peak memory (max over devices) of any action.
+
+  params: parameter bytes spread perfectly evenly. op: while an op of non-zero duration runs,
+  its device holds its output, its scratch and a copy of every input (each live at least
+  until the op finishes), plus the op's own parameters.
+  """
+  d = topology.num_devices
+  params = float(graph.param_bytes.sum() / d)
+  ins = np.zeros(graph.num_nodes)
+  np.add.at(ins, graph.receivers, graph.out_bytes[graph.senders])
+  runs = durations(graph, topology).min(axis=1) > 0
+  per_op = graph.out_bytes + graph.temp_bytes + ins + graph.param_bytes
+  op = float(per_op[runs].max()) if runs.any() else 0.0
+  return {"params": params, "op": op, "bound": max(params, op)}
+
+
+def _overflow(peak_memory, mem_capacity):
+  """Largest relative excess over capacity across devices; 0 when everything fits."""
+  cap = jnp.asarray(mem_capacity)
+  ratio = jnp.where(jnp.isfinite(cap), (peak_memory - cap) / jnp.maximum(cap, 1.0), 0.0)
+  return jnp.maximum(jnp.max(ratio, axis=-1), 0.0)
+
+
+def makespan_objective(makespan, peak_memory, oom, mem_capacity, upper_bound):
+  """(B,) makespan where feasible, else upper_bound * (1 + overflow) (worse than any feasible)."""
+  penalty = upper_bound * (1.0 + _overflow(peak_memory, mem_capacity))
+  return jnp.where(oom, jnp.maximum(penalty, upper_bound * (1.0 + 1e-6)), makespan)
+
+
+def peak_memory_objective(makespan, peak_memory, oom, mem_capacity, upper_bound):
+  """(B,) max-over-devices peak bytes where feasible, else upper_bound * (1 + overflow)."""
+  del makespan
+  penalty = upper_bound * (1.0 + _overflow(peak_memory, mem_capacity))
+  return jnp.where(oom, jnp.maximum(penalty, upper_bound * (1.0 + 1e-6)),
+                   jnp.max(peak_memory, axis=-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """A registered objective: its per-action value and its bounds on a (graph, topology)."""
+  value: Callable  # (makespan, peak_memory, oom, mem_capacity, upper_bound) -> (B,)
+  upper_bound: Callable[[CompGraph, Topology], float]
+  lower_bound: Callable[[CompGraph, Topology], Dict[str, float]]
+
+
+OBJECTIVES: Dict[str, Objective] = {
+    "makespan": Objective(makespan_objective, makespan_upper_bound, makespan_lower_bound),
+    "peak_memory": Objective(peak_memory_objective, lambda g, t: memory_upper_bound(g),
+                             memory_lower_bound),
+}
+
+
+def get_objective(kind: str) -> Objective:
+  if kind not in OBJECTIVES:
+    raise ValueError(f"unknown objective '{kind}'; available: {sorted(OBJECTIVES)}")
+  return OBJECTIVES[kind]
+
+
+def objective_of(kind: str, result, topology: Topology, ub: float):
+  """(B,) objective values of a `SimResult` batch."""
+  return get_objective(kind).value(result.makespan, result.peak_memory, result.oom,
+                                   topology.mem_capacity, ub)
