@@ -12,6 +12,7 @@ solution comes back with `feasible=False` and a reason.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -154,6 +155,11 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
                   info=dict(prop.info))
 
 
+# Modules whose import registers the built-in methods.
+BUILTIN_MODULES = ("go_jax.methods.simple",)
+
+
 def _load_builtin_methods():
-  """Imports the modules that register the built-in methods (once)."""
-  from go_jax.methods import simple  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  """Imports the modules that register the built-in methods (idempotent)."""
+  for module in BUILTIN_MODULES:
+    importlib.import_module(module)
