@@ -1,0 +1,133 @@
+"""The method registry, objectives and bounds, and the simple methods."""
+
+import numpy as np
+import pytest
+
+from go_jax import methods, objectives
+from simulator import CompGraph, Topology, preset, simulate
+from simulator.sources import load_graph
+
+SIMPLE = ("single", "random", "round_robin", "expert")
+RULES = ("bfs", "dfs", "critical_path", "memory_greedy")
+
+
+@pytest.fixture(scope="module")
+def graph():
+  return load_graph("layered:n=60,width=8,seed=3")
+
+
+def test_registry_lists_simple_methods():
+  names = methods.available()
+  for m in SIMPLE + RULES:
+    assert m in names and names[m]
+
+
+@pytest.mark.parametrize("name", SIMPLE)
+def test_solution_is_what_the_simulator_says(graph, name):
+  topo = preset("nvlink4")
+  sol = methods.solve(name, graph, topo, seed=1)
+  again = methods.evaluate(graph, topo, sol.placement, sol.priority)
+  assert sol.objective == again["objective"] and sol.feasible == again["feasible"]
+  assert sol.makespan == again["makespan"]
+  assert sol.lower_bound <= sol.objective + 1e-12
+  assert sol.gap >= -1e-9 and sol.placement.shape == (graph.num_nodes,)
+
+
+@pytest.mark.parametrize("name", RULES)
+def test_scheduling_rules_keep_the_placement(graph, name):
+  topo = preset("nvlink4")
+  place = methods.solve("expert", graph, topo).placement
+  sol = methods.solve(name, graph, topo, objective="peak_memory", placement=place)
+  np.testing.assert_array_equal(sol.placement, place)
+  assert sol.objective == methods.evaluate(graph, topo, place, sol.priority,
+                                           "peak_memory")["objective"]
+  assert sol.lower_bound <= sol.objective
+
+
+def test_bounds_hold_on_random_actions():
+  rng = np.random.default_rng(0)
+  for seed in range(4):
+    g = load_graph(f"regal:n=40,seed={seed}")
+    topo = preset("pcie4")
+    place = rng.integers(0, 4, (64, g.num_nodes))
+    prio = rng.random((64, g.num_nodes))
+    res = simulate(g, topo, place, prio)
+    lo = objectives.makespan_lower_bound(g, topo)["bound"]
+    hi = objectives.makespan_upper_bound(g, topo)
+    assert np.all(np.asarray(res.makespan) >= lo * (1 - 1e-6))
+    assert np.all(np.asarray(res.makespan) <= hi * (1 + 1e-6))
+    mem_lo = objectives.memory_lower_bound(g, topo)["bound"]
+    mem_hi = objectives.memory_upper_bound(g)
+    peak = np.asarray(res.peak_memory).max(-1)
+    assert np.all(peak >= mem_lo * (1 - 1e-6)) and np.all(peak <= mem_hi * (1 + 1e-6))
+
+
+def test_lower_bounds_by_hand():
+  # chain a->b->c of costs 1, 2, 3 on 2 devices of speed 1 and 2
+  g = CompGraph(cost=[1.0, 2.0, 3.0], senders=[0, 1], receivers=[1, 2])
+  topo = Topology.create([1.0, 2.0], [0.0, 0.0], [np.inf] * 2, np.ones((2, 2)), np.zeros((2, 2)))
+  lb = objectives.makespan_lower_bound(g, topo)
+  assert lb["critical_path"] == 3.0 and lb["work"] == 2.0 and lb["bound"] == 3.0
+
+
+def test_infeasible_ranks_below_every_feasible():
+  g = load_graph("layered:n=40,width=6,seed=1")
+  topo = preset("nvlink4")
+  one = simulate(g, topo, np.zeros(g.num_nodes, int), np.zeros(g.num_nodes))
+  spread = simulate(g, topo, np.arange(g.num_nodes) % 4, np.zeros(g.num_nodes))
+  lo, hi = float(np.max(spread.peak_memory)), float(np.max(one.peak_memory))
+  assert lo < hi
+  tight = topo.with_memory((lo + hi) / 2)  # round-robin fits, one device does not
+  rng = np.random.default_rng(1)
+  place = rng.integers(0, 4, (128, g.num_nodes))
+  place[0] = 0  # everything on one device: out of memory
+  place[1] = np.arange(g.num_nodes) % 4  # fits
+  prio = np.zeros((128, g.num_nodes))
+  res = simulate(g, tight, place, prio)
+  ub = objectives.makespan_upper_bound(g, tight)
+  value = np.asarray(objectives.objective_of("makespan", res, tight, ub))
+  oom = np.asarray(res.oom)
+  assert oom[0] and (~oom).any()
+  assert value[oom].min() > value[~oom].max()
+  # more overflow ranks worse
+  sol = methods.solve("single", g, tight)
+  assert not sol.feasible and "out of memory" in sol.reason
+
+
+def test_single_picks_the_fastest_device_that_fits():
+  g = CompGraph(cost=[4.0, 4.0], senders=[0], receivers=[1], out_bytes=[1.0, 1.0],
+                param_bytes=[10.0, 10.0])
+  topo = Topology.create([1.0, 2.0, 4.0], [0.0] * 3, [100.0, 100.0, 5.0], np.ones((3, 3)),
+                         np.zeros((3, 3)))
+  sol = methods.solve("single", g, topo)
+  assert sol.feasible and set(sol.placement.tolist()) == {1} and sol.makespan == 4.0
+
+
+def test_expert_split_is_contiguous_and_balanced():
+  g = load_graph("chain:n=40")
+  from go_jax.methods.simple import contiguous_split
+  stage = contiguous_split(g, 4)
+  order = g.topological_order()
+  assert np.all(np.diff(stage[order]) >= 0) and set(stage.tolist()) == {0, 1, 2, 3}
+  per = np.bincount(stage, weights=g.cost, minlength=4)
+  assert per.max() <= per.sum() / 4 + g.cost.max()
+
+
+def test_one_op_and_one_device():
+  g = CompGraph(cost=[1.0], senders=[], receivers=[])
+  for name in SIMPLE:
+    for topo in (preset("nvlink2"), Topology.uniform(1, bandwidth=1.0)):
+      sol = methods.solve(name, g, topo)
+      assert sol.feasible and sol.makespan > 0
+
+
+def test_solve_errors(graph):
+  topo = preset("nvlink2")
+  with pytest.raises(ValueError, match="unknown method"):
+    methods.solve("nope", graph, topo)
+  with pytest.raises(ValueError, match="no option"):
+    methods.solve("random", graph, topo, bogus=1)
+  with pytest.raises(ValueError, match="placement="):
+    methods.solve("bfs", graph, topo)
+  with pytest.raises(ValueError, match="unknown objective"):
+    methods.solve("random", graph, topo, objective="latency")
