@@ -35,6 +35,10 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.7,<4",
     "tqdm>=4.64,<5",
     "orbax-checkpoint>=0.5.20,<0.13",
+    # Baselines (go_jax/methods): CP-SAT, METIS partitioning, the LP of Baechi's m-SCT.
+    "ortools>=9.8,<10",
+    "pymetis>=2023.1,<2027",  # calendar-versioned
+    "scipy>=1.11,<2",
 ]
 
 EXTRAS_REQUIRE = {
@@ -42,11 +46,6 @@ EXTRAS_REQUIRE = {
         "pytest>=7.4,<10",
         "hypothesis>=6.80,<7",
         "pytest-xdist>=3.3,<4",  # optional: `pytest -n 2`; the CI command does not need it
-    ],
-    "baselines": [
-        "ortools>=9.8,<10",  # CP-SAT
-        "pymetis>=2023.1",  # METIS (calendar-versioned)
-        "scipy>=1.11,<2",
     ],
 }
 
