@@ -64,6 +64,7 @@ setup(
     entry_points={
         "console_scripts": [
             "go-jax-simulate = experiments.simulate:run",
+            "go-jax-evaluate = experiments.evaluate:run",
             "go-jax-bench-simulator = experiments.bench_simulator:run",
         ],
     },

@@ -1,0 +1,61 @@
+r"""Evaluates placement / scheduling methods on graphs and topologies (go-jax-evaluate).
+
+A thin launcher over `go_jax.harness`: the config (an ml_collections file, see
+experiments/configs/evaluate_base.py) lists methods, graph specs, topology specs and seeds; every
+cell is solved and re-simulated, and `<out>/results.{json,csv,md}` are written (resumable: rerun
+the same command after an interruption and finished cells are skipped). Prints the Markdown
+report.
+
+  python -m experiments.evaluate                                    # tiny CI config
+  python -m experiments.evaluate --config=experiments/configs/suite.py --out=results/suite
+  python -m experiments.evaluate --config.seeds='[0,1]' --config.budget=500 --plots
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from go_jax import harness
+
+FLAGS = flags.FLAGS
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
+                              "evaluate_test.py")
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", default=DEFAULT_CONFIG,
+    help_string="Harness config file (experiments/configs/evaluate_*.py, suite.py); fields can "
+    "be overridden with --config.FIELD=VALUE.")
+flags.DEFINE_string("out", "results/evaluate", "Folder for results.json/.csv/.md and plots/; an "
+                    "existing results.json there is resumed.")
+flags.DEFINE_bool("plots", None, "Write a Gantt/memory PNG per cell and a bar chart per graph "
+                  "and topology (default: the config's `plots`).")
+flags.DEFINE_bool("progress", True, "Show a progress bar.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
+    raise app.UsageError(f"--out={FLAGS.out}: exists and is not a folder")
+  try:
+    rows = harness.run(_CONFIG.value, FLAGS.out, plots=FLAGS.plots, progress=FLAGS.progress)
+  except ValueError as e:
+    raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
+  print(harness.markdown(rows))
+  counts = harness.summarize(rows)
+  print(f"{counts['rows']} rows ({counts['errors']} errors, {counts['infeasible']} infeasible, "
+        f"{counts['disagreements']} re-simulation disagreements); wrote "
+        f"{os.path.abspath(os.path.join(FLAGS.out, harness.MD_NAME))} (.csv, .json)")
+
+
+def run():
+  """Console-script entry point (`go-jax-evaluate`)."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,205 @@
+"""End-to-end tests of the evaluation harness (go_jax.harness) and its launcher.
+
+Tiny instances only (two graphs of about a dozen ops on 2-device topologies, the simple
+methods, one seed) so that everything shares one or two compiled simulators.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from go_jax import harness, methods
+from simulator import sources
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAPHS = ["chain:n=12,seed=0", "series_parallel:n=14,seed=0"]
+TOPOLOGIES = ["nvlink2", "k80x2"]
+METHODS = ["round_robin", "expert", "single"]
+TIMING = ("search_seconds",)  # fields that differ between two runs of the same cell
+
+
+def tiny_config(**overrides):
+  cfg = dict(methods=list(METHODS), graphs=list(GRAPHS), topologies=list(TOPOLOGIES),
+             seeds=[0], objective="makespan", budget=None)
+  cfg.update(overrides)
+  return cfg
+
+
+def stable(rows):
+  """Rows without their timing fields, for comparing two runs."""
+  return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+class CountingSolve:
+  """Wraps methods.solve: counts calls and optionally raises on call number `fail_at`."""
+
+  def __init__(self, fail_at=None):
+    self.calls, self.fail_at, self.real = 0, fail_at, methods.solve
+
+  def __call__(self, *args, **kwargs):
+    self.calls += 1
+    if self.fail_at is not None and self.calls == self.fail_at:
+      raise RuntimeError("injected interruption")
+    return self.real(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+  """(out folder, rows) of one uninterrupted run of the tiny config."""
+  out = str(tmp_path_factory.mktemp("clean"))
+  rows = harness.run(tiny_config(), out, progress=False)
+  return out, rows
+
+
+def test_writes_tables_and_every_row_agrees(clean_run):
+  out, rows = clean_run
+  assert len(rows) == len(GRAPHS) * len(TOPOLOGIES) * len(METHODS)
+  assert sorted(os.listdir(out)) == ["results.csv", "results.json", "results.md"]
+  for r in rows:
+    assert r["agrees"] and r["resimulated_objective"] == r["objective"], r
+    assert not r["error"] and r["feasible"]
+    assert r["objective"] >= r["lower_bound"] * (1 - 1e-6)
+  assert {(r["method"], r["graph"], r["topology"]) for r in rows} == {
+      (m, g, t) for m in METHODS for g in GRAPHS for t in TOPOLOGIES}
+  data = json.loads(open(os.path.join(out, "results.json")).read())
+  assert data["rows"] == rows and data["config"]["methods"] == METHODS
+  with open(os.path.join(out, "results.csv")) as fh:
+    table = list(csv.DictReader(fh))
+  assert [r["method"] for r in table] == [r["method"] for r in rows]
+  assert tuple(table[0]) == harness.COLUMNS
+  md = open(os.path.join(out, "results.md")).read()
+  for g in GRAPHS:
+    assert f"### {g}: makespan" in md
+  # one bold best per pivot row (ties aside)
+  pivot_rows = [l for l in md.splitlines() if l.startswith(("| nvlink2 |", "| k80x2 |"))]
+  assert len(pivot_rows) == len(GRAPHS) * len(TOPOLOGIES)
+  assert all("**" in l for l in pivot_rows)
+
+
+def test_resume_skips_finished_cells(clean_run, tmp_path, monkeypatch):
+  out, rows = clean_run
+  resumed = str(tmp_path / "resumed")
+  os.makedirs(resumed)
+  with open(os.path.join(out, "results.json")) as src, \
+       open(os.path.join(resumed, "results.json"), "w") as dst:
+    dst.write(src.read())
+  counter = CountingSolve()
+  monkeypatch.setattr(methods, "solve", counter)
+  again = harness.run(tiny_config(), resumed, progress=False)
+  assert counter.calls == 0 and again == rows
+  # a new seed runs only its own cells, and the old rows are kept
+  more = harness.run(tiny_config(seeds=[0, 1], graphs=GRAPHS[:1], topologies=TOPOLOGIES[:1]),
+                     resumed, progress=False)
+  assert counter.calls == len(METHODS)
+  assert len(more) == len(rows) + len(METHODS)
+  assert all(r["agrees"] for r in more)
+
+
+def test_interrupted_run_resumes_to_the_same_rows(clean_run, tmp_path, monkeypatch):
+  _, rows = clean_run
+  out = str(tmp_path / "interrupted")
+  k = 5
+  monkeypatch.setattr(methods, "solve", CountingSolve(fail_at=k + 1))
+  with pytest.raises(RuntimeError, match="injected"):
+    harness.run(tiny_config(fail_fast=True), out, progress=False)
+  assert len(harness.load_rows(out)) == k
+  counter = CountingSolve()
+  monkeypatch.setattr(methods, "solve", counter)
+  final = harness.run(tiny_config(), out, progress=False)
+  assert counter.calls == len(rows) - k
+  assert stable(final) == stable(rows)
+
+
+def test_failing_method_is_an_error_row(tmp_path, monkeypatch):
+  def boom(problem, config):
+    raise RuntimeError("method exploded")
+
+  monkeypatch.setitem(methods.METHODS, "boom",
+                      methods.MethodSpec(boom, "placement", "always raises", {}))
+  cfg = tiny_config(methods=["boom", "round_robin"], graphs=GRAPHS[:1], topologies=["nvlink2"])
+  rows = harness.run(cfg, str(tmp_path / "a"), progress=False)
+  assert [r["method"] for r in rows] == ["boom", "round_robin"]
+  assert rows[0]["error"] == "RuntimeError: method exploded" and rows[0]["objective"] is None
+  assert not rows[1]["error"] and rows[1]["agrees"]
+  assert "RuntimeError: method exploded" in open(tmp_path / "a" / "results.md").read()
+  with pytest.raises(RuntimeError, match="exploded"):
+    harness.run(dict(cfg, fail_fast=True), str(tmp_path / "b"), progress=False)
+
+
+def test_unavailable_methods_are_skipped(tmp_path):
+  cfg = tiny_config(methods=["round_robin", "no_such_method"], graphs=GRAPHS[:1],
+                    topologies=["nvlink2"])
+  rows = harness.run(cfg, str(tmp_path), progress=False)
+  assert [r["method"] for r in rows] == ["round_robin"]
+  with pytest.raises(ValueError, match="none of the methods"):
+    harness.plan(harness.settings(tiny_config(methods=["no_such_method"])))
+
+
+def test_relative_memory_makes_single_device_infeasible():
+  graph = sources.load_graph(GRAPHS[1])
+  spec = harness.parse_topology("nvlink2@mem=0.6x")
+  assert (spec.preset, spec.mem_factor, spec.mem_bytes) == ("nvlink2", 0.6, None)
+  topo, footprint = harness.make_topology(spec, graph)
+  np.testing.assert_allclose(topo.mem_capacity, 0.6 * footprint)
+  free = harness.make_topology(harness.parse_topology("nvlink2"), graph)[0]
+  assert methods.solve("single", graph, free).feasible
+  sol = methods.solve("single", graph, topo)
+  assert not sol.feasible and "out of memory" in sol.reason
+  topo, ref = harness.make_topology(harness.parse_topology("k80x2@mem=2e9"), graph)
+  assert ref is None and np.all(topo.mem_capacity == 2e9)
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("nope", "unknown preset 'nope'"),
+    ("nvlink2@mem=abc", "'nvlink2@mem=abc'"),
+    ("nvlink2@mem=-1x", "'nvlink2@mem=-1x'"),
+    ("nvlink2@size=1", "bad option 'size=1'"),
+    ("nvlink2@mem=1@mem=2", "given twice"),
+    ("", "non-empty"),
+])
+def test_bad_topology_specs(spec, match):
+  with pytest.raises(ValueError, match=match):
+    harness.parse_topology(spec)
+
+
+def test_unknown_config_field():
+  with pytest.raises(ValueError, match="unknown field"):
+    harness.settings({"method": ["single"]})
+
+
+def test_launcher_end_to_end(tmp_path):
+  """Runs in a subprocess: absl flags of several launchers cannot share one process."""
+  out = tmp_path / "ev"
+  cmd = [sys.executable, "-m", "experiments.evaluate",
+         "--config=experiments/configs/evaluate_test.py", f"--out={out}",
+         "--config.budget=2", "--noprogress"]  # budget 2: random shares single's compile
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "## Objective by method" in proc.stdout
+  rows = json.loads((out / "results.json").read_text())["rows"]
+  assert rows and all(r["agrees"] for r in rows if not r["error"])
+  assert {"single", "random", "round_robin", "expert"} <= {r["method"] for r in rows}
+  assert sorted(os.listdir(out)) == ["results.csv", "results.json", "results.md"]
+
+
+def test_schedule_methods_and_plots(tmp_path):
+  """A scheduling method orders the schedule_placement's placement; plots are PNGs."""
+  cfg = tiny_config(methods=["expert", "bfs"], graphs=GRAPHS[1:], topologies=["nvlink2"],
+                    plots=True)
+  rows = harness.run(cfg, str(tmp_path), progress=False)
+  expert, bfs = rows
+  assert bfs["method_kind"] == "schedule" and bfs["placement_from"] == "expert"
+  assert bfs["agrees"] and not bfs["error"]
+  plots = sorted(os.listdir(tmp_path / "plots"))
+  assert len(plots) == 3 and sum(p.startswith("compare__") for p in plots) == 1
+  for p in plots:
+    assert (tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG"
+  bad = harness.run(tiny_config(methods=["expert"], graphs=["chain:n=0"],
+                                topologies=["nvlink2"]), str(tmp_path / "bad"), progress=False)
+  assert bad[0]["error"].startswith("ValueError") and "chain" in bad[0]["error"]
+  assert "| error |" in open(tmp_path / "bad" / "results.md").read()
