@@ -156,7 +156,7 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
 
 
 # Modules whose import registers the built-in methods.
-BUILTIN_MODULES = ("go_jax.methods.simple",)
+BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling")
 
 
 def _load_builtin_methods():

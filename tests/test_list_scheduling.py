@@ -1,0 +1,168 @@
+"""Tests of the list-scheduling placements: HEFT, m-TOPO, m-ETF, m-SCT.
+
+Toy instances with hand-computed answers, memory awareness (split when one device is too small,
+feasible=False with a reason when nothing fits), agreement of each Solution with a fresh
+simulation, degenerate inputs (one device, one op, no edges, zero costs) and determinism.
+Graphs have at most 8 ops and 8 edges and topologies 1 or 2 devices, so that every `solve`
+reuses one of two compiled simulators (the padding buckets) and the file stays fast.
+"""
+
+import numpy as np
+import pytest
+
+import go_jax.methods.list_scheduling as ls  # registers the methods
+from go_jax.methods import evaluate, solve
+from simulator import CompGraph, Topology
+from simulator.sources import load_graph
+
+METHODS = ("heft", "m_topo", "m_etf", "m_sct")
+LIST_SCHEDULERS = ("heft", "m_etf", "m_sct")  # estimate start times (m_topo does not)
+
+
+def _chain(n, **fields):
+  return CompGraph(cost=np.ones(n), senders=np.arange(n - 1), receivers=np.arange(1, n),
+                   name=f"chain{n}", **fields)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_chain_with_expensive_transfers_stays_on_one_device(method):
+  g = _chain(3)
+  topo = Topology.uniform(2, bandwidth=1.0, latency=100.0)
+  sol = solve(method, g, topo)
+  assert len(set(sol.placement.tolist())) == 1
+  assert sol.makespan == pytest.approx(3.0)
+  assert sol.feasible
+
+
+@pytest.mark.parametrize("method", LIST_SCHEDULERS)
+def test_independent_equal_ops_spread_one_per_device(method):
+  d = 2
+  g = CompGraph(cost=np.ones(d), senders=[], receivers=[], name="independent")
+  sol = solve(method, g, Topology.uniform(d, bandwidth=1.0))
+  assert sorted(sol.placement.tolist()) == list(range(d))
+  assert sol.makespan == pytest.approx(1.0)
+
+
+def test_m_topo_balanced_chunks():
+  # Equal memory per op: balanced m-TOPO gives each device one contiguous, equal chunk.
+  g = CompGraph(cost=np.ones(2), senders=[], receivers=[], param_bytes=np.full(2, 10.0))
+  sol = solve("m_topo", g, Topology.uniform(2, bandwidth=1.0))
+  np.testing.assert_array_equal(sol.placement, [0, 1])
+  assert sol.makespan == pytest.approx(1.0)
+  chain = _chain(4, param_bytes=np.full(4, 10.0))
+  sol = solve("m_topo", chain, Topology.uniform(2, bandwidth=1.0))
+  np.testing.assert_array_equal(sol.placement, [0, 0, 1, 1])
+  # Unbalanced: fill the first device to capacity before the next.
+  sol = solve("m_topo", chain, Topology.uniform(2, bandwidth=1.0, mem_capacity=35.0),
+              balance=False)
+  np.testing.assert_array_equal(sol.placement, [0, 0, 0, 1])
+
+
+def test_heft_hand_computed_dag():
+  """Diamond a->b, a->c, b->d, c->d; costs 2,3,1,2; out bytes .5,1,4,0; 2 devices, 1 B/s.
+
+  Upward ranks (mean transfer = bytes): d 2, b 3+1+2=6, c 1+4+2=7, a 2+.5+7=9.5, so the order
+  is a, c, b, d. a: EFT 2 on both, device 0. c: ready 2 on dev 0 (3 on dev 1): EFT 3, dev 0.
+  b: dev 0 is busy until 3 (EFT 6); dev 1 gets a's output at 2.5: EFT 5.5, dev 1. d: inputs
+  on dev 0 at max(3, 5.5+1) = 6.5 -> EFT 8.5; on dev 1 at max(5.5, 3+4) = 7 -> 9: dev 0.
+  """
+  g = CompGraph(cost=[2, 3, 1, 2], senders=[0, 0, 1, 2], receivers=[1, 2, 3, 3],
+                out_bytes=[0.5, 1, 4, 0], name="heft-toy")
+  topo = Topology.uniform(2, bandwidth=1.0)
+  np.testing.assert_allclose(ls.heft_rank(g, topo), [9.5, 6, 7, 2])
+  sol = solve("heft", g, topo)
+  np.testing.assert_array_equal(sol.placement, [0, 1, 0, 0])
+  assert sol.info["estimated_makespan"] == pytest.approx(8.5)
+  assert sol.makespan == pytest.approx(8.5)  # the simulator agrees on this instance
+
+
+def test_heft_insertion_fills_idle_gaps():
+  starts, finishes = [0.0, 5.0], [2.0, 6.0]
+  assert ls._insert_start(starts, finishes, 1.0, 2.0) == (2.0, 1)  # gap [2, 5)
+  assert ls._insert_start(starts, finishes, 1.0, 4.0) == (6.0, 2)  # too long: after the end
+  assert ls._insert_start(starts, finishes, 1.0, 0.5) == (2.0, 1)  # ready inside busy [0, 2)
+  assert ls._insert_start(starts, finishes, 0.0, 0.0) == (0.0, 0)  # zero length overlaps none
+  assert ls._insert_start([], [], 3.0, 1.0) == (3.0, 0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_splits_a_graph_too_big_for_one_device(method):
+  # 4 ops of 10 parameter bytes + 1 output byte; 25 bytes per device: two per device fit.
+  g = _chain(4, param_bytes=np.full(4, 10.0), out_bytes=np.ones(4))
+  topo = Topology.uniform(2, bandwidth=1.0, mem_capacity=25.0)
+  sol = solve(method, g, topo)
+  assert sol.feasible, sol.reason
+  assert np.bincount(sol.placement, minlength=2).tolist() == [2, 2]
+  assert not sol.reason
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_infeasible_memory_returns_a_reason(method):
+  g = _chain(3, param_bytes=np.full(3, 10.0))
+  topo = Topology.uniform(2, bandwidth=1.0, mem_capacity=5.0)
+  sol = solve(method, g, topo)
+  assert not sol.feasible
+  assert "memory" in sol.reason
+  assert sol.objective > sol.makespan  # ranked below every feasible action
+
+
+@pytest.fixture(scope="module")
+def random_case():
+  g = load_graph("layered:n=8,width=3,seed=0,colocation_groups=2,colocation_size=2")
+  assert g.num_edges <= 8 and np.any(g.colocation >= 0)
+  topo = Topology.create(speed=[1.0, 2.0], overhead=[1e-5] * 2, mem_capacity=[np.inf] * 2,
+                         bandwidth=np.full((2, 2), 1e9), latency=np.full((2, 2), 1e-5))
+  return g, topo
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_objective_matches_evaluate_and_colocation(method, random_case):
+  g, topo = random_case
+  sol = solve(method, g, topo)
+  again = evaluate(g, topo, sol.placement, sol.priority)
+  assert sol.objective == again["objective"]
+  assert sol.feasible
+  for group in np.unique(g.colocation[g.colocation >= 0]):
+    assert len(set(sol.placement[g.colocation == group].tolist())) == 1
+  sol2 = solve(method, g, topo)  # deterministic
+  np.testing.assert_array_equal(sol.placement, sol2.placement)
+  np.testing.assert_array_equal(sol.priority, sol2.priority)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_device_one_op_no_edges_zero_costs(method):
+  g = load_graph("layered:n=8,width=3,seed=0")
+  one = Topology.uniform(1, bandwidth=1.0)
+  sol = solve(method, g, one)
+  assert np.all(sol.placement == 0)
+  assert sol.makespan == pytest.approx(g.cost.sum())
+  single = CompGraph(cost=[2.0], senders=[], receivers=[])
+  sol = solve(method, single, Topology.uniform(2, bandwidth=1.0))
+  assert sol.makespan == pytest.approx(2.0) and 0 <= sol.placement[0] < 2
+  zero = CompGraph(cost=np.zeros(5), senders=[0, 1, 1], receivers=[1, 2, 3])
+  sol = solve(method, zero, Topology.uniform(2, bandwidth=1.0))
+  assert sol.makespan == 0.0 and sol.feasible
+
+
+def test_favourite_parents_lp():
+  topo = Topology.uniform(2, bandwidth=1.0, latency=1.0)
+  fav, status = ls.favourite_parents(_chain(4, out_bytes=np.ones(4)), topo)
+  assert fav.tolist() == [-1, 0, 1, 2], status  # a chain keeps every edge local
+  # Fork a->b, a->c (transfer 2 s each, x_ab + x_ac >= 1): the LP keeps the longer branch b
+  # local (w = 1 + 3 = 4 with x_ab = 0, x_ac = 1; any other split is longer).
+  fork = CompGraph(cost=[1, 3, 1], senders=[0, 0], receivers=[1, 2], out_bytes=[1, 0, 0])
+  fav, status = ls.favourite_parents(fork, topo)
+  assert fav.tolist() == [-1, 0, -1], status
+  fav, status = ls.favourite_parents(fork, Topology.uniform(1, bandwidth=1.0))
+  assert np.all(fav == -1) and "one device" in status
+
+
+def test_bad_options():
+  g = _chain(2)
+  topo = Topology.uniform(2, bandwidth=1.0)
+  with pytest.raises(ValueError, match="mem_fraction"):
+    solve("m_etf", g, topo, mem_fraction=0.0)
+  with pytest.raises(ValueError, match="lp_time_limit"):
+    solve("m_sct", g, topo, lp_time_limit=0.0)
+  with pytest.raises(ValueError, match="no option"):
+    solve("heft", g, topo, balance=True)
