@@ -156,7 +156,8 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
 
 
 # Modules whose import registers the built-in methods.
-BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling")
+BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
+                   "go_jax.methods.exact", "go_jax.methods.partition")
 
 
 def _load_builtin_methods():
