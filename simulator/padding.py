@@ -26,6 +26,15 @@ def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
   return max(minimum, 1 << max(0, int(n) - 1).bit_length())
 
 
+def batch_bucket(b: int, coarse: int = 1024) -> int:
+  """Batch size to pad B actions to: a power of two up to `coarse`, then a multiple of it.
+
+  Bounds recompilation for varying B while wasting at most `coarse` rows on large batches
+  (a power of two would pad 5,000 actions to 8,192).
+  """
+  return bucket(b, 1) if b <= coarse else -(-int(b) // coarse) * coarse
+
+
 @flax.struct.dataclass
 class PaddedGraph:
   """A CompGraph padded to Np nodes and Ep edges; padded nodes never run and weigh nothing."""

@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulator.graph import CompGraph
-from simulator.padding import PaddedGraph, bucket, pad_graph, tree_shape
+from simulator import padding
+from simulator.padding import PaddedGraph, pad_graph, tree_shape
 from simulator.reference import check_actions
 from simulator.topology import Topology
 
@@ -350,10 +351,10 @@ def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[
                   shard: bool = True):
   """(padded graph, placement (Bb, Np), priority (Bb, Np)) ready for `simulate_padded`.
 
-  Actions must already be validated (`check_actions`). The batch is padded to a power of two
-  (or `batch_bucket`) by repeating its first row, so that varying B does not recompile for
-  every size; with `shard` and several local devices it is split across them (when each gets
-  at least one real row).
+  Actions must already be validated (`check_actions`). The batch is padded to
+  `padding.batch_bucket(B)` (or `batch_bucket`) by repeating its first row, so that varying B
+  does not recompile for every size; with `shard` and several local devices it is split
+  across them (when each gets at least one real row).
   """
   b, n = placement.shape
   pg = padded(graph)
@@ -361,7 +362,7 @@ def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[
   if sharding is not None and b < sharding.mesh.size:
     sharding = None
   parts = 1 if sharding is None else sharding.mesh.size
-  bb = bucket(b, 1) if batch_bucket is None else int(batch_bucket)
+  bb = padding.batch_bucket(b) if batch_bucket is None else int(batch_bucket)
   bb = -(-bb // parts) * parts
   if bb < b:
     raise ValueError(f"batch_bucket {bb} is smaller than the batch {b}")

@@ -217,3 +217,9 @@ def test_vmapped_simulate_over_graphs_matches_reference():
       assert res.makespan[i, k] == ref.makespan
       np.testing.assert_array_equal(res.peak_memory[i, k], ref.peak_memory)
       assert bool(res.oom[i, k]) == ref.oom
+
+
+def test_batch_bucket():
+  from simulator.padding import batch_bucket
+  assert [batch_bucket(b) for b in (1, 3, 1000, 1024)] == [1, 4, 1024, 1024]
+  assert batch_bucket(1025) == 2048 and batch_bucket(5000) == 5120
