@@ -8,7 +8,7 @@ report.
 
   python -m experiments.evaluate                                    # tiny CI config
   python -m experiments.evaluate --config=experiments/configs/suite.py --out=results/suite
-  python -m experiments.evaluate --config.seeds='[0,1]' --config.budget=500 --plots
+  python -m experiments.evaluate --config.seeds='(0, 1)' --config.budget=500 --plots
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from go_jax import harness
+from simulator import runtime
 
 FLAGS = flags.FLAGS
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
@@ -34,6 +35,9 @@ flags.DEFINE_string("out", "results/evaluate", "Folder for results.json/.csv/.md
 flags.DEFINE_bool("plots", None, "Write a Gantt/memory PNG per cell and a bar chart per graph "
                   "and topology (default: the config's `plots`).")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_integer("cpu_devices", 0, "CPU cores exposed as devices, so that each batch of "
+                     "actions is split across them (0: one per core; 1: no split). See "
+                     "simulator.runtime.configure_cpu_devices.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -41,6 +45,9 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
     raise app.UsageError(f"--out={FLAGS.out}: exists and is not a folder")
+  if FLAGS.cpu_devices < 0:
+    raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: must be >= 0")
+  runtime.configure_cpu_devices(FLAGS.cpu_devices or None)  # before any JAX computation
   try:
     rows = harness.run(_CONFIG.value, FLAGS.out, plots=FLAGS.plots, progress=FLAGS.progress)
   except ValueError as e:

@@ -19,10 +19,10 @@ from ml_collections import config_dict
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
-  config.methods = ["single", "random", "round_robin", "expert"]
-  config.graphs = ["layered:n=200,width=16,seed=0"]
-  config.topologies = ["nvlink4"]
-  config.seeds = [0]
+  config.methods = ("single", "random", "round_robin", "expert")
+  config.graphs = ("layered:n=200,width=16,seed=0",)
+  config.topologies = ("nvlink4",)
+  config.seeds = (0,)
   config.objective = "makespan"
   config.budget = config_dict.placeholder(int)  # None; --config.budget=5000 sets it
   config.schedule_placement = "expert"

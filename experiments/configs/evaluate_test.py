@@ -7,9 +7,9 @@ from experiments.configs import evaluate_base
 
 def get_config():
   config = evaluate_base.get_config()
-  config.methods = ["single", "random", "round_robin", "expert", "heft", "m_etf", "brkga"]
-  config.graphs = ["chain:n=12,seed=0", "series_parallel:n=14,seed=0"]
-  config.topologies = ["nvlink2", "nvlink2@mem=0.6x"]
-  config.seeds = [0]
+  config.methods = ("single", "random", "round_robin", "expert", "heft", "m_etf", "brkga")
+  config.graphs = ("chain:n=12,seed=0", "series_parallel:n=14,seed=0")
+  config.topologies = ("nvlink2", "nvlink2@mem=0.6x")
+  config.seeds = (0,)
   config.budget = 32
   return config

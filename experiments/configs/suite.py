@@ -13,13 +13,13 @@ MEMORY_LIMIT = "@mem=0.6x"
 
 def get_config():
   config = evaluate_base.get_config()
-  config.methods = ["single", "random", "round_robin", "expert", "metis", "heft", "m_topo",
-                    "m_etf", "m_sct", "sa", "brkga"]
-  config.graphs = ["pipedream:alexnet", "pipedream:vgg16", "pipedream:resnet50",
+  config.methods = ("single", "random", "round_robin", "expert", "metis", "heft", "m_topo",
+                    "m_etf", "m_sct", "sa", "brkga")
+  config.graphs = ("pipedream:alexnet", "pipedream:vgg16", "pipedream:resnet50",
                    "pipedream:inception_v3", "pipedream:gnmt",
                    "layered:n=1000,width=32,seed=0", "regal:n=500,seed=0",
-                   "series_parallel:n=500,seed=0"]
-  config.topologies = [t + m for t in PRESETS for m in ("", MEMORY_LIMIT)]
-  config.seeds = [0, 1, 2]
+                   "series_parallel:n=500,seed=0")
+  config.topologies = tuple(t + m for t in PRESETS for m in ("", MEMORY_LIMIT))
+  config.seeds = (0, 1, 2)
   config.budget = 5000
   return config
