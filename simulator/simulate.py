@@ -16,8 +16,10 @@ N ops:
   and the vmapped loop wastes no iterations.
 * Newly known ops are inserted with scatter-min on their leaf-to-root path (commutative, so
   several insertions into one tree in one iteration cannot conflict).
-* Memory peaks are computed after the loop: alloc/free events per device sorted by
-  (device, time) with frees first at equal times, then a segmented running sum.
+* Memory peaks are computed after the loop: alloc/free events sorted by time (one packed
+  integer sort, see `rank_order`), then one pass keeps a running sum per device, sampled after
+  all events of an instant (with half-open intervals that is the peak, whatever the order of
+  events within the instant).
 
 Times are float32 (float64 when jax_enable_x64 is on). `simulate` is the host API (validation,
 padding, caching); `simulate_padded` is the pure function to call inside other jitted code.
