@@ -40,7 +40,7 @@ import numpy as np
 from absl import logging
 
 import simulator
-from go_jax import methods, objectives, plotting
+from go_jax import leaderboard, methods, objectives, plotting
 from go_jax.placements import upward_rank
 from simulator import fileio, sources
 
@@ -447,9 +447,9 @@ def markdown_pivots(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-  """The whole report: the row table, then the per-graph pivots."""
-  return ("## Results\n\n" + markdown_table(rows) + "\n\n## Objective by method\n\n" +
-          markdown_pivots(rows) + "\n")
+  """The whole report: the leaderboard, the row table, then the per-graph pivots."""
+  return ("## Summary\n\n" + leaderboard.markdown_leaderboard(rows) + "\n\n## Results\n\n" +
+          markdown_table(rows) + "\n\n## Objective by method\n\n" + markdown_pivots(rows) + "\n")
 
 
 def plot_comparisons(rows: Sequence[Mapping[str, Any]], plot_dir: str) -> List[str]:

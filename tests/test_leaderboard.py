@@ -1,0 +1,27 @@
+"""The evaluation leaderboard: wins, ratio to best and infeasibility, computed by hand."""
+
+import pytest
+
+from go_jax.leaderboard import leaderboard, markdown_leaderboard
+
+
+def row(method, graph, topo, objective, feasible=True, seed=0, error=None):
+  return {"method": method, "graph": graph, "topology": topo, "objective": objective,
+          "objective_kind": "makespan", "feasible": feasible, "seed": seed, "error": error}
+
+
+def test_leaderboard_by_hand():
+  rows = [row("a", "g1", "t", 1.0), row("b", "g1", "t", 2.0),  # a best, b 2x
+          row("a", "g2", "t", 4.0), row("b", "g2", "t", 2.0, seed=0),
+          row("b", "g2", "t", 2.0, seed=1),  # b best (mean 2), a 2x
+          row("a", "g3", "t", 9.0, feasible=False), row("b", "g3", "t", 3.0),  # a OOM
+          row("a", "g4", "t", None, error="boom"), row("b", "g4", "t", 5.0, feasible=False)]
+  board = {s["method"]: s for s in leaderboard(rows)}
+  assert board["a"]["wins"] == 1 and board["b"]["wins"] == 2
+  # a: ratios 1 (g1) and 2 (g2), g3 infeasible; b: ratios 2 (g1), 1 (g2), 1 (g3)
+  assert board["a"]["ratio_to_best"] == pytest.approx(2.0 ** (1 / 2))
+  assert board["b"]["ratio_to_best"] == pytest.approx(2.0 ** (1 / 3))
+  assert board["a"]["infeasible"] == 1 and board["a"]["settings"] == 3  # error row skipped
+  assert board["b"]["no_feasible_method"] == 1 and board["b"]["settings"] == 4
+  text = markdown_leaderboard(rows)
+  assert text.index("| b |") < text.index("| a |")  # sorted by ratio
