@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from simulator import CompGraph, Topology, reference_simulate
+from simulator.sources import synthetic
 from go_jax import plotting
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -18,17 +19,8 @@ def diamond():
 
 
 def layered(n=300, width=20, seed=0):
-  """A random layered DAG: every op after the first layer reads two ops of the layer above."""
-  rng = np.random.default_rng(seed)
-  layer = np.arange(n) // width
-  senders, receivers = [], []
-  for v in range(width, n):
-    for u in rng.choice(np.flatnonzero(layer == layer[v] - 1), 2, replace=False):
-      senders.append(u)
-      receivers.append(v)
-  return CompGraph(cost=rng.uniform(1e-4, 1e-3, n), senders=senders, receivers=receivers,
-                   out_bytes=rng.uniform(1e5, 1e7, n), param_bytes=rng.uniform(0, 1e6, n),
-                   temp_bytes=rng.uniform(0, 1e6, n), name=f"layered{n}")
+  """A random layered DAG (about 2 predecessors per op)."""
+  return synthetic.layered_dag(n, width, seed=seed)
 
 
 def assert_png(path):

@@ -8,6 +8,7 @@ import pytest
 from absl import app, flags
 
 from simulator import CompGraph, reference_simulate, preset
+from simulator.sources import synthetic
 from experiments import simulate as launcher
 
 FLAGS = flags.FLAGS
@@ -29,18 +30,8 @@ def run_launcher(*args):
 
 @pytest.fixture
 def graph_file(tmp_path):
-  """A 60-op random layered DAG saved with CompGraph.save (no dependency on simulator.sources)."""
-  rng = np.random.default_rng(0)
-  n, width = 60, 6
-  layer = np.arange(n) // width
-  senders, receivers = [], []
-  for v in range(width, n):
-    for u in rng.choice(np.flatnonzero(layer == layer[v] - 1), 2, replace=False):
-      senders.append(u)
-      receivers.append(v)
-  g = CompGraph(cost=rng.uniform(1e-4, 1e-3, n), senders=senders, receivers=receivers,
-                out_bytes=rng.uniform(1e6, 1e7, n), param_bytes=rng.uniform(0, 1e7, n),
-                name="layered60")
+  """A 60-op random layered DAG saved with CompGraph.save (the launcher's .npz input)."""
+  g = synthetic.layered_dag(60, 6, seed=0, name="layered60")
   path = str(tmp_path / "g.npz")
   g.save(path)
   return path
