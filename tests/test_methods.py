@@ -131,3 +131,26 @@ def test_solve_errors(graph):
     methods.solve("bfs", graph, topo)
   with pytest.raises(ValueError, match="unknown objective"):
     methods.solve("random", graph, topo, objective="latency")
+
+
+def _all_methods():
+  return sorted(methods.available())
+
+
+@pytest.mark.parametrize("name", _all_methods())
+def test_every_method_handles_edge_cases(name):
+  """One op, one device, and memory no placement can satisfy: a Solution, never a crash."""
+  kind = methods.METHODS[name].kind
+  small = {"random": {"budget": 64}, "sa": {"budget": 64}, "brkga": {"budget": 160}}.get(name, {})
+  one_op = CompGraph(cost=[1.0], senders=[], receivers=[], out_bytes=[8.0])
+  g = CompGraph(cost=[1.0, 2.0, 1.0], senders=[0, 1], receivers=[1, 2],
+                out_bytes=[8.0, 8.0, 8.0], param_bytes=[100.0, 100.0, 100.0])
+  cases = [(one_op, preset("nvlink2")), (g, Topology.uniform(1, bandwidth=1e9)),
+           (g, Topology.uniform(2, bandwidth=1e9, mem_capacity=50.0))]
+  for graph, topo in cases:
+    place = np.zeros(graph.num_nodes, int) if kind == "schedule" else None
+    sol = methods.solve(name, graph, topo, placement=place, **small)
+    assert sol.placement.shape == (graph.num_nodes,)
+    assert sol.objective == methods.evaluate(graph, topo, sol.placement, sol.priority)[
+        "objective"]
+  assert not sol.feasible and "out of memory" in sol.reason  # the last case cannot fit
