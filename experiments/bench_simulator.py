@@ -42,12 +42,12 @@ def _worker(kind, n, batch, cfg, queue):
     from simulator.sources import load_graph
     graph = load_graph(cfg["graph"].format(n=n, width=max(4, round(n ** 0.5))))
     topo = preset(cfg["topology"])
-    if kind == "reference":
-      out = benchmark.time_reference(graph, topo, cfg["ref_samples"])
-    elif kind == "profile":
-      out = {"top_ops": benchmark.profile_simulate(graph, topo, batch)}
-    else:
-      out = benchmark.time_simulate(graph, topo, batch, cfg["repeats"])
+    cells = {  # what a worker measures, by cell kind
+        "reference": lambda: benchmark.time_reference(graph, topo, cfg["ref_samples"]),
+        "simulate": lambda: benchmark.time_simulate(graph, topo, batch, cfg["repeats"]),
+        "profile": lambda: {"top_ops": benchmark.profile_simulate(graph, topo, batch)},
+    }
+    out = cells[kind]()
     out.update(n=n, edges=graph.num_edges, graph=graph.name,
                peak_rss_bytes=benchmark.peak_rss_bytes())
     queue.put(out)
