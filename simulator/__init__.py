@@ -7,6 +7,7 @@ from simulator.graph import CompGraph
 from simulator.topology import Topology, available_presets, preset
 from simulator.reference import ReferenceResult, reference_simulate
 from simulator.simulate import SimResult, simulate
+from simulator.frontends import from_jax
 
 __all__ = ["CompGraph", "Topology", "preset", "available_presets", "simulate",
-           "reference_simulate", "SimResult", "ReferenceResult"]
+           "reference_simulate", "SimResult", "ReferenceResult", "from_jax"]
