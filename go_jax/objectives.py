@@ -35,10 +35,8 @@ def makespan_upper_bound(graph: CompGraph, topology: Topology) -> float:
   work = durations(graph, topology).max(axis=1).sum()
   if d == 1 or graph.num_edges == 0:
     return float(work)
-  off = ~np.eye(d, dtype=bool)
-  lat = topology.latency[off].max()
-  inv_bw = (1.0 / topology.bandwidth[off]).max()
-  comm = (lat + graph.out_bytes[graph.senders] * inv_bw).sum()
+  latency, per_byte = topology.link_tables()
+  comm = (latency.max() + graph.out_bytes[graph.senders] * per_byte.max()).sum()
   return float(work + comm)
 
 

@@ -96,6 +96,17 @@ class Topology:
                                            (self.num_devices,)),
                            self.bandwidth, self.latency)
 
+  def link_tables(self):
+    """(latency (D, D) s, seconds per byte (D, D)) as float64 numpy, zero on the diagonal.
+
+    A transfer u -> e from device d takes latency[d, e] + bytes * per_byte[d, e] (rule 3); a
+    device never sends to itself. Shared by the host-side heuristics and bounds.
+    """
+    off = ~np.eye(self.num_devices, dtype=bool)
+    latency = np.where(off, np.asarray(self.latency, np.float64), 0.0)
+    per_byte = np.where(off, 1.0 / np.asarray(self.bandwidth, np.float64), 0.0)
+    return latency, per_byte
+
   def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
     return float(self.latency[src, dst] + nbytes / self.bandwidth[src, dst])
 

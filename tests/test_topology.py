@@ -263,3 +263,11 @@ def test_vmap_over_stacked_topologies():
   np.testing.assert_allclose(np.asarray(out), [3 + 2 + 5 + 3, 6 + 4 + 7 + 3])
   out = jax.jit(jax.vmap(f))(stacked)
   np.testing.assert_allclose(np.asarray(out), [13, 20])
+
+
+def test_link_tables_match_transfer_time():
+  topo = preset("pcie8")
+  lat, per_byte = topo.link_tables()
+  assert np.all(np.diag(lat) == 0) and np.all(np.diag(per_byte) == 0)
+  for src, dst in ((0, 1), (0, 5), (6, 2)):
+    assert lat[src, dst] + 1e6 * per_byte[src, dst] == topo.transfer_time(src, dst, 1e6)

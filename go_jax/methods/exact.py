@@ -55,11 +55,8 @@ def _solver(config, seed: int) -> cp_model.CpSolver:
 # ------------------------------------------------------------------ joint placement + schedule
 def _transfer_seconds(graph, topology) -> np.ndarray:
   """(E, D, D) seconds to move each edge's tensor between each device pair (0 on the diagonal)."""
-  d = topology.num_devices
-  off = ~np.eye(d, dtype=bool)
-  inv_bw = np.where(off, 1.0 / topology.bandwidth, 0.0)  # bandwidth inf -> 0 s per byte
-  lat = np.where(off, topology.latency, 0.0)
-  return lat[None] + graph.out_bytes[graph.senders][:, None, None] * inv_bw[None]
+  lat, per_byte = topology.link_tables()
+  return lat[None] + graph.out_bytes[graph.senders][:, None, None] * per_byte[None]
 
 
 def time_unit_for(dur: np.ndarray, trans: np.ndarray, config) -> float:

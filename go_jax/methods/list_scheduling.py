@@ -37,21 +37,12 @@ from go_jax.methods import Problem, Proposal, register
 
 
 # ------------------------------------------------------------------ shared helpers
-def _comm_tables(topology):
-  """(latency (D,D), inverse bandwidth (D,D)) with zeros on the diagonal (no local transfer)."""
-  d = topology.num_devices
-  off = ~np.eye(d, dtype=bool)
-  lat = np.where(off, np.asarray(topology.latency, np.float64), 0.0)
-  inv_bw = np.where(off, 1.0 / np.asarray(topology.bandwidth, np.float64), 0.0)
-  return lat, inv_bw
-
-
 def _mean_comm(graph, topology) -> np.ndarray:
   """(N,) mean transfer time of each op's output over ordered pairs of different devices."""
   d = topology.num_devices
   if d == 1:
     return np.zeros(graph.num_nodes)
-  lat, inv_bw = _comm_tables(topology)
+  lat, inv_bw = topology.link_tables()
   pairs = d * (d - 1)
   return lat.sum() / pairs + graph.out_bytes * (inv_bw.sum() / pairs)
 
@@ -202,7 +193,7 @@ def heft(problem: Problem, config) -> Proposal:
   topo_pos[g.topological_order()] = np.arange(n)
   order = np.lexsort((topo_pos, -rank)).tolist()
   dur = objectives.durations(g, topo)
-  lat, inv_bw = _comm_tables(topo)
+  lat, inv_bw = topo.link_tables()
   mem = _Memory(g, topo, frac)
   finish = np.zeros(n)
   starts: List[List[float]] = [[] for _ in range(d)]
@@ -288,7 +279,7 @@ def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.
   g, topo = problem.graph, problem.topology
   n, d = g.num_nodes, topo.num_devices
   dur = objectives.durations(g, topo)
-  lat, inv_bw = _comm_tables(topo)
+  lat, inv_bw = topo.link_tables()
   level = placements.upward_rank(g).tolist()
   mem = _Memory(g, topo, frac)
   ptr, succ = g.successor_csr()
