@@ -54,11 +54,6 @@ flags.register_validator(
 
 
 # ------------------------------------------------------------------ inputs
-def load_graph(spec: str) -> simulator.CompGraph:
-  """A CompGraph from a graph spec or an .npz file (see `simulator.sources.load_graph`)."""
-  return sources.load_graph(spec)
-
-
 def _as_flag_error(flag: str, fn, *args):
   """Runs fn(*args), turning a ValueError into a UsageError that names the flag at fault."""
   try:
@@ -187,7 +182,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   setup = {k: getattr(FLAGS, k) for k in ("graph", "topology", "mem_capacity", "placement",
                                            "priority", "seed", "out")}
-  graph = _as_flag_error("graph", load_graph, FLAGS.graph)
+  graph = _as_flag_error("graph", sources.load_graph, FLAGS.graph)
   topology = _as_flag_error("mem_capacity", simulator.preset, FLAGS.topology,
                             FLAGS.mem_capacity)
   placement = _as_flag_error("placement", placements.make_placement, FLAGS.placement, graph,
