@@ -1,10 +1,13 @@
-"""JAX/HLO front end: hand-counted flops and bytes, both stages, agreement with XLA's counts.
+"""JAX/HLO front end: hand-counted flops and bytes, both stages, agreement with XLA's counts,
+per-node metadata, temp_bytes, and a large generated module.
 
 Agreement with `jax.jit(fn).lower(*args).cost_analysis()["flops"]` (pre stage): XLA reports
-transcendentals separately (not in "flops") and counts a reduction as input - output element
-ops, while the front end counts transcendentals as 1 flop each (also recorded in
-`HloGraph.transcendentals`) and reductions as 1 per input element. After removing those two
-documented differences the counts agree exactly; the raw totals are checked within 5%.
+transcendentals separately (not in "flops") and counts a reduction / reduce-window as
+(input - output) / (window - 1) element ops, while the front end counts transcendentals as 1 flop
+each (also recorded in `HloGraph.transcendentals`) and reductions as 1 per input element /
+window element. After removing those two documented differences the counts agree exactly,
+convolutions (padding taps and dilation holes skipped), scatters, select-and-scatter and
+all-reduce included.
 """
 
 
@@ -80,15 +83,28 @@ def test_conv_flops():
   fn = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "SAME")
   g = from_jax(fn, x, k)
   c = _node(g, "conv")
-  # out (2,4,8,8) = 512 elements, kernel 3x3 spatial, 3 input features per group.
-  assert g.flops[c] == 2 * 512 * 9 * 3
+  # out (2,4,8,8); per spatial dim 8 positions x 3 taps minus the 2 that fall in the padding:
+  # 22 taps hit the input, 22 * 22 per channel pair; 3 input features per group.
+  assert g.flops[c] == 2 * 2 * 4 * 3 * 22 * 22
+  assert g.flops[c] == _xla_flops(fn, x, k)
   assert g.out_bytes[c] == 512 * F32 and _types(g)[c] == "conv"
   # Grouped, VALID: out (1,6,4,4), kernel 3x3, 4/2 = 2 input features per group.
   fn2 = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "VALID", feature_group_count=2)
   args2 = (_x(1, 4, 6, 6), _x(6, 2, 3, 3))
   g2 = from_jax(fn2, *args2)
   assert g2.flops.sum() == 2 * 96 * 9 * 2
-  assert g2.flops.sum() == _xla_flops(fn2, *args2)  # no padding taps: exact
+  assert g2.flops.sum() == _xla_flops(fn2, *args2)
+
+
+def test_conv_gradient_flops_exact():
+  """The input gradient of a strided conv is a conv with lhs dilation: counting its padding and
+  dilation-hole taps (the earlier rule) overstated it 7x; skipped now, as XLA does."""
+  x, k = _x(2, 4, 8, 8), _x(5, 4, 3, 3)
+  for pad, stride in (("SAME", 2), ("VALID", 2), ("SAME", 1)):
+    fn = jax.grad(lambda k, x: jnp.sum(lax.conv_general_dilated(x, k, (stride,) * 2, pad) ** 2),
+                  argnums=(0, 1))
+    h = from_jax_full(fn, k, x)
+    assert h.graph.flops.sum() - _reduce_adjust(h) == _xla_flops(fn, k, x), (pad, stride)
 
 
 def test_fori_loop_trip_count():
@@ -178,6 +194,27 @@ def test_lowering_failure_is_value_error():
 
 
 # ------------------------------------------------------------------ agreement with XLA
+def _reduce_adjust(h):
+  """Transcendentals + one op per (f32) output element of each reduce / reduce-window."""
+  g = h.graph
+  outs = sum(g.out_bytes[i] / F32 for i, op in enumerate(h.opcodes)
+             if op in ("reduce", "reduce-window"))
+  return h.transcendentals.sum() + outs
+
+
+def _maxpool_grad(x):
+  pool = lambda y: lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+  return jax.grad(lambda y: jnp.sum(pool(y) ** 2))(x)
+
+
+def _psum(x):
+  from jax.sharding import Mesh, PartitionSpec as P
+  mesh = Mesh(np.array(jax.devices()[:1]), ("a",))
+  return jax.shard_map(lambda v: lax.psum(v, "a"), mesh=mesh, in_specs=P("a"),
+                       out_specs=P("a"))(x)
+
+
+IDX = jnp.array([1, 3, 5], jnp.int32)
 AGREEMENT_CASES = [
     (lambda x, w: jnp.tanh(x @ w) + 1, (_x(8, 16), _x(16, 4))),
     (_several_elementwise, (_x(16, 16), _x(16, 16))),
@@ -188,6 +225,10 @@ AGREEMENT_CASES = [
     (lambda x: jnp.sort(x, axis=1), (_x(8, 64),)),  # 512 * log2(512)
     (lambda x: lax.cond(x.sum() > 0, lambda a: a * 2, lambda a: jnp.log1p(a * a) + a, x),
      (_x(8, 64),)),  # both count the costlier branch
+    (_maxpool_grad, (_x(2, 8, 8, 3),)),  # reduce-window, select-and-scatter
+    (lambda x, i: x.at[i].add(x[i] * 2.0), (_x(8, 16), IDX)),  # gather, scatter-add
+    (lambda x, i: x.at[i].set(1.0), (_x(8, 16), IDX)),  # scatter with a plain set: 0 flops
+    (_psum, (_x(8, 16),)),  # all-reduce: output elements * to_apply flops
 ]
 
 
@@ -197,7 +238,171 @@ def test_flops_agree_with_xla_cost_analysis(case):
   h = from_jax_full(fn, *args, stage="pre")
   xla = _xla_flops(fn, *args)
   ours = h.graph.flops.sum()
-  reduce_out = sum(h.graph.out_bytes[i] / F32 for i, t in enumerate(_types(h.graph))
-                   if t == "reduce")
-  assert ours - h.transcendentals.sum() - reduce_out == xla
+  assert ours - _reduce_adjust(h) == xla
   assert ours >= xla  # the documented differences only ever add to our count
+
+
+# ------------------------------------------------------------------ data movement, collectives
+def test_gather_scatter_hand_counts():
+  x = _x(8, 16)
+  h = from_jax_full(lambda x, i: x[i], x, IDX)
+  g, gat = h.graph, h.opcodes.index("gather")
+  assert g.flops[gat] == 0 and g.out_bytes[gat] == 3 * 16 * F32
+  assert g.bytes_accessed[gat] == 2 * 3 * 16 * F32 + 3 * 4  # touched rows twice + indices
+  for fn, per_update in ((lambda x, i: x.at[i].add(2.0), 1), (lambda x, i: x.at[i].mul(2.0), 1),
+                         (lambda x, i: x.at[i].set(2.0), 0)):
+    h = from_jax_full(fn, x, IDX)
+    sc = h.opcodes.index("scatter")
+    assert h.graph.flops[sc] == per_update * 3 * 16  # update elements * update computation
+    assert h.graph.bytes_accessed[sc] == 3 * 3 * 16 * F32 + 3 * 4
+    assert h.graph.out_bytes[sc] == 8 * 16 * F32
+    assert _types(h.graph)[sc] == "scatter"
+  h = from_jax_full(lambda x, u, i: lax.dynamic_update_slice(x, u, (i, i)), x, _x(2, 4),
+                    jnp.int32(1))
+  d = h.opcodes.index("dynamic-update-slice")
+  assert h.graph.flops[d] == 0 and h.graph.bytes_accessed[d] == 2 * 8 * F32 + 2 * 4
+
+
+def test_select_and_scatter_hand_count():
+  h = from_jax_full(_maxpool_grad, _x(2, 8, 8, 3))
+  s = h.opcodes.index("select-and-scatter")
+  # 96 source elements (2x4x4x3), 2x2 window: 3 selecting compares + 1 scatter add each.
+  assert h.graph.flops[s] == 96 * (3 + 1)
+
+
+COLLECTIVES = """HloModule c
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[8,16]) -> f32[16,16] {
+  %x = f32[8,16]{1,0} parameter(0)
+  %ar = f32[8,16]{1,0} all-reduce(%x), channel_id=1, replica_groups={{0,1}}, to_apply=%sum
+  %ag = f32[16,16]{1,0} all-gather(%ar), channel_id=2, replica_groups={{0,1}}, dimensions={0}
+  %aa = f32[16,16]{1,0} all-to-all(%ag), channel_id=3, replica_groups={{0,1}}, dimensions={0}
+  %rs = f32[8,16]{1,0} reduce-scatter(%aa), channel_id=4, replica_groups={{0,1}}, \
+dimensions={0}, to_apply=%sum
+  ROOT %cp = f32[8,16]{1,0} collective-permute(%rs), channel_id=5, source_target_pairs={{0,1}}
+}
+""".replace("\\\n", "")
+
+
+def test_collectives_hand_counts():
+  h = hlo_to_graph(COLLECTIVES, "c")
+  g = h.graph
+  assert h.opcodes == ("all-reduce", "all-gather", "all-to-all", "reduce-scatter",
+                       "collective-permute")
+  assert g.flops.tolist() == [128, 0, 0, 256, 0]  # reductions: elements * 1 add
+  assert g.bytes_accessed.tolist() == [1024, 512 + 1024, 2048, 1024 + 512, 1024]
+  assert set(_types(g)) == {"collective"} and g.num_edges == 4
+
+
+# ------------------------------------------------------------------ temp_bytes
+TEMP_MODULE = """HloModule t
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  %a = f32[4]{0} multiply(%x, %x)
+  %b = f32[4]{0} add(%a, %x)
+  %c = f32[4]{0} multiply(%b, %a)
+  ROOT %t = (s32[], f32[4]{0}) tuple(%i2, %c)
+}
+
+%cond (q: (s32[], f32[4])) -> pred[] {
+  %q = (s32[], f32[4]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+%fused (f0: f32[4], f1: f32[4]) -> f32[4] {
+  %f0 = f32[4]{0} parameter(0)
+  %f1 = f32[4]{0} parameter(1)
+  %m = f32[4]{0} multiply(%f0, %f1)
+  ROOT %e = f32[4]{0} exponential(%m)
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %z = s32[] constant(0)
+  %init = (s32[], f32[4]{0}) tuple(%z, %x)
+  %w = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body
+  %r = f32[4]{0} get-tuple-element(%w), index=1
+  %cc = (f32[4]{0}, u8[1024]{0}) custom-call(%r), custom_call_target="__cublas$gemm"
+  %o = f32[4]{0} get-tuple-element(%cc), index=0
+  ROOT %f = f32[4]{0} fusion(%o, %x), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_temp_bytes_rule():
+  h = hlo_to_graph(TEMP_MODULE, "t")
+  g = h.graph
+  assert h.opcodes == ("while", "custom-call", "fusion")
+  # while: a and b (16 B each) are live when c is computed; c and i2 are returned (out_bytes).
+  assert g.temp_bytes.tolist() == [32, 1024, 0]
+  assert g.out_bytes.tolist() == [4 + 16, 16, 16]  # the u8 workspace is not an output
+  assert g.flops.tolist() == [(1 + 4 + 4 + 4) + 1, 0, 4 + 4]  # body once + cond; fusion
+  assert h.transcendentals.tolist() == [0, 0, 4]
+  assert h.fusion_kinds == ("", "", "kLoop")
+  assert [m[1] for m in h.inner[2]] == ["m", "e"]
+  assert [m[1] for m in h.inner[0]] == ["lt", "i2", "a", "b", "c"]  # condition, then body
+
+
+# ------------------------------------------------------------------ metadata
+def test_node_metadata_fields():
+  fn = lambda x, w: jnp.tanh(x @ w) + 1
+  args = (_x(8, 16), _x(16, 4))
+  pre, post = (from_jax_full(fn, *args, stage=s) for s in ("pre", "post"))
+  for h in (pre, post):
+    n = h.graph.num_nodes
+    for field in (h.inst_names, h.opcodes, h.op_names, h.sources, h.fusion_kinds, h.inner,
+                  h.fused_op_names, h.positions):
+      assert len(field) == n
+    assert np.all(np.diff(h.positions) > 0)  # node order = ENTRY instruction order
+    assert all(name.startswith(i) for name, i in zip(h.graph.node_names, h.inst_names))
+  assert not pre.is_scheduled and post.is_scheduled
+  assert pre.opcodes == ("dot", "tanh", "broadcast", "add")
+  assert pre.op_names[1].endswith("/tanh") and pre.op_names[0].endswith("/dot_general")
+  assert all(":" in s for s in pre.sources)  # resolved stack frames: func@file:line:col
+  assert set(pre.fusion_kinds) == {""} and all(x == () for x in pre.inner)
+  fused = [i for i, op in enumerate(post.opcodes) if op == "fusion"]
+  assert fused and all(post.fusion_kinds[i].startswith("k") for i in fused)
+  inner_names = {p for i in fused for p in post.fused_op_names[i]}
+  assert any(p.endswith("/tanh") for p in inner_names)
+
+
+def test_nested_jit_call_inner_op_names_made_absolute():
+  h = from_jax_full(lambda x: jax.nn.relu(x) * 2, _x(4, 4))
+  c = h.opcodes.index("call")
+  assert h.op_names[c].endswith("jit(relu)")
+  # XLA inlines the call; its ops then carry the caller's path, so the pre side gets it too.
+  named = [p for p in h.fused_op_names[c] if p]  # ("" where JAX emitted no metadata)
+  assert named and all(p.startswith(h.op_names[c] + "/") for p in named)
+
+
+# ------------------------------------------------------------------ scale
+def test_large_generated_module():
+  n = 50_000
+  lines = ["HloModule big, is_scheduled=true", "",
+           "ENTRY %main (p: f32[4]) -> f32[4] {", "  %p = f32[4]{0} parameter(0)"]
+  prev = "p"
+  for i in range(n):
+    op = "add" if i % 2 else "multiply"
+    lines.append(f'  %v{i} = f32[4]{{0}} {op}(%{prev}, %p), '
+                 f'metadata={{op_name="jit(f)/s{i // 100}/{op}" stack_frame_id=1}}')
+    prev = f"v{i}"
+  lines[-1] = "  ROOT" + lines[-1][1:]
+  lines.append("}")
+  h = hlo_to_graph("\n".join(lines), "big")
+  g = h.graph
+  assert g.num_nodes == n and g.num_edges == n - 1
+  assert g.flops.sum() == 4 * n and g.param_bytes.sum() == 16
+  assert h.is_scheduled and h.op_names[-1] == f"jit(f)/s{(n - 1) // 100}/add"

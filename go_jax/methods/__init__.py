@@ -158,7 +158,7 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
 # Modules whose import registers the built-in methods.
 BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.exact", "go_jax.methods.partition",
-                   "go_jax.methods.evolution")
+                   "go_jax.methods.evolution", "go_jax.methods.xla")
 
 
 def _load_builtin_methods():

@@ -1,0 +1,488 @@
+"""Graph coarsening: merge ops into groups so that large graphs fit a method's budget.
+
+Why: the learned policies and the exact / search baselines scale with the node count, while
+real training steps have 10^4-10^5 HLO ops (GO places graphs of up to 80k nodes through
+grouping; HDP learns a grouper). `coarsen(graph, max_nodes)` returns a graph of at most
+`max_nodes` nodes plus the old -> new mapping; a placement or priority found on the coarse
+graph is carried back with `expand`. `contract(graph, groups)` is the merge itself, also used to
+score XLA's own fusion groups as a grouping baseline (`xla_fusion_graph`).
+
+Merging a group G into one node (`contract`):
+  * cost, flops, param_bytes: sums over G (the members run one after another on one device).
+  * bytes_accessed: sum over G, or with `boundary_bytes=True` only G's boundary (bytes of the
+    distinct outside producers it reads + its param_bytes + its out_bytes), as a fusion that
+    keeps its internal values on chip would access.
+  * out_bytes: bytes of the members' outputs read outside G (or read by nobody: graph outputs).
+  * temp_bytes: the largest member temp_bytes + the bytes of the members' outputs read only
+    inside G (a conservative bound: internal values live while the merged op runs).
+  * op_type: the type of the heaviest member (cost, then flops; ties: lowest id).
+  * colocation: coarse nodes holding members of one colocation group share one id (a union of
+    such classes), so any placement that satisfies the coarse colocation, once expanded,
+    satisfies the original one; `expand(..., coarse_graph)` applies the coarse rule first.
+  * edges: one between two groups wherever a member edge crosses; the result must be acyclic
+    (CompGraph validates); `acyclic_groups` splits groups minimally-greedily to make it so.
+  * names: "<first member name> (+k)"; group ids are renumbered in order of smallest member.
+
+Strategies of `coarsen`, applied in order until the graph has <= max_nodes nodes; "weight" is
+cost, or where the graph has no costs yet (a fresh HLO graph) a roofline's shape,
+max(flops, FLOPS_PER_BYTE * bytes_accessed) (about a V100's ratio of peak flops to bandwidth):
+  (a) "colocate": parameter / optimizer / constant-like ops and zero-weight ops join their only
+      consumer (sinks: their only producer);
+  (b) "chains": u -> v merged where v is u's only consumer and u is v's only producer;
+      "trees": more general safe merges, lightest first, only as many as needed and none
+      making a group heavier than TREE_WEIGHT_CAP * total / max_nodes: u into its only
+      consumer (in-trees), then v into its only producer (out-trees). Any set of such
+      contractions keeps the graph acyclic (every edge leaving a group leaves its root);
+  (c) "scopes": groups keyed by the JAX op_name path of their heaviest member (the
+      "[...]" part of node_names, or the name itself, split on '/'; transformation wrappers like
+      jvp(...) / transpose(...) dropped), truncated to depth k = deepest .. 1; a scope's groups
+      are merged and then split by `acyclic_groups` where the merge would close a cycle; at
+      the depth that would overshoot, only the lightest scopes (as few as reach max_nodes),
+      or none where even one scope is far too coarse;
+  (d) "topological": the fallback that always reaches max_nodes: the graph's topological order
+      cut into max_nodes contiguous runs balanced by weight and count (contiguous runs of a
+      topological order can never form a cycle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import deque
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from simulator import ops
+from simulator.graph import CompGraph
+
+STRATEGIES = ("colocate", "chains", "trees", "scopes", "topological")
+TREE_WEIGHT_CAP = 2.0  # "trees" never makes a group heavier than this * total / max_nodes
+FLOPS_PER_BYTE = 16.0  # weight without costs: max(flops, this * bytes), a roofline's shape
+PARAM_LIKE = tuple(ops.op_type_id(t) for t in ("parameter", "optimizer", "constant"))
+_WRAPPER = re.compile(r"^[\w\-]+\((.*)\)$")
+
+
+# ------------------------------------------------------------------ helpers
+def _canonical(groups: np.ndarray) -> np.ndarray:
+  """Group ids renumbered 0..G-1 in order of each group's smallest member."""
+  _, first, inv = np.unique(groups, return_index=True, return_inverse=True)
+  return np.argsort(np.argsort(first))[inv].astype(np.int64)
+
+
+def _check_groups(graph: CompGraph, groups) -> np.ndarray:
+  g = np.asarray(groups)
+  if g.shape != (graph.num_nodes,):
+    raise ValueError(f"groups must have shape ({graph.num_nodes},) (one id per node of "
+                     f"'{graph.name}'), got {g.shape}")
+  if g.size and not np.issubdtype(g.dtype, np.integer):
+    raise ValueError(f"groups must be integers, got dtype {g.dtype}")
+  return _canonical(g.astype(np.int64))
+
+
+def _quotient(senders, receivers, labels) -> Tuple[np.ndarray, np.ndarray]:
+  """Distinct edges between different groups."""
+  s, r = labels[senders], labels[receivers]
+  keep = s != r
+  if not keep.any():
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
+  m = int(labels.max()) + 1
+  key = np.unique(s[keep] * m + r[keep])
+  return key // m, key % m
+
+
+def _csr(src, dst, n):
+  order = np.argsort(src, kind="stable")
+  ptr = np.zeros(n + 1, np.int64)
+  np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+  return ptr, dst[order]
+
+
+def _union(parent: List[int], a: int, b: int) -> bool:
+  ra, rb = _find(parent, a), _find(parent, b)
+  if ra == rb:
+    return False
+  parent[max(ra, rb)] = min(ra, rb)
+  return True
+
+
+def _find(parent: List[int], a: int) -> int:
+  root = a
+  while parent[root] != root:
+    root = parent[root]
+  while parent[a] != root:
+    parent[a], a = root, parent[a]
+  return root
+
+
+def _roots(parent: List[int]) -> np.ndarray:
+  return np.array([_find(parent, i) for i in range(len(parent))], np.int64)
+
+
+def acyclic_pieces(n: int, senders, receivers, groups) -> np.ndarray:
+  """Splits groups so that contracting them keeps a DAG acyclic; ids in a topological order.
+
+  Groups are emitted in a Kahn order over groups; when every remaining group waits on another
+  (a cycle among groups), the group of a ready node gives up, as a group of its own, the part
+  of it that is ready now (the members whose predecessors are all done or in that part)
+  restricted to what other groups wait on (the members of that part that feed a node outside
+  the group, and their ancestors within the part). So a shared producer wrongly placed in one
+  group leaves alone, and a group that spans a loss (forward and backward ops) splits in two.
+  Groups that take part in no cycle are kept whole. O(N + E) plus the peeled parts.
+  """
+  senders = np.asarray(senders, np.int64)
+  receivers = np.asarray(receivers, np.int64)
+  groups = _canonical(np.asarray(groups, np.int64))
+  n_groups = int(groups.max()) + 1 if n else 0
+  ext = groups[senders] != groups[receivers]
+  ext_missing = np.bincount(groups[receivers[ext]], minlength=n_groups).tolist()
+  pred_left = np.bincount(receivers, minlength=n).tolist()
+  ptr, succ = _csr(senders, receivers, n)
+  ptr, succ = ptr.tolist(), succ.tolist()
+  gptr, members = _csr(groups, np.arange(n), n_groups)
+  gptr, members = gptr.tolist(), members.tolist()
+  grp = groups.tolist()
+  done, out = [False] * n, [0] * n
+  queue = deque(g for g in range(n_groups) if ext_missing[g] == 0)
+  queued = [ext_missing[g] == 0 for g in range(n_groups)]
+  ready = [u for u in range(n) if pred_left[u] == 0]  # nodes whose predecessors are all done
+  next_id, emitted = 0, 0
+
+  def emit(nodes):
+    nonlocal next_id, emitted
+    for u in nodes:
+      done[u], out[u] = True, next_id
+    for u in nodes:
+      for v in succ[ptr[u]:ptr[u + 1]]:
+        pred_left[v] -= 1
+        if pred_left[v] == 0:
+          ready.append(v)
+        gv = grp[v]
+        if gv != grp[u]:
+          ext_missing[gv] -= 1
+          if ext_missing[gv] == 0 and not queued[gv]:
+            queued[gv] = True
+            queue.append(gv)
+    next_id += 1
+    emitted += len(nodes)
+
+  while emitted < n:
+    if queue:
+      g = queue.popleft()
+      rest = [u for u in members[gptr[g]:gptr[g + 1]] if not done[u]]
+      if rest:
+        emit(rest)
+      continue
+    while done[ready[-1]]:
+      ready.pop()
+    g = grp[ready[-1]]  # deadlock: peel off the part of g that can run now
+    left = {u: pred_left[u] for u in members[gptr[g]:gptr[g + 1]] if not done[u]}
+    stack = [u for u, k in left.items() if k == 0]
+    part = []
+    while stack:  # the ready part, in a topological order
+      u = stack.pop()
+      part.append(u)
+      for v in succ[ptr[u]:ptr[u + 1]]:
+        if v in left:
+          left[v] -= 1
+          if left[v] == 0:
+            stack.append(v)
+    needed, in_part = set(), set(part)  # what other groups wait on: feeders of outside nodes
+    for u in reversed(part):
+      if any(grp[v] != g or v in needed for v in succ[ptr[u]:ptr[u + 1]] if v in in_part
+             or grp[v] != g):
+        needed.add(u)
+    emit([u for u in part if u in needed] or part)
+  return np.asarray(out, np.int64)
+
+
+def acyclic_groups(graph: CompGraph, groups) -> np.ndarray:
+  """(N,) group ids, split as needed so that `contract(graph, ...)` is acyclic."""
+  return _canonical(acyclic_pieces(graph.num_nodes, graph.senders, graph.receivers,
+                                   _check_groups(graph, groups)))
+
+
+# ------------------------------------------------------------------ contract / expand
+def _colocation_classes(coloc: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
+  """(m,) coarse colocation ids: coarse nodes sharing an original colocation group, united."""
+  has = coloc >= 0
+  out = -np.ones(m, np.int64)
+  if not has.any():
+    return out
+  parent = list(range(m))
+  first: Dict[int, int] = {}
+  for c, l in zip(coloc[has].tolist(), labels[has].tolist()):
+    if c in first:
+      _union(parent, first[c], l)
+    else:
+      first[c] = l
+  roots = _roots(parent)
+  touched = np.zeros(m, bool)
+  touched[labels[has]] = True
+  out[touched] = _canonical(roots[touched])
+  return out
+
+
+def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
+             name: Optional[str] = None) -> CompGraph:
+  """Merges each group of nodes into one node (rules in the module docstring).
+
+  Raises:
+    ValueError: `groups` has the wrong shape or type, or the merge makes a cycle (use
+      `acyclic_groups` first).
+  """
+  labels = _check_groups(graph, groups)
+  m = int(labels.max()) + 1
+  s, r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
+  cross = labels[s] != labels[r]
+  read_outside = np.zeros(graph.num_nodes, bool)
+  read_outside[s[cross]] = True
+  sink = graph.out_degree() == 0
+  external = read_outside | sink
+  total = lambda w: np.bincount(labels, weights=w, minlength=m)
+  internal_out = total(np.where(external, 0.0, graph.out_bytes))
+  max_temp = np.zeros(m)
+  np.maximum.at(max_temp, labels, graph.temp_bytes)
+  out_bytes = total(np.where(external, graph.out_bytes, 0.0))
+  if boundary_bytes:  # distinct (outside producer, group) pairs read + parameters + outputs
+    pairs = np.unique(s[cross] * m + labels[r[cross]])
+    accessed = out_bytes + total(graph.param_bytes) + np.bincount(
+        pairs % m, weights=graph.out_bytes[pairs // m], minlength=m)
+  else:
+    accessed = total(graph.bytes_accessed)
+  heavy = np.lexsort((np.arange(graph.num_nodes), -graph.flops, -graph.cost, labels))
+  lead = heavy[np.r_[True, labels[heavy][1:] != labels[heavy][:-1]]]  # heaviest per group
+  qs, qr = _quotient(s, r, labels)
+  names = None
+  if graph.node_names is not None:
+    size = np.bincount(labels, minlength=m)
+    first = np.full(m, graph.num_nodes)
+    np.minimum.at(first, labels, np.arange(graph.num_nodes))
+    names = [graph.node_names[f] + (f" (+{k - 1})" if k > 1 else "")
+             for f, k in zip(first.tolist(), size.tolist())]
+  try:
+    return CompGraph(
+        cost=total(graph.cost), senders=qs, receivers=qr, out_bytes=out_bytes,
+        param_bytes=total(graph.param_bytes), temp_bytes=max_temp + internal_out,
+        flops=total(graph.flops), bytes_accessed=accessed, op_type=graph.op_type[lead],
+        colocation=_colocation_classes(graph.colocation, labels, m),
+        name=name or f"{graph.name}/contracted{m}", node_names=names)
+  except ValueError as e:
+    raise ValueError(f"contract: these groups of '{graph.name}' do not give a valid graph "
+                     f"(split them with acyclic_groups): {e}") from e
+
+
+def expand(coarse_placement, mapping, coarse_graph: Optional[CompGraph] = None) -> np.ndarray:
+  """(..., N) per-node values (placement or priority) from (..., M) per-coarse-node ones.
+
+  With `coarse_graph`, its colocation rule is applied first (each coarse colocation group takes
+  the value of its lowest-id node), so an expanded placement satisfies the original colocation.
+  """
+  values = np.asarray(coarse_placement)
+  mapping = np.asarray(mapping)
+  if mapping.ndim != 1 or (mapping.size and not np.issubdtype(mapping.dtype, np.integer)):
+    raise ValueError(f"mapping must be a 1-D int array, got shape {mapping.shape}, "
+                     f"dtype {mapping.dtype}")
+  m = values.shape[-1] if values.ndim else 0
+  if mapping.size and (mapping.min() < 0 or mapping.max() >= m):
+    raise ValueError(f"mapping refers to coarse nodes outside [0, {m}) (coarse values have "
+                     f"shape {values.shape})")
+  if coarse_graph is not None:
+    if coarse_graph.num_nodes != m:
+      raise ValueError(f"coarse graph has {coarse_graph.num_nodes} nodes, values have {m}")
+    values = values[..., coarse_graph.colocation_root()]
+  return values[..., mapping]
+
+
+def xla_fusion_graph(pre_graph: CompGraph, groups) -> CompGraph:
+  """The pre-optimisation graph contracted by XLA's fusion groups (`frontends.xla`): XLA's
+  fusion as a grouping baseline; bytes_accessed counts each fusion's boundary only."""
+  return contract(pre_graph, groups, boundary_bytes=True, name=f"{pre_graph.name}/xla_fusion")
+
+
+# ------------------------------------------------------------------ strategies
+@dataclasses.dataclass(frozen=True)
+class Coarsened:
+  """A coarse graph and where each original node went."""
+  graph: CompGraph                    # (M nodes) the contracted graph, M <= max_nodes
+  mapping: np.ndarray                 # (N,) int original node -> coarse node
+  steps: Tuple[Tuple[str, int], ...]  # (strategy, node count after it), in order applied
+
+  def expand(self, coarse_values) -> np.ndarray:
+    """(..., N) values from (..., M) coarse ones, coarse colocation applied (see `expand`)."""
+    return expand(coarse_values, self.mapping, self.graph)
+
+
+class _State:
+  """Current grouping (labels: original node -> group) and its quotient DAG."""
+
+  def __init__(self, graph: CompGraph, weight: np.ndarray):
+    self.graph, self.node_weight = graph, weight
+    self.s, self.r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
+    self.set(np.arange(graph.num_nodes, dtype=np.int64))
+
+  def set(self, labels: np.ndarray):
+    self.labels = _canonical(labels)
+    self.m = int(self.labels.max()) + 1
+    self.qs, self.qr = _quotient(self.s, self.r, self.labels)
+    self.weight = np.bincount(self.labels, weights=self.node_weight, minlength=self.m)
+
+  def merge(self, pairs_a, pairs_b, budget: Optional[int] = None, order=None,
+            cap: float = np.inf):
+    """Unions group pairs (in `order`, at most `budget` merges, none making a group heavier
+    than `cap`) and updates the state."""
+    parent, weight = list(range(self.m)), self.weight.tolist()
+    done = 0
+    a, b = np.asarray(pairs_a).tolist(), np.asarray(pairs_b).tolist()
+    for k in (range(len(a)) if order is None else np.asarray(order).tolist()):
+      if budget is not None and done >= budget:
+        break
+      ra, rb = _find(parent, a[k]), _find(parent, b[k])
+      if ra != rb and weight[ra] + weight[rb] <= cap:
+        parent[max(ra, rb)] = min(ra, rb)
+        weight[min(ra, rb)] += weight[max(ra, rb)]
+        done += 1
+    if done:
+      self.set(_roots(parent)[self.labels])
+
+
+def _colocate(st: _State, max_nodes: int):
+  node_light = np.isin(st.graph.op_type, PARAM_LIKE) | (st.node_weight == 0)
+  # a group is param-like when all of its members are
+  light = np.bincount(st.labels, weights=~node_light, minlength=st.m) == 0
+  outdeg = np.bincount(st.qs, minlength=st.m)
+  into_consumer = light[st.qs] & (outdeg[st.qs] == 1)  # in-tree merges: safe together
+  st.merge(st.qs[into_consumer], st.qr[into_consumer])
+  outdeg = np.bincount(st.qs, minlength=st.m)
+  indeg = np.bincount(st.qr, minlength=st.m)
+  light = np.bincount(st.labels, weights=~node_light, minlength=st.m) == 0
+  sink = light[st.qr] & (outdeg[st.qr] == 0) & (indeg[st.qr] == 1)
+  st.merge(st.qr[sink], st.qs[sink])
+
+
+def _chains(st: _State, max_nodes: int):
+  outdeg = np.bincount(st.qs, minlength=st.m)
+  indeg = np.bincount(st.qr, minlength=st.m)
+  chain = (outdeg[st.qs] == 1) & (indeg[st.qr] == 1)
+  st.merge(st.qs[chain], st.qr[chain])
+
+
+def _trees(st: _State, max_nodes: int):
+  for forward in (True, False):  # u into its only consumer, then v into its only producer
+    if st.m <= max_nodes:
+      return
+    deg = np.bincount(st.qs if forward else st.qr, minlength=st.m)
+    ok = deg[st.qs if forward else st.qr] == 1
+    a, b = st.qs[ok], st.qr[ok]
+    order = np.lexsort((a, st.weight[a] + st.weight[b]))  # lightest merges first
+    st.merge(a, b, budget=st.m - max_nodes, order=order,
+             cap=TREE_WEIGHT_CAP * st.weight.sum() / max_nodes)
+
+
+def scope_path(name: str) -> Tuple[str, ...]:
+  """The name-scope path of a node name: the "[op_name]" part if any, wrappers dropped."""
+  i = name.rfind("[")
+  path = name[i + 1:name.rfind("]")] if i >= 0 and name.endswith("]") else name
+  parts = []
+  for p in path.split("/"):
+    while True:
+      m = _WRAPPER.match(p)
+      if not m:
+        break
+      p = m.group(1)
+    if p:
+      parts.append(p)
+  return tuple(parts)
+
+
+def _scopes(st: _State, max_nodes: int):
+  g = st.graph
+  if g.node_names is None:
+    return
+  paths = [scope_path(x) for x in g.node_names]
+  depth = max((len(p) for p in paths), default=0)
+  for k in range(depth - 1, 0, -1):  # the full path names the op itself: start one above
+    if st.m <= max_nodes:
+      return
+    order = np.lexsort((np.arange(g.num_nodes), -st.node_weight, st.labels))
+    lead = order[np.r_[True, st.labels[order][1:] != st.labels[order][:-1]]]
+    keys: Dict[Tuple[str, ...], int] = {}
+    scope = np.array([keys.setdefault(paths[i][:k], len(keys)) if len(paths[i]) > k
+                      else -1 for i in lead.tolist()], np.int64)
+    if not keys:
+      continue
+
+    def merged(num_keys):  # labels after merging the `num_keys` lightest scopes
+      take = (scope >= 0) & (rank[np.maximum(scope, 0)] < num_keys)
+      proposal = np.where(take, scope, len(keys) + np.arange(st.m))
+      return acyclic_pieces(st.m, st.qs, st.qr, proposal)[st.labels]
+
+    rank = np.empty(len(keys), np.int64)  # scopes by total weight, lightest first
+    rank[np.argsort(np.bincount(np.maximum(scope, 0), weights=st.weight * (scope >= 0),
+                                minlength=len(keys)), kind="stable")] = np.arange(len(keys))
+    labels = merged(len(keys))
+    if labels.max() + 1 < max_nodes:  # merging every scope overshoots: merge the lightest few
+      lo, hi = 0, len(keys)  # invariant: merged(hi) reaches max_nodes
+      while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if merged(mid).max() + 1 <= max_nodes:
+          hi = mid
+        else:
+          lo = mid
+      labels = merged(hi)
+      if labels.max() + 1 < max_nodes // 2:  # one scope is too coarse: leave it to "topological"
+        return
+    st.set(labels)
+
+
+def _topological(st: _State, max_nodes: int):
+  if st.m <= max_nodes:
+    return
+  order = acyclic_pieces(st.m, st.qs, st.qr, np.arange(st.m))  # topological position
+  pos = np.empty(st.m, np.int64)
+  pos[np.argsort(order, kind="stable")] = np.arange(st.m)
+  seq = np.argsort(pos)
+  w = st.weight[seq]
+  w = ((w / w.sum()) if w.sum() > 0 else 0.0) + 1.0 / st.m  # half weight, half count
+  cum = np.cumsum(w)
+  ideal = np.floor((cum - w / 2) / cum[-1] * max_nodes).astype(np.int64).tolist()
+  run, prev = [], -1
+  for j, r in enumerate(ideal):  # follow the ideal cut, one run at a time, none left empty
+    prev = max(min(max(r, prev), prev + 1), max_nodes - (st.m - j))
+    run.append(prev)
+  labels = np.empty(st.m, np.int64)
+  labels[seq] = np.asarray(run, np.int64)
+  st.set(labels[st.labels])
+
+
+STRATEGY_FNS = {"colocate": _colocate, "chains": _chains, "trees": _trees, "scopes": _scopes,
+                "topological": _topological}
+
+
+def coarsen(graph: CompGraph, max_nodes: int, *, strategies: Sequence[str] = STRATEGIES,
+            name: Optional[str] = None) -> Coarsened:
+  """Merges nodes until at most `max_nodes` remain (strategies in the module docstring).
+
+  The result is always acyclic; total cost, flops and param_bytes are kept. Passing
+  `strategies` without "topological" may leave more than `max_nodes` nodes.
+
+  Raises:
+    ValueError: `max_nodes` is not a positive integer, or an unknown strategy is named.
+  """
+  if isinstance(max_nodes, bool) or not isinstance(max_nodes, (int, np.integer)) \
+      or max_nodes < 1:
+    raise ValueError(f"max_nodes must be a positive integer, got {max_nodes!r}")
+  bad = [s for s in strategies if s not in STRATEGY_FNS]
+  if bad:
+    raise ValueError(f"unknown coarsening strategies {bad}; valid: {list(STRATEGY_FNS)}")
+  weight = (graph.cost if graph.cost.sum() > 0 else
+            np.maximum(graph.flops, FLOPS_PER_BYTE * graph.bytes_accessed))
+  st = _State(graph, np.asarray(weight, np.float64))
+  steps = []
+  for s in strategies:
+    if st.m <= max_nodes:
+      break
+    STRATEGY_FNS[s](st, int(max_nodes))
+    steps.append((s, st.m))
+  coarse = contract(graph, st.labels, name=name or f"{graph.name}/coarse{st.m}")
+  return Coarsened(coarse, st.labels, tuple(steps))
