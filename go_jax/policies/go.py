@@ -1,0 +1,160 @@
+"""The GO / GDP policy network: every node's placement and priority from ONE forward pass.
+
+  op-type embedding + node-feature projection
+    -> GraphSAGE (predecessor and successor max-pools, sage.py)
+    -> segment-recurrent relative attention over the topological order (attention.py),
+       each layer's input modulated by parameter superposition
+    -> heads: placement logits (Np, Dmax), priority logits (Np, L), value ()
+
+Placement scores each node against device embeddings built from the topology's device features
+(plus a learned embedding per device slot, so identical devices can still be told apart), so one
+network serves 2, 4 or 8 devices; logits of absent devices are a large negative number.
+
+Parameter superposition (GO, Zhou et al. 2020): a graph embedding (masked mean of
+the encoder output) goes through a small MLP that emits, for each attention layer and for the
+heads' input, a per-channel scale and shift (FiLM: x * gamma + beta, gamma near 1 at init). One
+set of weights thus behaves as a graph-conditioned family of networks, which is what lets GO
+train on many graphs at once and transfer.
+
+The module takes ONE graph's GraphFeatures; callers vmap over graphs. Padding never changes a
+real node's outputs: padded edges and nodes are masked in the encoder, masked as attention keys,
+left out of every mean, and padded devices only touch their own (masked) logit column.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from go_jax.policies.attention import SegmentAttention
+from go_jax.policies.sage import GraphSAGE
+from go_jax.policies.types import GraphFeatures, PolicyOutput
+from simulator.ops import NUM_OP_TYPES
+
+MASKED_LOGIT = -1e9  # placement logit of an absent device (softmax gives it exactly 0)
+
+
+def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
+  """Mean of the rows of x (R, H) where mask (R,) is True; zeros when none is."""
+  w = mask.astype(x.dtype)[:, None]
+  return (x * w).sum(0) / jnp.maximum(w.sum(), 1.0)
+
+
+def _check_features(feats: GraphFeatures, max_devices: int) -> None:
+  """Static shape checks with clear messages (they run at trace time)."""
+  if feats.node_feats.ndim != 2:
+    raise ValueError(f"GOPolicy takes ONE graph's features (node_feats (Np, F)), got node_feats "
+                     f"of shape {feats.node_feats.shape}; vmap over a batch of graphs")
+  n = feats.node_feats.shape[0]
+  for f in ("op_type", "node_mask", "topo_order", "topo_position"):
+    if getattr(feats, f).shape != (n,):
+      raise ValueError(f"GOPolicy: {f} has shape {getattr(feats, f).shape}, expected ({n},)")
+  if feats.senders.shape != feats.receivers.shape or feats.senders.shape != \
+      feats.edge_mask.shape or feats.senders.ndim != 1:
+    raise ValueError(f"GOPolicy: senders {feats.senders.shape}, receivers "
+                     f"{feats.receivers.shape} and edge_mask {feats.edge_mask.shape} must be "
+                     "equal 1-D shapes")
+  d = feats.device_feats.shape[0]
+  if feats.device_feats.ndim != 2 or feats.device_mask.shape != (d,):
+    raise ValueError(f"GOPolicy: device_feats {feats.device_feats.shape} / device_mask "
+                     f"{feats.device_mask.shape} must be (Dmax, Fd) / (Dmax,)")
+  if d > max_devices:
+    raise ValueError(f"GOPolicy: features have {d} device slots but the policy was built for "
+                     f"max_devices={max_devices}")
+
+
+class GOPolicy(nn.Module):
+  """GO's policy (GDP and the ablations are configurations of it; see `__init__.py`).
+
+  `apply(params, feats)` is deterministic. With dropout > 0, training calls
+  `apply(params, feats, deterministic=False, rngs={"dropout": key})`; dropout acts on the encoder
+  and attention outputs.
+  """
+  hidden: int = 128
+  gnn_layers: int = 3
+  attention_layers: int = 2
+  heads: int = 4
+  segment_len: int = 128
+  recurrence: bool = True
+  superposition: bool = True
+  superposition_stop_gradient: bool = False  # graph embedding -> FiLM MLP without gradient
+  use_gnn: bool = True
+  use_attention: bool = True
+  priority_head: bool = True  # False: priority logits are zeros (a uniform distribution)
+  priority_levels: int = 8
+  max_devices: int = 8
+  device_id_embedding: bool = True
+  dropout: float = 0.0
+  relative: str = "xl"  # relative positions: "xl" (Transformer-XL) or "bias" (attention.py)
+  attention_impl: str = "scan"  # "scan" or "parallel": the same function (attention.py)
+
+  @nn.compact
+  def __call__(self, feats: GraphFeatures, deterministic: bool = True) -> PolicyOutput:
+    _check_features(feats, self.max_devices)
+    hdim = self.hidden
+    mask = jnp.asarray(feats.node_mask, bool)
+    n_film = (self.attention_layers if self.use_attention else 0) + 1
+
+    h = (nn.Dense(hdim, name="feat_proj")(jnp.asarray(feats.node_feats, jnp.float32)) +
+         nn.Embed(NUM_OP_TYPES, hdim, name="op_embed")(feats.op_type))
+    h = nn.LayerNorm(name="input_norm")(nn.gelu(h))
+    h = jnp.where(mask[:, None], h, 0.0)
+    if self.use_gnn:
+      h = GraphSAGE(self.gnn_layers, hdim, name="gnn")(
+          h, feats.senders, feats.receivers, jnp.asarray(feats.edge_mask, bool), mask)
+    h = nn.Dropout(self.dropout)(h, deterministic=deterministic or self.dropout == 0)
+    graph_emb = masked_mean(h, mask)  # (H,)
+
+    film = None
+    if self.superposition:
+      ctx = jax.lax.stop_gradient(graph_emb) if self.superposition_stop_gradient else graph_emb
+      z = nn.gelu(nn.Dense(hdim, name="film_hidden")(ctx))
+      z = nn.Dense(n_film * 2 * hdim, name="film_out",
+                   kernel_init=nn.initializers.normal(1e-2))(z)
+      film = z.reshape(n_film, 2, hdim) + jnp.array([1.0, 0.0])[None, :, None]
+
+    if self.use_attention:
+      h = SegmentAttention(
+          self.attention_layers, hdim, self.heads, self.segment_len, self.recurrence,
+          relative=self.relative, impl=self.attention_impl, name="attention")(
+              h, feats.topo_order, feats.topo_position, mask,
+              None if film is None else film[:-1])
+      h = nn.Dropout(self.dropout)(h, deterministic=deterministic or self.dropout == 0)
+    if film is not None:
+      h = jnp.where(mask[:, None], h * film[-1, 0] + film[-1, 1], 0.0)
+
+    dev = self._device_embeddings(feats, graph_emb)  # (Dmax, H)
+    dev_mask = jnp.asarray(feats.device_mask, bool)
+
+    # Placement: bilinear node-device score plus a per-device bias.
+    q = nn.Dense(hdim, name="place_query")(h)
+    k = nn.Dense(hdim, name="place_key")(dev)
+    bias = nn.Dense(1, name="place_bias")(dev)[:, 0]
+    logits = q @ k.T * (1.0 / jnp.sqrt(jnp.float32(hdim))) + bias[None, :]
+    logits = jnp.where(dev_mask[None, :], logits, MASKED_LOGIT)
+
+    n = h.shape[0]
+    if self.priority_head:
+      prio = nn.Dense(self.priority_levels, name="priority")(nn.gelu(
+          nn.Dense(hdim, name="priority_hidden")(h)))
+    else:
+      prio = jnp.zeros((n, self.priority_levels), jnp.float32)
+
+    pooled = jnp.concatenate([masked_mean(h, mask), graph_emb, masked_mean(dev, dev_mask)])
+    value = nn.Dense(1, name="value_out")(nn.gelu(nn.Dense(hdim, name="value_hidden")(pooled)))
+    return PolicyOutput(placement_logits=logits.astype(jnp.float32),
+                        priority_logits=prio.astype(jnp.float32),
+                        value=value[0].astype(jnp.float32))
+
+  def _device_embeddings(self, feats: GraphFeatures, graph_emb: jnp.ndarray) -> jnp.ndarray:
+    """(Dmax, H): MLP of device features + slot embedding + projection of the graph."""
+    hdim = self.hidden
+    d = feats.device_feats.shape[0]
+    dev = nn.gelu(nn.Dense(hdim, name="dev_in")(jnp.asarray(feats.device_feats, jnp.float32)))
+    dev = nn.Dense(hdim, name="dev_out")(dev) + nn.Dense(hdim, name="dev_graph")(graph_emb)
+    if self.device_id_embedding:
+      slots = self.param("device_slots", nn.initializers.normal(0.1),
+                         (self.max_devices, hdim), jnp.float32)
+      dev = dev + slots[:d]
+    return nn.LayerNorm(name="dev_norm")(nn.gelu(dev))

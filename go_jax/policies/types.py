@@ -1,0 +1,35 @@
+"""The contract between graph features, policy networks and training (GO / GDP, DESIGN section 7).
+
+Features are built on the host (numpy) from a CompGraph and padded to a size bucket, so every
+graph of a bucket reuses one compiled policy; a batch of graphs is these structs stacked on a
+leading axis G and the policy is vmapped over it. Every decision for the whole graph comes from
+ONE forward pass (not autoregressive).
+"""
+
+from __future__ import annotations
+
+import flax
+import jax.numpy as jnp
+
+
+@flax.struct.dataclass
+class GraphFeatures:
+  """A padded graph as the policy sees it (float32 / int32 / bool; padding rows are zero)."""
+  node_feats: jnp.ndarray    # (Np, F) float32 per-node numeric features (see features.py)
+  op_type: jnp.ndarray       # (Np,) int32 id in simulator.ops (0 on padding)
+  node_mask: jnp.ndarray     # (Np,) bool, True on real nodes
+  senders: jnp.ndarray       # (Ep,) int32 edge u->v producer (0 on padding)
+  receivers: jnp.ndarray     # (Ep,) int32 edge consumer (0 on padding)
+  edge_mask: jnp.ndarray     # (Ep,) bool, True on real edges
+  topo_order: jnp.ndarray    # (Np,) int32 node id at each topological position; padding last
+  topo_position: jnp.ndarray  # (Np,) int32 position of each node in topo_order
+  device_mask: jnp.ndarray   # (Dmax,) bool, True for the topology's real devices
+  device_feats: jnp.ndarray  # (Dmax, Fd) float32 per-device features (speed, memory, links)
+
+
+@flax.struct.dataclass
+class PolicyOutput:
+  """One forward pass: a distribution per node for each head, and the state value."""
+  placement_logits: jnp.ndarray  # (Np, Dmax) float32; -inf-masked (large negative) off devices
+  priority_logits: jnp.ndarray   # (Np, L) float32 over L priority levels
+  value: jnp.ndarray             # () float32 predicted return of the graph
