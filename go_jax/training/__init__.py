@@ -1,0 +1,24 @@
+"""PPO training of GO-style policies (DESIGN sections 7-8): setup, the jitted update, the loop.
+
+  from go_jax import training
+  result = training.train(config, workdir)                 # experiments/train.py calls this
+  trainer = training.make_train(config, graphs, topologies)
+  state, metrics = trainer.update_chunk(trainer.init(0))   # updates_per_call updates, one jit
+  tuned = training.finetune(config, graph, topology, params, max_seconds=60)
+
+Modules: `problems` (host-side instances: padding, features, references), `rollout` (tasks,
+sampling from one forward pass, log-probabilities, rewards, advantages), `state` (TrainState,
+HParams, learning-rate schedules), `ppo` (the update under one jit, make_train), `loop`
+(resume, logging, checkpoints, summary, fine-tuning), `checkpoint` (orbax), `logging` (JSONL,
+TensorBoard, progress).
+"""
+
+from go_jax.training.loop import (FinetuneResult, TrainResult, build_instances, finetune,
+                                  load_pretrained, summarize, train)
+from go_jax.training.ppo import (HParams, Policy, TrainState, Trainer, make_train,
+                                 policy_from_config)
+from go_jax.training.rollout import ADVANTAGES, TASKS
+
+__all__ = ["train", "finetune", "build_instances", "summarize", "load_pretrained",
+           "make_train", "policy_from_config", "HParams", "Policy", "TrainState", "Trainer",
+           "TrainResult", "FinetuneResult", "TASKS", "ADVANTAGES"]

@@ -1,0 +1,103 @@
+"""Checkpoints of a PPO run (orbax): save the whole TrainState, keep the last k, resume exactly.
+
+A checkpoint holds every array of the `TrainState` (policy params, optimizer state, raw PRNG key
+data, update count, running reward means, best action per instance), so a run restored from
+step s and trained to step n gives bitwise the same parameters as one trained to n straight
+(tests/test_training.py checks it). Orbax writes each step into a temporary folder and renames it
+when complete, so an interrupted save never leaves a checkpoint that looks finished; only the
+newest `keep` steps are kept.
+
+Restoring needs a template of the state (same tree structure, shapes and dtypes), which the
+caller builds with the same config (`Trainer.init`); a checkpoint from another config fails with
+a ValueError naming the mismatch rather than deep inside orbax.
+
+`save_params` / `load_params` write the policy parameters alone (flax msgpack, atomically), the
+file a fine-tuning run starts from.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import serialization
+
+from simulator import fileio
+
+
+class Checkpointer:
+  """Saves and restores TrainStates under `directory` (one sub-folder per update count)."""
+
+  def __init__(self, directory: str, keep: int = 3):
+    if keep < 1:
+      raise ValueError(f"checkpoints to keep must be >= 1, got {keep}")
+    self.directory = os.path.abspath(directory)
+    options = ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True)
+    self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def latest_step(self) -> Optional[int]:
+    """The newest complete checkpoint's step, or None when there is none."""
+    return self._manager.latest_step()
+
+  def all_steps(self):
+    return sorted(self._manager.all_steps())
+
+  def save(self, step: int, state) -> None:
+    """Saves `state` as checkpoint `step` (asynchronous; `wait` or `close` to finish)."""
+    self._manager.save(int(step), args=ocp.args.StandardSave(state))
+
+  def restore(self, template, step: Optional[int] = None):
+    """The checkpoint `step` (default: newest) restored into the structure of `template`."""
+    step = self.latest_step() if step is None else int(step)
+    if step is None:
+      raise ValueError(f"no checkpoint in {self.directory}")
+    abstract = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
+        if not isinstance(x, jax.ShapeDtypeStruct) else x, template)
+    try:
+      restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+    except (ValueError, KeyError, TypeError) as e:
+      raise ValueError(f"checkpoint {step} in {self.directory} does not match this run's "
+                       f"state (was it written with another config?): {e}") from e
+    # Orbax returns arrays committed to a device; fresh states are uncommitted, and jit keys
+    # its executables on that, so a restored state would compile the update a second time.
+    return jax.tree_util.tree_map(jnp.asarray, jax.device_get(restored))
+
+  def wait(self) -> None:
+    """Blocks until pending saves are on disk."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+def save_params(path: str, params: Any) -> str:
+  """Writes policy parameters (flax msgpack) atomically."""
+  data = serialization.to_bytes(jax.device_get(params))
+  with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
+    fh.write(data)
+  return path
+
+
+def load_params(path: str, template: Any) -> Any:
+  """Parameters saved by `save_params`, in the structure of `template` (e.g. `module.init`)."""
+  if not os.path.isfile(path):
+    raise ValueError(f"no parameter file at {path}")
+  with open(path, "rb") as fh:
+    data = fh.read()
+  try:
+    return serialization.from_bytes(template, data)
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"parameters in {path} do not fit this policy (another policy "
+                     f"config?): {e}") from e

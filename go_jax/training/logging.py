@@ -1,0 +1,152 @@
+"""Training logs: JSONL metrics, TensorBoard event files and progress lines.
+
+* `metrics.jsonl`: one JSON object per PPO update ({"step": n, "time": unix seconds, metric:
+  value, ...}), appended and flushed after every call, so a reader sees whole lines only (a
+  crash can lose at most the lines of the last call). On resume from checkpoint step s, lines
+  past s (written after the last checkpoint) are dropped first, with an atomic rewrite, so the
+  file never holds two values for one update.
+* TensorBoard: scalar event files under `<workdir>/tensorboard` written with tensorboardX
+  (imported lazily; a clear error says how to install it). On resume the writer is opened with
+  `purge_step = s`, which tells TensorBoard to discard events of steps >= s from earlier files.
+* `Progress`: a log line per call with updates/s, simulated placements/s and the ETA.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional
+
+from absl import logging as absl_logging
+
+from simulator import fileio
+
+JSONL_NAME = "metrics.jsonl"
+TB_DIR = "tensorboard"
+
+
+def _json_value(x) -> Optional[float]:
+  """A metric as strict-JSON float (None for NaN / inf)."""
+  x = float(x)
+  return x if math.isfinite(x) else None
+
+
+def read_jsonl(path: str) -> List[Dict[str, Any]]:
+  """Every complete line of a metrics file (a torn last line is ignored)."""
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path) as fh:
+    for line in fh:
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
+  return rows
+
+
+def truncate_jsonl(path: str, last_step: int) -> int:
+  """Keeps the lines with step <= last_step (atomic rewrite); returns how many were kept."""
+  rows = [r for r in read_jsonl(path) if int(r.get("step", 0)) <= last_step]
+  if os.path.exists(path):
+    with fileio.atomic_open(path, "w") as fh:
+      for r in rows:
+        fh.write(json.dumps(r, allow_nan=False) + "\n")
+  return len(rows)
+
+
+def _summary_writer(logdir: str, purge_step: Optional[int]):
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError("TensorBoard logging needs tensorboardX: pip install tensorboardX (or "
+                      "set config.tensorboard = False)") from e
+  return SummaryWriter(logdir=logdir, purge_step=purge_step)
+
+
+class MetricsLogger:
+  """Writes per-update metrics to `<workdir>/metrics.jsonl` and TensorBoard event files."""
+
+  def __init__(self, workdir: str, *, tensorboard: bool = True, resume_step: int = 0):
+    os.makedirs(workdir, exist_ok=True)
+    self.jsonl_path = os.path.join(workdir, JSONL_NAME)
+    if resume_step > 0:
+      truncate_jsonl(self.jsonl_path, resume_step)
+    elif os.path.exists(self.jsonl_path):
+      os.remove(self.jsonl_path)  # a fresh run: no stale lines from an older one
+    self._fh = open(self.jsonl_path, "a")
+    self._tb = None
+    if tensorboard:
+      self._tb = _summary_writer(os.path.join(workdir, TB_DIR),
+                                 resume_step if resume_step > 0 else None)
+
+  def write(self, step: int, metrics: Mapping[str, float]) -> None:
+    """One update's metrics (scalars)."""
+    row = {"step": int(step), "time": time.time()}
+    row.update({k: _json_value(v) for k, v in metrics.items()})
+    self._fh.write(json.dumps(row, allow_nan=False) + "\n")
+    if self._tb is not None:
+      for k, v in metrics.items():
+        self._tb.add_scalar(f"train/{k}", float(v), int(step))
+
+  def flush(self) -> None:
+    self._fh.flush()
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self) -> None:
+    self.flush()
+    self._fh.close()
+    if self._tb is not None:
+      self._tb.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+
+class Progress:
+  """Throughput and ETA of a run, reported as log lines (absl logging).
+
+  The first call of a process includes compilation, so the ETA uses the calls after it once
+  there are any."""
+
+  def __init__(self, start_step: int, total: int, placements_per_update: int,
+               enabled: bool = True):
+    self.total = int(total)
+    self.per_update = int(placements_per_update)
+    self.enabled = enabled
+    self.t_last, self.step_last = time.perf_counter(), int(start_step)
+    self.calls, self.steady_updates, self.steady_seconds = 0, 0, 0.0
+
+  def update(self, step: int, summary: Mapping[str, float]) -> Dict[str, float]:
+    """Records that `step` updates are done; returns (and logs) the last call's speed."""
+    now = time.perf_counter()
+    done, seconds = step - self.step_last, max(now - self.t_last, 1e-9)
+    self.t_last, self.step_last = now, step
+    self.calls += 1
+    if self.calls > 1:
+      self.steady_updates += done
+      self.steady_seconds += seconds
+    rate = done / seconds
+    steady = self.steady_updates / self.steady_seconds if self.steady_updates else rate
+    eta = (self.total - step) / steady if steady > 0 else float("inf")
+    out = {"updates_per_s": rate, "placements_per_s": rate * self.per_update, "eta_s": eta}
+    if self.enabled:
+      extra = " ".join(f"{k}={v:.4g}" for k, v in summary.items())
+      absl_logging.info("update %d/%d  %.3g updates/s  %.4g placements/s  ETA %s  %s", step,
+                        self.total, rate, rate * self.per_update, _eta(eta), extra)
+    return out
+
+
+def _eta(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "?"
+  seconds = int(round(seconds))
+  h, rem = divmod(seconds, 3600)
+  m, s = divmod(rem, 60)
+  return f"{h}:{m:02d}:{s:02d}"

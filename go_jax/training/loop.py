@@ -1,0 +1,321 @@
+"""The host loop around the jitted PPO updates: resume, log, checkpoint, report, fine-tune.
+
+  result = train(config, workdir)     # trains config.updates updates; resumes from workdir
+  tuned = finetune(config, graph, topology, params, max_updates=200, max_seconds=60)
+
+`train` builds the instances of the config (graph specs x topology specs, `build_instances`),
+makes the trainer (`ppo.make_train`) and calls its jitted `update_chunk` until `config.updates`
+updates are done. Between calls it only moves the chunk's metrics to the host and writes them
+(`logging`), reports speed and ETA, and checkpoints every `checkpoint_every` updates
+(`checkpoint`). A workdir that already holds a checkpoint is resumed from its newest step, with
+the same config (only fields in `RESUMABLE_CHANGES` may differ, e.g. a larger `updates`).
+
+At the end `<workdir>/summary.json` reports, per instance, the best action found (re-simulated
+on the host with `simulator.simulate`, so no number comes only from the training loop) and the
+final greedy action, against the reference method's objective and the lower bound;
+`<workdir>/params.msgpack` holds the final policy parameters (the file `finetune` starts from).
+
+`finetune` is GO's fine-tuning on one held-out graph: PPO from given (pretrained) parameters,
+with an update and / or wall-clock budget (checked between calls), tracking the best action; it
+also reports the zero-shot greedy objective of the parameters it started from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+from absl import logging
+
+from go_jax import harness, methods
+from go_jax.training import checkpoint as ckpt_lib
+from go_jax.training import logging as train_logging
+from go_jax.training import ppo
+from simulator import fileio, sources
+from simulator.graph import CompGraph
+from simulator.topology import Topology
+
+CONFIG_NAME, SUMMARY_NAME, PARAMS_NAME, CKPT_DIR = (
+    "config.json", "summary.json", "params.msgpack", "checkpoints")
+# Config fields a resumed run may change (the rest must match the checkpointed run). A new
+# `updates` also rescales a decaying learning-rate schedule from the resumed step on.
+RESUMABLE_CHANGES = ("updates", "checkpoint_every", "keep_checkpoints", "tensorboard",
+                     "max_seconds", "init_params")
+
+
+def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]:
+  """(graphs, topologies, names) of every (graph spec, topology spec) pair of the config."""
+  graph_specs, topo_specs = list(config.graphs), list(config.topologies)
+  if not graph_specs or not topo_specs:
+    raise ValueError("config.graphs and config.topologies must be non-empty tuples of specs")
+  parsed = [harness.parse_topology(t) for t in topo_specs]
+  graphs, topos, names = [], [], []
+  for spec in graph_specs:
+    try:
+      graph = sources.load_graph(spec)
+    except ValueError as e:
+      raise ValueError(f"config.graphs: {spec!r}: {e}") from e
+    for tspec in parsed:
+      graphs.append(graph)
+      topos.append(harness.make_topology(tspec, graph)[0])
+      names.append(f"{spec} @ {tspec.spec}")
+  return graphs, topos, names
+
+
+def _config_dict(config) -> Dict[str, Any]:
+  return json.loads(config.to_json()) if hasattr(config, "to_json") else dict(config)
+
+
+def _check_resume(workdir: str, config) -> None:
+  """ValueError when the workdir's run used another config (beyond RESUMABLE_CHANGES)."""
+  path = os.path.join(workdir, CONFIG_NAME)
+  if not os.path.exists(path):
+    return
+  with open(path) as fh:
+    old = json.load(fh)
+  new = _config_dict(config)
+  differ = sorted(k for k in set(old) | set(new)
+                  if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
+  if differ:
+    raise ValueError(f"workdir {workdir} holds a run with another config (fields {differ} "
+                     "differ); use a new --workdir or the same config")
+
+
+@dataclasses.dataclass
+class TrainResult:
+  trainer: ppo.Trainer
+  state: ppo.TrainState
+  summary: List[Dict[str, Any]]  # one row per instance, see `summarize`
+  resumed_from: int  # checkpoint step the run started from (0: fresh)
+  speed: Dict[str, float]  # steady-state figures of the last call
+
+
+def _score(problems, i: int, place, prio) -> Dict[str, Any]:
+  """Instance i's action (padded arrays) re-simulated on the host with simulator.simulate."""
+  g, t = problems.graphs[i], problems.topologies[i]
+  n = g.num_nodes
+  place = np.asarray(place)[:n].astype(np.int64)
+  prio = np.asarray(prio)[:n].astype(np.float64)
+  scored = methods.evaluate(g, t, place, prio, problems.objective)
+  return dict(scored, placement=place, priority=prio)
+
+
+def summarize(trainer: ppo.Trainer, state: ppo.TrainState) -> List[Dict[str, Any]]:
+  """Per instance: the best and greedy actions re-simulated on the host, vs the reference.
+
+  `best_agrees` says whether the host's objective equals what the training loop recorded
+  (relative 1e-5: both are float32 simulations of the same action)."""
+  probs = trainer.problems
+  greedy_place, greedy_prio = jax.device_get(trainer.greedy(state.params))
+  best_obj = np.asarray(jax.device_get(state.best_objective), np.float64)
+  best_place, best_prio = jax.device_get((state.best_placement, state.best_priority))
+  rows = []
+  for i, (name, g, t) in enumerate(zip(probs.names, probs.graphs, probs.topologies)):
+    ref = float(probs.reference[i])
+    row = {"instance": name, "graph": g.name, "nodes": g.num_nodes, "edges": g.num_edges,
+           "devices": t.num_devices, "objective_kind": probs.objective,
+           "reference_method": probs.reference_method, "reference": ref,
+           "lower_bound": float(probs.lower_bound[i]), "best_objective": None,
+           "best_ratio": None}
+    greedy = _score(probs, i, greedy_place[i], greedy_prio[i])
+    row.update(greedy_objective=greedy["objective"], greedy_ratio=greedy["objective"] / ref,
+               greedy_feasible=greedy["feasible"])
+    if np.isfinite(best_obj[i]):  # the instance was visited at least once
+      best = _score(probs, i, best_place[i], best_prio[i])
+      row.update(best_objective=best["objective"], best_ratio=best["objective"] / ref,
+                 best_feasible=best["feasible"], best_loop_objective=float(best_obj[i]),
+                 best_agrees=bool(np.isclose(best["objective"], best_obj[i], rtol=1e-5,
+                                             atol=0.0)),
+                 best_placement=best["placement"].tolist(),
+                 best_priority=best["priority"].tolist())
+    rows.append(row)
+  return rows
+
+
+def _log_summary(rows) -> None:
+  for r in rows:
+    logging.info("%s: best %s (x%.4f of %s), greedy %s, lower bound %.6g", r["instance"],
+                 r.get("best_objective"), r.get("best_ratio") or float("nan"),
+                 r["reference_method"], r.get("greedy_objective"), r["lower_bound"])
+
+
+def _scalar_metrics(metrics, u: int) -> Dict[str, float]:
+  return {k: float(v[u]) for k, v in metrics.items()}
+
+
+def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
+                checkpoint_every: int = 0, progress=None, deadline: Optional[float] = None,
+                history: Optional[list] = None):
+  """Calls update_chunk until `total` updates or, after a call, past the deadline; returns
+  (state, speed of the last call)."""
+  per_call = trainer.hp.updates_per_call
+  speed: Dict[str, float] = {}
+  saved = int(state.step)  # a fresh run's step 0 or the checkpoint it resumed from
+  while int(state.step) < total:
+    state, metrics = trainer.update_chunk(state)
+    metrics = jax.device_get(metrics)
+    step = int(state.step)
+    if progress is not None:
+      speed = progress.update(step, {k: float(metrics[k][-1]) for k in
+                                     ("ratio_mean", "ratio_greedy", "ratio_best_so_far")})
+    for u in range(per_call):
+      row = _scalar_metrics(metrics, u)
+      if u == per_call - 1:
+        row.update(speed)
+      if history is not None:
+        history.append(dict(row, step=step - per_call + 1 + u))
+      if logger is not None:
+        logger.write(step - per_call + 1 + u, row)
+    if logger is not None:
+      logger.flush()
+    if checkpointer is not None and (step % checkpoint_every == 0 or step >= total):
+      checkpointer.save(step, state)
+      saved = step
+    if deadline is not None and time.perf_counter() >= deadline:
+      break  # checked after each call, so at least one call runs
+  if checkpointer is not None and saved != int(state.step):
+    checkpointer.save(int(state.step), state)  # stopped by the deadline between checkpoints
+  return state, speed
+
+
+def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy] = None,
+          instances: Optional[Tuple[Sequence[CompGraph], Sequence[Topology],
+                                    Sequence[str]]] = None,
+          progress: bool = True) -> TrainResult:
+  """Trains (or resumes) the run of `config` in `workdir` (None: in memory, no files).
+
+  Optional config fields: `init_params`, a params.msgpack of an earlier run (or that run's
+  workdir) to start from instead of fresh parameters (ignored when resuming a checkpoint):
+  fine-tuning a pretrained policy on held-out graphs; `max_seconds`, a wall-clock budget
+  checked between calls (the state reached is checkpointed). `instances` = (graphs,
+  topologies, names) replaces the config's graph and topology specs (graphs built in code).
+  """
+  total, per_call = int(config.updates), int(config.updates_per_call)
+  if total < 1 or per_call < 1 or total % per_call:
+    raise ValueError(f"updates ({total}) must be a positive multiple of updates_per_call "
+                     f"({per_call})")
+  every = int(config.get("checkpoint_every", per_call))
+  if every < per_call or every % per_call:
+    raise ValueError(f"checkpoint_every ({every}) must be a positive multiple of "
+                     f"updates_per_call ({per_call})")
+  max_seconds = config.get("max_seconds", None)
+  if max_seconds is not None and not max_seconds > 0:
+    raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+  graphs, topos, names = build_instances(config) if instances is None else instances
+  trainer = ppo.make_train(config, graphs, topos, policy=policy, names=names)
+  state = trainer.init(int(config.get("seed", 0)))
+  checkpointer, logger, start, latest = None, None, 0, None
+  try:
+    if workdir is not None:
+      os.makedirs(workdir, exist_ok=True)
+      checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, CKPT_DIR),
+                                           keep=int(config.get("keep_checkpoints", 3)))
+      latest = checkpointer.latest_step()
+      if latest is not None:
+        _check_resume(workdir, config)
+        state = checkpointer.restore(state, latest)
+        start = int(state.step)
+        logging.info("resumed from %s at update %d", checkpointer.directory, start)
+    init_params = config.get("init_params", None)
+    if init_params and latest is None:
+      if os.path.isdir(init_params):
+        init_params = os.path.join(init_params, PARAMS_NAME)
+      state = trainer.init(int(config.get("seed", 0)),
+                           params=ckpt_lib.load_params(init_params, state.params))
+    if workdir is not None:
+      fileio.write_json(os.path.join(workdir, CONFIG_NAME), _config_dict(config))
+      logger = train_logging.MetricsLogger(workdir, resume_step=start,
+                                           tensorboard=bool(config.get("tensorboard", True)))
+    prog = train_logging.Progress(start, total, trainer.placements_per_update,
+                                  enabled=progress)
+    deadline = None if max_seconds is None else time.perf_counter() + float(max_seconds)
+    state, speed = _run_chunks(trainer, state, total=total, logger=logger,
+                               checkpointer=checkpointer, checkpoint_every=every,
+                               progress=prog, deadline=deadline)
+    if checkpointer is not None:
+      checkpointer.wait()
+  finally:
+    if logger is not None:
+      logger.close()
+    if checkpointer is not None:
+      checkpointer.close()
+  rows = summarize(trainer, state)
+  _log_summary(rows)
+  if workdir is not None:
+    speed_json = {k: (v if np.isfinite(v) else None) for k, v in speed.items()}
+    fileio.write_json(os.path.join(workdir, SUMMARY_NAME),
+                      {"updates": int(state.step), "resumed_from": start, "speed": speed_json,
+                       "instances": rows})
+    ckpt_lib.save_params(os.path.join(workdir, PARAMS_NAME), state.params)
+  return TrainResult(trainer, state, rows, start, speed)
+
+
+@dataclasses.dataclass
+class FinetuneResult:
+  placement: np.ndarray  # (N,) int best placement found
+  priority: np.ndarray  # (N,) float its priority
+  objective: float  # re-simulated with simulator.simulate on the host
+  feasible: bool
+  loop_objective: float  # what the training loop recorded for it (float32)
+  reference: float  # the reference method's objective
+  zero_shot_objective: float  # greedy action of the starting parameters
+  updates: int
+  seconds: float
+  history: List[Dict[str, float]]  # per-update metrics
+  state: ppo.TrainState
+
+
+def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
+             max_updates: Optional[int] = None, max_seconds: Optional[float] = None,
+             seed: int = 0, policy: Optional[ppo.Policy] = None,
+             name: Optional[str] = None) -> FinetuneResult:
+  """PPO on one graph from `params` (None: fresh) within the budgets (see module docstring).
+
+  The update budget defaults to `config.updates` and is rounded up to whole calls of
+  `config.updates_per_call`; the wall-clock budget is checked between calls.
+  """
+  per_call = int(config["updates_per_call"])
+  budget = int(config["updates"] if max_updates is None else max_updates)
+  if budget < 1:
+    raise ValueError(f"max_updates must be >= 1, got {budget}")
+  if max_seconds is not None and not max_seconds > 0:
+    raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+  total = -(-budget // per_call) * per_call
+  cfg = dict(_config_dict(config), graphs_per_update=1, updates=total)
+  if policy is None:
+    cfg["policy"] = config["policy"]
+  trainer = ppo.make_train(cfg, [graph], [topology], policy=policy,
+                           names=[name or graph.name])
+  state = trainer.init(seed, params=params)
+  t0 = time.perf_counter()
+  zero_place, zero_prio = jax.device_get(trainer.greedy(state.params))
+  zero_shot = _score(trainer.problems, 0, zero_place[0], zero_prio[0])["objective"]
+  history: List[Dict[str, float]] = []
+  deadline = None if max_seconds is None else t0 + float(max_seconds)
+  state, _ = _run_chunks(trainer, state, total=total, deadline=deadline, history=history)
+  seconds = time.perf_counter() - t0
+  loop_obj = float(jax.device_get(state.best_objective)[0])
+  if not np.isfinite(loop_obj):
+    raise ValueError("finetune: no update ran within the budget (max_seconds too small?)")
+  scored = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
+                                                       state.best_priority[0])))
+  return FinetuneResult(placement=scored["placement"], priority=scored["priority"],
+                        objective=scored["objective"],
+                        feasible=scored["feasible"], loop_objective=loop_obj,
+                        reference=float(trainer.problems.reference[0]),
+                        zero_shot_objective=zero_shot, updates=int(state.step),
+                        seconds=seconds, history=history, state=state)
+
+
+def load_pretrained(workdir: str, template) -> Any:
+  """The final policy parameters of a training run (`<workdir>/params.msgpack`)."""
+  return ckpt_lib.load_params(os.path.join(workdir, PARAMS_NAME), template)
+
+
+__all__: Sequence[str] = ("train", "finetune", "summarize", "build_instances",
+                          "load_pretrained", "TrainResult", "FinetuneResult")

@@ -1,0 +1,297 @@
+"""PPO for GO-style policies: many updates per call, all under ONE jit (DESIGN section 8).
+
+  trainer = make_train(config, graphs, topologies)        # host setup (padding, references)
+  state = trainer.init(seed)                              # TrainState
+  state, metrics = trainer.update_chunk(state)            # config.updates_per_call updates
+
+`update_chunk` is one jitted `lax.scan` over `updates_per_call` PPO updates; the host only logs,
+checkpoints and shows progress between calls (`go_jax.training.loop`). Everything an update
+needs is in its arguments (the TrainState, the stacked instances) and its static
+hyper-parameters, so the executable is compiled once per (config, instance bucket) and a
+restored state continues bit-exactly. One update:
+
+1. picks G instances (all of them when G equals their number, else G distinct ones at random);
+2. runs the policy ONCE per graph (vmapped over G) and samples K actions per graph from that one
+   pass, plus the greedy (most likely) action, which is scored but not trained on;
+3. simulates all G x (K + 1) actions inside the same jit: one `simulate_padded` call per graph,
+   batched over its K + 1 actions (`rollout.per_graph`); objective per DESIGN section 5;
+   reward = -sqrt(objective / reference) per graph;
+4. advantage = reward minus a baseline (`config.advantage`, `rollout.ADVANTAGES`; default
+   "leave_one_out": the mean of the graph's other K - 1 samples, which needs no learned value),
+   then normalised over the batch;
+5. `epochs` passes over the K samples in `minibatches` random slices (each slice keeps all G
+   graphs and re-runs their forward pass): PPO's clipped surrogate on the ratio of the SUMMED
+   per-node probabilities of the heads the task uses, minus `entropy_coef` x summed entropy,
+   plus `value_coef` x squared error of the value head against the rewards; gradients clipped
+   to `max_grad_norm` (global norm), Adam with a learning-rate schedule (`state.SCHEDULES`);
+6. keeps, per instance, the best action ever simulated (TrainState.best_*).
+
+Randomness comes from the PRNG key in the state (config.prng_impl, default "rbg": XLA's
+RngBitGenerator, which compiles much faster than threefry inside large loops; see
+go_jax/methods/evolution.py). The key is stored as raw key data so checkpoints hold plain
+uint32 arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from go_jax.training import rollout
+from go_jax.training.problems import FeatureFn, Problems, TrainData, build_problems
+from go_jax.training.state import (HParams, TrainState, check_hparams, hparams_from_config,
+                                   learning_rate_schedule, make_optimizer)
+from simulator.graph import CompGraph
+from simulator.topology import Topology
+
+# Python-level trace counts of the jitted functions, for no-retrace tests.
+TRACES: Dict[str, int] = {"update_chunk": 0, "greedy": 0}
+
+
+# ------------------------------------------------------------------ one PPO update
+def _apply(module: nn.Module, params, feats):
+  """Forward pass of every graph of a batch (feats fields (G, ...))."""
+  return jax.vmap(module.apply, in_axes=(None, 0))(params, feats)
+
+
+@flax.struct.dataclass
+class _Batch:
+  """The K samples of G graphs that PPO trains on (one slice of K per minibatch)."""
+  actions: rollout.Actions  # (G, K, Np) fields
+  logp: jnp.ndarray  # (G, K) log-probability under the sampling parameters
+  advantage: jnp.ndarray  # (G, K)
+  reward: jnp.ndarray  # (G, K)
+
+
+def _loss(params, module, hp: HParams, task, data: TrainData, batch: _Batch):
+  out = _apply(module, params, data.feats)
+  logp = rollout.log_prob(task, data, out, batch.actions)
+  ratio = jnp.exp(logp - batch.logp)
+  adv = batch.advantage
+  surrogate = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - hp.clip_eps, 1 + hp.clip_eps) * adv)
+  pg_loss = -jnp.mean(surrogate)
+  ent, decisions = rollout.entropy(task, data, out)
+  value_loss = jnp.mean(jnp.square(out.value[:, None] - batch.reward))
+  loss = pg_loss - hp.entropy_coef * jnp.mean(ent) + hp.value_coef * value_loss
+  aux = {"pg_loss": pg_loss, "value_loss": value_loss,
+         "entropy_per_decision": jnp.sum(ent) / jnp.maximum(jnp.sum(decisions), 1.0),
+         "approx_kl": jnp.mean(batch.logp - logp),
+         "clip_fraction": jnp.mean((jnp.abs(ratio - 1.0) > hp.clip_eps).astype(jnp.float32))}
+  return loss, aux
+
+
+@flax.struct.dataclass
+class _OptCarry:
+  """Carry of the epoch / minibatch scans."""
+  params: Any  # policy parameters
+  opt_state: Any  # optax state
+
+
+def _optimise(state: TrainState, key, module, hp: HParams, task, data: TrainData,
+              batch: _Batch):
+  """`epochs` x `minibatches` gradient steps; returns (params, opt_state, mean metrics)."""
+  opt = make_optimizer(hp)
+  m = hp.minibatches
+  size = hp.samples // m
+  grad_fn = jax.value_and_grad(_loss, has_aux=True)
+
+  def minibatch(carry: _OptCarry, idx):
+    part = jax.tree_util.tree_map(lambda x: x[:, idx], batch)
+    (loss, aux), grads = grad_fn(carry.params, module, hp, task, data, part)
+    updates, opt_state = opt.update(grads, carry.opt_state, carry.params)
+    aux = dict(aux, loss=loss, grad_norm=optax.tree.norm(grads))
+    return _OptCarry(optax.apply_updates(carry.params, updates), opt_state), aux
+
+  def epoch(carry: _OptCarry, ekey):
+    slices = jax.random.permutation(ekey, hp.samples).reshape(m, size)
+    return jax.lax.scan(minibatch, carry, slices)
+
+  carry, aux = jax.lax.scan(epoch, _OptCarry(state.params, state.opt_state),
+                            jax.random.split(key, hp.epochs))
+  return carry.params, carry.opt_state, jax.tree_util.tree_map(jnp.mean, aux)
+
+
+def _pick_instances(key, hp: HParams, num_instances: int):
+  if hp.graphs_per_update == num_instances:
+    return jnp.arange(num_instances)
+  return jax.random.choice(key, num_instances, (hp.graphs_per_update,), replace=False)
+
+
+def _running_mean(state: TrainState, idx, reward, decay: float):
+  """Bias-corrected exponential running mean of each visited instance's mean reward."""
+  weight = state.reward_ema_weight[idx]
+  new_weight = 1.0 - decay * (1.0 - weight)
+  new = (decay * state.reward_ema[idx] * weight + (1.0 - decay) * jnp.mean(reward, 1))
+  return {"reward_ema": state.reward_ema.at[idx].set(new / new_weight),
+          "reward_ema_weight": state.reward_ema_weight.at[idx].set(new_weight)}
+
+
+def _track_best(state: TrainState, idx, res: rollout.Outcome):
+  """The best-so-far fields with this update's best action of each of its instances."""
+  i_best = jnp.argmin(res.objective, axis=1)
+  rows = jnp.arange(idx.shape[0])
+  old = state.best_objective[idx]
+  better = res.objective[rows, i_best] < old
+  keep = lambda new, prev: jnp.where(better.reshape((-1,) + (1,) * (new.ndim - 1)), new, prev)
+  return {"best_objective": state.best_objective.at[idx].set(
+              keep(res.objective[rows, i_best], old)),
+          "best_placement": state.best_placement.at[idx].set(
+              keep(res.placement[rows, i_best], state.best_placement[idx])),
+          "best_priority": state.best_priority.at[idx].set(
+              keep(res.priority[rows, i_best], state.best_priority[idx]))}
+
+
+def ppo_update(state: TrainState, all_data: TrainData, module, hp: HParams):
+  """One PPO update (see the module docstring); returns (state, metrics of scalars)."""
+  task = rollout.get_task(hp.task)
+  num_instances = all_data.upper_bound.shape[0]
+  key = jax.random.wrap_key_data(state.key, impl=hp.prng_impl)
+  key, k_pick, k_sample, k_opt = jax.random.split(key, 4)
+  idx = _pick_instances(k_pick, hp, num_instances)
+  data = jax.tree_util.tree_map(lambda x: x[idx], all_data)
+
+  out = jax.lax.stop_gradient(_apply(module, state.params, data.feats))
+  sampled = rollout.sample(k_sample, out, hp.samples)
+  both = jax.tree_util.tree_map(lambda s, g: jnp.concatenate([s, g], 1), sampled,
+                                rollout.greedy(out))
+  res = rollout.simulate_actions(hp.objective, task, data, both)
+  reward = res.reward[:, :hp.samples]
+  ema = state.reward_ema[idx]
+  adv = rollout.get_advantage(hp.advantage)(reward, out.value, ema)
+  if hp.normalize_advantages:
+    adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+  batch = _Batch(actions=sampled, logp=rollout.log_prob(task, data, out, sampled),
+                 advantage=adv, reward=reward)
+  params, opt_state, aux = _optimise(state, k_opt, module, hp, task, data, batch)
+
+  ema_state = _running_mean(state, idx, reward, hp.ema_decay)
+  best = _track_best(state, idx, res)
+  ratio = res.objective / data.reference[:, None]
+  seen = jnp.isfinite(best["best_objective"])
+  metrics = dict(
+      aux,
+      reward_mean=jnp.mean(reward), value_mean=jnp.mean(out.value),
+      ratio_mean=jnp.mean(ratio[:, :hp.samples]),
+      ratio_best_sample=jnp.mean(jnp.min(ratio[:, :hp.samples], 1)),
+      ratio_greedy=jnp.mean(ratio[:, hp.samples]),
+      feasible_fraction=1.0 - jnp.mean(res.oom[:, :hp.samples].astype(jnp.float32)),
+      ratio_best_so_far=jnp.sum(jnp.where(seen, best["best_objective"] / all_data.reference,
+                                          0.0)) / jnp.maximum(jnp.sum(seen), 1),
+      learning_rate=learning_rate_schedule(hp)(state.step * hp.epochs * hp.minibatches))
+  new_state = state.replace(params=params, opt_state=opt_state, key=jax.random.key_data(key),
+                            step=state.step + 1, **ema_state, **best)
+  return new_state, jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), metrics)
+
+
+@functools.partial(jax.jit, static_argnames=("module", "hp"))
+def update_chunk(state: TrainState, data: TrainData, *, module, hp: HParams):
+  """`hp.updates_per_call` PPO updates in one scan; metrics are stacked, shape (U,) each."""
+  TRACES["update_chunk"] += 1
+  return jax.lax.scan(lambda s, _: ppo_update(s, data, module, hp), state, None,
+                      length=hp.updates_per_call)
+
+
+@functools.partial(jax.jit, static_argnames=("module", "hp"))
+def greedy_actions(params, data: TrainData, *, module, hp: HParams):
+  """The most likely action of every instance, as the simulator takes it: (placement (I, Np)
+  int32, priority (I, Np) float32). Scored on the host (`loop.summarize`), so this compiles
+  only the policy, not another simulator."""
+  TRACES["greedy"] += 1
+  out = _apply(module, params, data.feats)
+  place, prio = rollout.to_simulator(rollout.get_task(hp.task), data, rollout.greedy(out))
+  return place[:, 0], prio[:, 0]
+
+
+# ------------------------------------------------------------------ setup
+@functools.partial(jax.jit, static_argnames=("module",))
+def _init_params(module, key, feats):
+  """module.init under jit: eager init dispatches every op of a large policy one by one."""
+  return module.init(key, feats)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """A policy network and the host function that builds its inputs."""
+  module: nn.Module  # init(key, feats) / apply(params, feats) -> PolicyOutput, ONE graph
+  features: FeatureFn  # (graph, topology, num_nodes, num_edges) -> GraphFeatures
+  max_devices: int  # Dmax of the features' device axis
+
+
+def policy_from_config(policy_config) -> Policy:
+  """The registered GO policy (go_jax.policies) described by `config.policy`."""
+  from go_jax import policies  # pylint: disable=g-import-not-at-top
+  dmax = int(policy_config["max_devices"])
+
+  def features(graph, topology, num_nodes, num_edges):
+    return policies.features.graph_features(graph, topology, num_nodes=num_nodes,
+                                            num_edges=num_edges, max_devices=dmax)
+  return Policy(policies.make_policy(policy_config), features, dmax)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+  """What `make_train` returns: the problems, the policy and the jitted functions."""
+  hp: HParams
+  policy: Policy
+  problems: Problems
+
+  @property
+  def data(self) -> TrainData:
+    return self.problems.data
+
+  def init(self, seed: int = 0, params=None) -> TrainState:
+    """A fresh state: new (or given, e.g. pretrained) params, optimizer and PRNG key."""
+    key = jax.random.key(int(seed), impl=self.hp.prng_impl)
+    key, k_init = jax.random.split(key)
+    if params is None:
+      feats = jax.tree_util.tree_map(lambda x: x[0], self.data.feats)
+      params = _init_params(self.policy.module, k_init, feats)
+    n, np_ = self.problems.num_instances, self.problems.num_nodes_padded
+    return TrainState(
+        params=params, opt_state=make_optimizer(self.hp).init(params),
+        key=jax.random.key_data(key), step=jnp.int32(0),
+        reward_ema=jnp.zeros(n, jnp.float32), reward_ema_weight=jnp.zeros(n, jnp.float32),
+        best_objective=jnp.full(n, jnp.inf, jnp.float32),
+        best_placement=jnp.zeros((n, np_), jnp.int32),
+        best_priority=jnp.zeros((n, np_), jnp.float32))
+
+  def update_chunk(self, state: TrainState) -> Tuple[TrainState, Dict[str, jnp.ndarray]]:
+    return update_chunk(state, self.data, module=self.policy.module, hp=self.hp)
+
+  def greedy(self, params):
+    """Greedy action of every instance: (placement (I, Np) int32, priority (I, Np) float32)."""
+    return greedy_actions(params, self.data, module=self.policy.module, hp=self.hp)
+
+  @property
+  def placements_per_update(self) -> int:
+    """Simulated actions per update (K sampled + 1 greedy per graph)."""
+    return self.hp.graphs_per_update * (self.hp.samples + 1)
+
+
+def make_train(config, graphs: Sequence[CompGraph], topologies: Sequence[Topology],
+               policy: Optional[Policy] = None, names: Optional[Sequence[str]] = None
+               ) -> Trainer:
+  """Host setup of PPO on instances (graphs[i], topologies[i]); see the module docstring.
+
+  `config`: an ml_collections ConfigDict or mapping with the HParams fields (`updates` sets
+  `total_updates`), `reference` and `fixed_placement` (method names) and `policy` (the
+  go_jax.policies config; ignored when `policy` is given, e.g. a small stand-in for tests).
+  """
+  hp = hparams_from_config(config)
+  task = rollout.get_task(hp.task)
+  check_hparams(hp, len(graphs))
+  if policy is None:
+    policy = policy_from_config(config["policy"])
+  fixed = str(config.get("fixed_placement", "heft")) if task.needs_fixed_placement else None
+  problems = build_problems(graphs, topologies, features=policy.features,
+                            max_devices=policy.max_devices, objective=hp.objective,
+                            reference=str(config.get("reference", "heft")),
+                            fixed_placement=fixed, names=names)
+  return Trainer(hp=hp, policy=policy, problems=problems)
