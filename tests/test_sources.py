@@ -400,3 +400,25 @@ def test_data_root_env(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match="GO_JAX_DATA=.*is not a folder"):
     data_root()
   assert available_graphs()["pipedream"] == []
+
+
+def test_zoo_spec_builds_costed_graph_and_caches(tmp_path, monkeypatch):
+  """`zoo:` specs: the HLO front end + roofline costs, cached on disk, knobs validated."""
+  monkeypatch.setenv("GO_JAX_CACHE", str(tmp_path))
+  spec = "zoo:transformer_xl2,size=tiny,stage=pre,device=v100"
+  g = load_graph(spec)
+  assert g.num_nodes > 50 and np.all(g.cost >= 0) and g.cost.sum() > 0
+  assert g.flops.sum() > 0 and g.param_bytes.sum() > 0
+  cached = list((tmp_path / "zoo").glob("*.npz"))
+  assert len(cached) == 1
+  again = load_graph(spec)  # from the cache: identical
+  np.testing.assert_array_equal(again.cost, g.cost)
+  np.testing.assert_array_equal(again.senders, g.senders)
+  faster = load_graph(spec.replace("v100", "h100"))
+  assert faster.cost.sum() < g.cost.sum()  # same graph, a faster device
+  with pytest.raises(ValueError, match="unknown knob"):
+    load_graph("zoo:transformer_xl2,size=tiny,bogus=3")
+  with pytest.raises(ValueError, match="device"):
+    load_graph("zoo:transformer_xl2,size=tiny,device=nope")
+  with pytest.raises(ValueError, match="unknown zoo model"):
+    load_graph("zoo:nope")

@@ -6,6 +6,7 @@ A spec is `kind:arg,key=value,...` or a path ending in ".npz" (a graph saved by
   layered:n=1000,width=32,seed=0      regal:n=200,seed=3       chain:n=50
   series_parallel:n=100,seed=1        pipedream:resnet50       pipedream:gnmt,training=false
   piper:gnmt                          piper:bert32a100,tensor_parallel=4,variant=recomp
+  zoo:resnet50,size=small,stage=post,device=a100      zoo:gnmt8      zoo:gpt2_small,batch=4
 
 Generators take `n` (alias of num_nodes) and their keyword arguments; the importers take a
 model name or file path as their one positional argument. Every error (unknown kind, key or
@@ -20,6 +21,7 @@ from typing import Callable, Dict, List, Optional
 
 from simulator.graph import CompGraph
 from simulator.sources import pipedream, piper, synthetic
+from simulator.sources import zoo as zoo_source
 from simulator.sources.datafiles import DATA_ENV_VAR, data_root
 from simulator.sources.pipedream import load_pipedream
 from simulator.sources.piper import load_piper
@@ -54,6 +56,9 @@ class SourceKind:
   positional: Optional[str] = None  # parameter receiving the unnamed argument
   aliases: Dict[str, str] = dataclasses.field(default_factory=dict)
   description: str = ""
+  # Keys outside the function's annotated parameters are passed on as `**kwargs`, parsed by
+  # this function (the zoo's model-specific knobs; the model validates them).
+  free_keys: Optional[Callable[[str], object]] = None
 
   def keys(self) -> Dict[str, Callable[[str], object]]:
     """Spec key -> value parser, from the function's annotated parameters."""
@@ -81,6 +86,8 @@ REGISTRY: Dict[str, SourceKind] = {
                             description="PipeDream layer profile"),
     "piper": SourceKind(load_piper, positional="path_or_name",
                         description="Piper workload JSON"),
+    "zoo": SourceKind(zoo_source.load_zoo, positional="model", free_keys=zoo_source.parse_knob,
+                      description="model-zoo training step via the HLO front end + cost model"),
 }
 
 
@@ -117,6 +124,11 @@ def load_graph(spec: str) -> CompGraph:
                          f"takes {where}); valid keys: {', '.join(sorted(keys))}")
       args.append(item)
       continue
+    if key not in keys and kind.free_keys is not None and key.isidentifier():
+      if key in kwargs:
+        raise ValueError(f"graph spec {spec!r}: key {key!r} given twice")
+      kwargs[key] = kind.free_keys(text.strip())
+      continue
     if key not in keys:
       raise ValueError(f"graph spec {spec!r}: unknown key {key!r} for {kind_name}; valid "
                        f"keys: {', '.join(sorted(keys))}")
@@ -134,7 +146,8 @@ def load_graph(spec: str) -> CompGraph:
                        f"{', '.join(available_graphs().get(kind_name, [])) or '(none found)'}")
     kwargs[kind.positional] = args[0]
   missing = [p.name for p in inspect.signature(kind.fn).parameters.values()
-             if p.default is inspect.Parameter.empty and p.name not in kwargs]
+             if p.default is inspect.Parameter.empty and p.name not in kwargs
+             and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
   if missing:
     raise ValueError(f"graph spec {spec!r}: {kind_name} requires {', '.join(missing)} "
                      f"(n = num_nodes); valid keys: {', '.join(sorted(keys))}")
@@ -142,8 +155,10 @@ def load_graph(spec: str) -> CompGraph:
 
 
 def available_graphs() -> Dict[str, List[str]]:
-  """Kind -> model names found in the shared data (empty for generators or without data)."""
+  """Kind -> model names: zoo models, and those found in the shared data (empty for generators)."""
   out = {k: [] for k in REGISTRY}
+  from simulator import zoo
+  out["zoo"] = sorted(zoo.available())
   try:
     root = data_root()
   except ValueError:
