@@ -1,0 +1,178 @@
+"""`Calibration`: the fitted roofline parameters of one machine, and their JSON file.
+
+What a calibration holds (all measured / fitted by `simulator.costmodel.calibrate`):
+  * the machine's roofline peaks: best matmul FLOP/s per dtype, best streaming bandwidth, memory
+    capacity -> the "local" `DeviceSpec` (`devices.local_spec`);
+  * per op class: efficiencies (fractions of those peaks) and the launch overhead (seconds);
+    `fitted` says which numbers the data determined (the others keep the documented defaults);
+  * the transcendental weight (plain flops per exp / tanh / ...), XLA:CPU's parallel efficiency
+    (speed-up per extra partition of a split loop fusion), the per-program dispatch overhead
+    (one jitted call; reported, not part of any op), the page-fault cost per byte of a buffer
+    the host allocator maps afresh on every call (`first_touch`);
+  * provenance: backend, device kind, date, host, the load during the measurement, the fit's
+    quality and every microbenchmark's measured and fitted time.
+
+Files are JSON with a `version` field, written atomically; `Calibration.load` refuses a file
+with a missing or malformed field with a ValueError that names the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Dict, List, Mapping
+
+from simulator import fileio
+from simulator.costmodel import roofline
+from simulator.costmodel.devices import DTYPES
+from simulator.costmodel.opclass import OP_CLASSES
+
+VERSION = 1
+CLASS_FIELDS = ("flops_eff", "bytes_eff", "overhead")
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+  """Fitted roofline parameters of the machine the microbenchmarks ran on (see module doc)."""
+  backend: str
+  device_kind: str
+  date: str
+  peak_flops: Mapping[str, float]  # FLOP/s per dtype ("f32" required)
+  mem_bandwidth: float  # bytes/s
+  mem_capacity: float  # bytes
+  launch_overhead: float  # seconds: the median of the per-class overheads
+  dispatch_overhead: float  # seconds per jitted call (not charged to ops)
+  transcendental_weight: float  # >= 1
+  parallel_efficiency: float  # in [0, 1]
+  classes: Mapping[str, Mapping[str, float]]  # class -> {flops_eff, bytes_eff, overhead}
+  fitted: Mapping[str, Mapping[str, bool]] = dataclasses.field(default_factory=dict)
+  host: str = ""
+  conditions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  fit: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  measurements: List[Mapping[str, Any]] = dataclasses.field(default_factory=list)
+  first_touch: float = 0.0  # seconds per byte of a buffer the allocator maps afresh per call
+  version: int = VERSION
+
+  def __post_init__(self):
+    _check(self)
+
+  def roofline_params(self) -> roofline.RooflineParams:
+    """The class efficiencies and knobs for `roofline.durations` (overheads as ratios)."""
+    base = self.launch_overhead if self.launch_overhead > 0 else 1.0
+    return roofline.RooflineParams(
+        flops_eff={c: v["flops_eff"] for c, v in self.classes.items()},
+        bytes_eff={c: v["bytes_eff"] for c, v in self.classes.items()},
+        overhead_ratio={c: v["overhead"] / base for c, v in self.classes.items()},
+        transcendental_weight=self.transcendental_weight,
+        parallel_efficiency=self.parallel_efficiency, first_touch=self.first_touch)
+
+  # ---------------------------------------------------------------- I/O
+  def to_dict(self) -> Dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(self)))
+
+  def save(self, path: str) -> str:
+    """Writes JSON atomically (temporary file + rename), creating the folder."""
+    return fileio.write_json(path, self.to_dict())
+
+  @classmethod
+  def from_dict(cls, data: Any, source: str = "calibration") -> "Calibration":
+    if not isinstance(data, dict):
+      raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    if "version" not in data:
+      raise ValueError(f"{source}: field 'version' is missing")
+    if data["version"] != VERSION:
+      raise ValueError(f"{source}: field 'version' is {data['version']!r}; this code reads "
+                       f"version {VERSION}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    missing = sorted(required - set(data))
+    if missing:
+      raise ValueError(f"{source}: field '{missing[0]}' is missing")
+    unknown = sorted(set(data) - names)
+    if unknown:
+      raise ValueError(f"{source}: unknown field '{unknown[0]}'")
+    try:
+      return cls(**data)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"{source}: {e}") from e
+
+  @classmethod
+  def load(cls, path: str) -> "Calibration":
+    """Reads a file written by `save`; a malformed file raises ValueError naming the field."""
+    try:
+      with open(path) as fh:
+        data = json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+      raise ValueError(f"cannot read calibration file '{path}': {type(e).__name__}: {e}") from e
+    return cls.from_dict(data, f"calibration file '{path}'")
+
+  def table(self) -> str:
+    """The fitted per-class table as aligned text (an unfitted number is marked '*')."""
+    rows = [f"{'class':14s} {'flops_eff':>10s} {'bytes_eff':>10s} {'overhead_us':>12s}"]
+    for c in OP_CLASSES:
+      if c not in self.classes:
+        continue
+      v, fit = self.classes[c], self.fitted.get(c, {})
+      mark = lambda k: " " if fit.get(k, False) else "*"
+      rows.append(f"{c:14s} {v['flops_eff']:10.3g}{mark('flops_eff')}"
+                  f"{v['bytes_eff']:10.3g}{mark('bytes_eff')}"
+                  f"{v['overhead'] * 1e6:12.3g}{mark('overhead')}")
+    peaks = ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in self.peak_flops.items())
+    rows.append(f"peaks: {peaks}; bandwidth {self.mem_bandwidth / 1e9:.1f} GB/s; launch "
+                f"{self.launch_overhead * 1e6:.2f} us; dispatch {self.dispatch_overhead * 1e6:.1f}"
+                f" us; transcendental weight {self.transcendental_weight:.2f}; parallel "
+                f"efficiency {self.parallel_efficiency:.2f}; first touch "
+                f"{self.first_touch * 2**20 * 1e3:.2f} ms/MiB   (* = default, not fitted)")
+    return "\n".join(rows)
+
+
+def _positive(name: str, v, allow_zero: bool = False) -> float:
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
+      v < 0 if allow_zero else v <= 0):
+    raise ValueError(f"field '{name}' must be a finite number {'>= 0' if allow_zero else '> 0'}"
+                     f", got {v!r}")
+  return float(v)
+
+
+def _check(c: Calibration):
+  for name in ("backend", "device_kind", "date", "host"):
+    if not isinstance(getattr(c, name), str):
+      raise ValueError(f"field '{name}' must be a string, got {getattr(c, name)!r}")
+  if not isinstance(c.peak_flops, Mapping) or "f32" not in c.peak_flops:
+    raise ValueError(f"field 'peak_flops' must map dtypes to FLOP/s with an 'f32' entry, got "
+                     f"{c.peak_flops!r}")
+  for k, v in c.peak_flops.items():
+    if k not in DTYPES:
+      raise ValueError(f"field 'peak_flops' has unknown dtype {k!r} (valid: {DTYPES})")
+    _positive(f"peak_flops.{k}", v)
+  for name in ("mem_bandwidth", "mem_capacity"):
+    _positive(name, getattr(c, name))
+  for name in ("launch_overhead", "dispatch_overhead", "first_touch"):
+    _positive(name, getattr(c, name), allow_zero=True)
+  tw = _positive("transcendental_weight", c.transcendental_weight)
+  if tw < 1:
+    raise ValueError(f"field 'transcendental_weight' must be >= 1, got {tw}")
+  pe = _positive("parallel_efficiency", c.parallel_efficiency, allow_zero=True)
+  if pe > 1:
+    raise ValueError(f"field 'parallel_efficiency' must be in [0, 1], got {pe}")
+  if not isinstance(c.classes, Mapping) or not c.classes:
+    raise ValueError(f"field 'classes' must map op classes to their numbers, got {c.classes!r}")
+  for cls, v in c.classes.items():
+    if cls not in OP_CLASSES:
+      raise ValueError(f"field 'classes' has unknown op class {cls!r} (valid: {OP_CLASSES})")
+    if not isinstance(v, Mapping) or set(v) != set(CLASS_FIELDS):
+      raise ValueError(f"field 'classes.{cls}' must have exactly the keys {CLASS_FIELDS}, "
+                       f"got {v!r}")
+    for k in CLASS_FIELDS:
+      _positive(f"classes.{cls}.{k}", v[k], allow_zero=k == "overhead")
+  if not isinstance(c.fitted, Mapping):
+    raise ValueError(f"field 'fitted' must be an object, got {c.fitted!r}")
+  for name in ("conditions", "fit"):
+    if not isinstance(getattr(c, name), Mapping):
+      raise ValueError(f"field '{name}' must be an object, got {getattr(c, name)!r}")
+  if not isinstance(c.measurements, list):
+    raise ValueError(f"field 'measurements' must be a list, got {c.measurements!r}")
+  if not isinstance(c.version, int) or c.version != VERSION:
+    raise ValueError(f"field 'version' must be {VERSION}, got {c.version!r}")

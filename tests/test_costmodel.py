@@ -1,0 +1,216 @@
+"""Cost model: device specs, roofline by hand, op classes from HLO, calibration, validation.
+
+Timings are never asserted (DESIGN section 8): the calibration test only checks that a tiny fit
+gives finite positive numbers, and the launcher test that the files are written.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from simulator import CompGraph, ops
+from simulator.costmodel import (DEFAULT_BYTES_EFF, DEFAULT_FLOPS_EFF, DEVICES, Calibration,
+                                 DeviceSpec, RooflineParams, apply_cost_model, calibrate,
+                                 device_spec, durations, features, hlo_graph)
+from simulator.costmodel import calibration as calibration_mod
+from simulator.costmodel.opclass import OP_CLASSES
+from simulator.frontends.hlo import lower_hlo_text
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+US = 1e-6
+
+
+# ------------------------------------------------------------------ device specs
+def test_registry_has_the_papers_devices_with_valid_figures():
+  for name in ("k80", "v100", "a100", "h100", "h200", "tpu_v3", "tpu_v4"):
+    spec = device_spec(name)
+    assert spec is DEVICES[name] and spec.name == name
+    assert spec.peak("f32") > 1e12 and spec.mem_bandwidth > 1e11 and spec.mem_capacity > 1e9
+    assert spec.peak("bf16") >= spec.peak("f32")  # bf16 falls back to the f32 peak
+    assert 0 < spec.launch_overhead < 1e-4
+  assert device_spec("h200").mem_bandwidth > device_spec("h100").mem_bandwidth
+  assert device_spec("a100").peak("bf16") == 16 * device_spec("a100").peak("f32")
+
+
+def test_bad_specs_and_names_raise():
+  with pytest.raises(ValueError, match="f32"):
+    DeviceSpec("x", {"bf16": 1e12}, 1e11, 0.0, 1e9)
+  with pytest.raises(ValueError, match="mem_bandwidth"):
+    DeviceSpec("x", {"f32": 1e12}, -1.0, 0.0, 1e9)
+  with pytest.raises(ValueError, match="unknown dtype"):
+    DeviceSpec("x", {"f32": 1e12, "int8": 1e12}, 1e11, 0.0, 1e9)
+  with pytest.raises(ValueError, match="unknown device spec"):
+    device_spec("p100")
+  with pytest.raises(ValueError, match="needs a Calibration"):
+    device_spec("local")
+
+
+# ------------------------------------------------------------------ roofline by hand
+SPEC = DeviceSpec("toy", {"f32": 1e12}, 1e11, 2 * US, 1e9)
+
+
+def _toy_graph():
+  """dot (compute bound), elementwise (memory bound), reshape (free), empty fusion (free)."""
+  names = ("dot", "elementwise", "reshape", "fusion")
+  return CompGraph(cost=np.zeros(4), senders=[0, 1, 2], receivers=[1, 2, 3],
+                   out_bytes=[4e3, 4e3, 4e3, 4e3], param_bytes=[8e3, 0, 0, 0],
+                   flops=[2e9, 1e6, 0, 0], bytes_accessed=[1e6, 4e9, 8e3, 0],
+                   op_type=[ops.op_type_id(n) for n in names], name="toy",
+                   node_names=["mm", "add", "rs", "empty"])
+
+
+def test_roofline_by_hand_default_efficiencies():
+  t = durations(_toy_graph(), SPEC)
+  mm = max(2e9 / (DEFAULT_FLOPS_EFF["dot"] * 1e12), 1e6 / (DEFAULT_BYTES_EFF["dot"] * 1e11))
+  add = max(1e6 / (DEFAULT_FLOPS_EFF["elementwise"] * 1e12),
+            4e9 / (DEFAULT_BYTES_EFF["elementwise"] * 1e11))
+  np.testing.assert_allclose(t, [mm + 2 * US, add + 2 * US, 0.0, 0.0], rtol=1e-12)
+  assert mm == 2e9 / (0.7 * 1e12) and add == 4e9 / (0.7 * 1e11)  # compute / memory bound
+
+
+def test_roofline_with_explicit_params_and_overhead_ratio():
+  p = RooflineParams({"dot": 0.5}, {"elementwise": 0.25}, {"dot": 3.0, "elementwise": 0.0})
+  t = durations(_toy_graph(), SPEC, p)
+  np.testing.assert_allclose(t[:2], [2e9 / 0.5e12 + 6 * US, 4e9 / 0.25e11], rtol=1e-12)
+  with pytest.raises(ValueError, match="unknown op class"):
+    RooflineParams({"matmul": 0.5}, {}, {})
+
+
+def test_apply_cost_model_keeps_everything_but_cost():
+  g = _toy_graph()
+  out = apply_cost_model(g, SPEC)
+  np.testing.assert_array_equal(out.cost, durations(g, SPEC))
+  assert out.cost[0] > 0 and np.all(g.cost == 0)  # the input is untouched
+  for f in dataclasses.fields(CompGraph):
+    if f.name != "cost":
+      a, b = getattr(g, f.name), getattr(out, f.name)
+      assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f.name
+
+
+# ------------------------------------------------------------------ op classes from HLO
+def _classes(h):
+  lv = features(h)
+  return [OP_CLASSES[c] for c in lv.op_class]
+
+
+def test_post_optimisation_classes_and_apply_on_hlo_graph():
+  def f(x, w):
+    return jnp.tanh(x @ w).max(0) + 1.0
+  h = hlo_graph(lower_hlo_text(f, jnp.ones((128, 96)), jnp.ones((96, 128)), stage="post"))
+  assert _classes(h)[0] == "dot", _classes(h)  # YNN fuses the dot, tanh and max together
+  red = hlo_graph(lower_hlo_text(lambda x: jnp.exp(x).sum(1), jnp.ones((64, 48)), stage="post"))
+  assert "reduce" in _classes(red) and "pool" not in _classes(red)  # tiling windows: a reduce
+  pool = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+  assert "pool" in _classes(hlo_graph(lower_hlo_text(pool, jnp.ones((2, 8, 8, 4)), stage="post")))
+  small = hlo_graph(lower_hlo_text(f, jnp.ones((8, 96)), jnp.ones((96, 128)), stage="post"))
+  assert "dot_small" in _classes(small)  # M = 8 rows: a small GEMM
+  g = apply_cost_model(h, SPEC)
+  assert g.num_nodes == h.graph.num_nodes and np.all(g.cost > 0)
+  np.testing.assert_array_equal(g.flops, h.graph.flops)
+
+
+def test_conv_forms_and_while_trip_count():
+  x, w = jnp.ones((2, 8, 8, 4)), jnp.ones((3, 3, 1, 4))
+  dn = ("NHWC", "HWIO", "NHWC")
+  grouped = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn,
+                                                  feature_group_count=4)
+  assert "conv_grouped" in _classes(hlo_graph(lower_hlo_text(grouped, x, w, stage="post")))
+
+  def loop(x, w):
+    return lax.fori_loop(0, 7, lambda i, h: jnp.tanh(h @ w), x)
+  h = hlo_graph(lower_hlo_text(loop, jnp.ones((4, 16)), jnp.ones((16, 16)), stage="post"))
+  lv = features(h)
+  dots = lv.op_class == OP_CLASSES.index("dot_small")  # 4 x 16 @ 16 x 16
+  assert dots.any() and np.all(lv.weight[dots] == 7)  # the body runs known_trip_count times
+  owners = set(lv.owner[dots].tolist())
+  assert [_classes(h)[i] for i in owners] == ["control"]
+
+
+def test_features_reject_other_inputs():
+  with pytest.raises(ValueError, match="CompGraph or an HloGraph"):
+    features("not a graph")
+
+
+# ------------------------------------------------------------------ calibration
+def _calibration(**over):
+  base = dict(backend="cpu", device_kind="cpu", date="2025-01-01T00:00:00+00:00",
+              peak_flops={"f32": 5e10}, mem_bandwidth=2e10, mem_capacity=2e10,
+              launch_overhead=1e-6, dispatch_overhead=1e-5, transcendental_weight=3.0,
+              parallel_efficiency=0.5,
+              classes={c: {"flops_eff": 0.5, "bytes_eff": 0.5, "overhead": 1e-6}
+                       for c in OP_CLASSES if c != "free"})
+  base.update(over)
+  return Calibration(**base)
+
+
+def test_calibration_json_round_trip(tmp_path):
+  cal = _calibration()
+  path = str(tmp_path / "sub" / "cal.json")
+  cal.save(path)
+  assert Calibration.load(path) == cal
+  assert os.listdir(tmp_path / "sub") == ["cal.json"]  # atomic: no temporary left behind
+  spec = device_spec("local", cal)
+  assert spec.peak("f32") == 5e10 and spec.launch_overhead == 1e-6
+  np.testing.assert_allclose(durations(_toy_graph(), spec, cal)[0], 2e9 / 2.5e10 + 1e-6)
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.pop("peak_flops"), "peak_flops"),
+    (lambda d: d.update(mem_bandwidth=-3.0), "mem_bandwidth"),
+    (lambda d: d.update(version=99), "version"),
+    (lambda d: d["classes"]["dot"].pop("bytes_eff"), "classes.dot"),
+    (lambda d: d.update(parallel_efficiency=2.0), "parallel_efficiency"),
+    (lambda d: d.update(bogus=1), "bogus"),
+])
+def test_malformed_calibration_file_names_the_field(tmp_path, edit, field):
+  data = _calibration().to_dict()
+  edit(data)
+  path = tmp_path / "bad.json"
+  path.write_text(json.dumps(data))
+  with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+    Calibration.load(str(path))
+  path.write_text("{not json")
+  with pytest.raises(ValueError, match="cannot read calibration file"):
+    Calibration.load(str(path))
+
+
+def test_quick_calibration_fits_finite_positive_numbers():
+  cal = calibrate(sizes={"matmul": (48, 160), "axpy": (3000, 200000), "transpose": (300,)},
+                  repeats=2)
+  assert cal.backend == jax.devices()[0].platform and cal.version == calibration_mod.VERSION
+  assert {"dot", "elementwise", "transpose"} <= set(cal.classes)
+  for v in cal.classes.values():
+    assert all(np.isfinite(x) and x > 0 for x in (v["flops_eff"], v["bytes_eff"]))
+    assert np.isfinite(v["overhead"]) and v["overhead"] >= 0
+  assert cal.peak_flops["f32"] > 0 and cal.mem_bandwidth > 0
+  assert len(cal.measurements) == 5 and "loadavg_before" in cal.conditions
+  with pytest.raises(ValueError, match="unknown benchmark"):
+    calibrate(sizes={"fft": (8,)})
+
+
+# ------------------------------------------------------------------ validation launcher
+def test_validation_launcher_end_to_end(tmp_path):
+  cal_path = str(tmp_path / "cal.json")
+  _calibration().save(cal_path)
+  out = tmp_path / "val"
+  cmd = [sys.executable, "-m", "experiments.validate_cost_model", "--models=gpt2_small,gnmt2",
+         "--size=tiny", f"--calibration={cal_path}", f"--out={out}", "--repeats=5",
+         "--noprogress"]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads((out / "validation.json").read_text())
+  assert [r["model"] for r in report["rows"]] == ["gpt2_small/tiny", "gnmt2/tiny"]
+  for r in report["rows"]:
+    assert r["measured_s"] > 0 and r["predicted_s"] > 0 and np.isfinite(r["error_percent"])
+  assert np.isfinite(report["mape_percent"]) and -1 <= report["spearman"] <= 1
+  assert (out / "validation.png").read_bytes()[:4] == b"\x89PNG"
+  assert "MAPE" in proc.stdout and "Spearman" in proc.stdout
+  assert sorted(os.listdir(out)) == ["validation.json", "validation.png"]
