@@ -35,6 +35,7 @@ INSTALL_REQUIRES = [
     "matplotlib>=3.7,<4",
     "tqdm>=4.64,<5",
     "orbax-checkpoint>=0.5.20,<0.13",
+    "tensorboardX>=2.6,<3",  # TensorBoard event files of training runs, without TensorFlow
     # Baselines (go_jax/methods): CP-SAT, METIS partitioning, the LP of Baechi's m-SCT.
     "ortools>=9.8,<10",
     "pymetis>=2023.1,<2027",  # calendar-versioned
@@ -66,6 +67,9 @@ setup(
             "go-jax-simulate = experiments.simulate:run",
             "go-jax-evaluate = experiments.evaluate:run",
             "go-jax-bench-simulator = experiments.bench_simulator:run",
+            "go-jax-train = experiments.train:run",
+            "go-jax-calibrate = experiments.calibrate_cost_model:run",
+            "go-jax-validate-cost-model = experiments.validate_cost_model:run",
         ],
     },
     classifiers=[
