@@ -406,3 +406,24 @@ def test_large_generated_module():
   assert g.num_nodes == n and g.num_edges == n - 1
   assert g.flops.sum() == 4 * n and g.param_bytes.sum() == 16
   assert h.is_scheduled and h.op_names[-1] == f"jit(f)/s{(n - 1) // 100}/add"
+
+
+def test_from_jax_device_spec_fills_cost():
+  """`device_spec=` applies the roofline cost model; unknown specs are a clear ValueError."""
+  import jax.numpy as jnp
+  from simulator.frontends import from_jax
+
+  def f(a, b):
+    return jnp.tanh(a @ b).sum()
+
+  a = jnp.ones((64, 128), jnp.float32)
+  b = jnp.ones((128, 32), jnp.float32)
+  bare = from_jax(f, a, b, stage="post")
+  assert float(bare.cost.sum()) == 0.0
+  v100 = from_jax(f, a, b, stage="post", device_spec="v100")
+  h100 = from_jax(f, a, b, stage="post", device_spec="h100")
+  assert v100.num_nodes == bare.num_nodes and v100.cost.sum() > 0
+  assert h100.cost.sum() < v100.cost.sum()
+  np.testing.assert_array_equal(v100.flops, bare.flops)
+  with pytest.raises(ValueError, match="device spec"):
+    from_jax(f, a, b, device_spec="nope")

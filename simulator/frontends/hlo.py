@@ -220,10 +220,23 @@ def from_jax_full(fn, *example_args, stage: str = "pre", name: Optional[str] = N
   return hlo_to_graph(text, name or f"{getattr(fn, '__name__', 'fn')}/{stage}")
 
 
-def from_jax(fn, *example_args, stage: str = "pre", name: Optional[str] = None) -> CompGraph:
-  """CompGraph of `jax.jit(fn)` on `example_args` (cost = 0: fill it with a cost model).
+def from_jax(fn, *example_args, stage: str = "pre", name: Optional[str] = None,
+             device_spec=None, calibration=None) -> CompGraph:
+  """CompGraph of `jax.jit(fn)` on `example_args`.
+
+  With `device_spec` (a `simulator.costmodel.DeviceSpec` or a registered name such as "v100",
+  or "local" with a `calibration`), `cost` holds the roofline durations on that device, computed
+  from the HLO module (op classes of fusions included); without it `cost` is 0, to be filled by
+  a cost model later.
 
   Raises:
-    ValueError: `fn` fails to trace, lower or compile (the message carries XLA's / JAX's).
+    ValueError: `fn` fails to trace, lower or compile (the message carries XLA's / JAX's), or
+      an unknown device spec.
   """
-  return from_jax_full(fn, *example_args, stage=stage, name=name).graph
+  full = from_jax_full(fn, *example_args, stage=stage, name=name)
+  if device_spec is None:
+    return full.graph
+  from simulator import costmodel  # local: costmodel itself imports the front end
+  spec = (costmodel.device_spec(device_spec, calibration) if isinstance(device_spec, str)
+          else device_spec)
+  return costmodel.apply_cost_model(full, spec, calibration)
