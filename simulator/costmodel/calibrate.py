@@ -73,6 +73,7 @@ OVERHEAD_GROUPS = {c: c for c in feat.OP_CLASSES}
 STAGES = ((2.0, "linear"), (8.0, "soft_l1"), (None, "soft_l1"))
 START_OVERHEADS = (0.5e-6, 5e-6)  # initial per-op overheads of the starts
 X_SCALE = 1.0
+MAX_NFEV = 300                    # function evaluations per stage and start (the fit takes ~1 min)
 
 
 def _device(backend: Optional[str]):
@@ -199,7 +200,7 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
     for smooth, loss in STAGES:  # continuation: soft maxima first, the roofline's hard max last
       res = optimize.least_squares(lambda x, p=smooth: np.log(model.predict(x, p)) - log_t, x,
                                    bounds=bounds, loss=loss, f_scale=SOFT_L1_SCALE,
-                                   method="trf", x_scale=X_SCALE, max_nfev=4000,
+                                   method="trf", x_scale=X_SCALE, max_nfev=MAX_NFEV,
                                    ftol=1e-10, xtol=1e-10, gtol=1e-10)
       x = res.x
     if best is None or res.cost < best.cost:
