@@ -7,11 +7,23 @@ model file only defines the network, its batch and its loss.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, Dict
 
 import jax
 import jax.numpy as jnp
 import optax
+
+
+def check_knobs(model: str, **knobs) -> None:
+  """Raises ValueError naming the knob unless each is a positive int (or a non-empty tuple of)."""
+  for k, v in knobs.items():
+    values = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not values or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x <= 0
+                         for x in values):
+      kind = "a non-empty tuple of positive integers" if isinstance(v, (tuple, list)) else (
+          "a positive integer")
+      raise ValueError(f"zoo model {model!r}: knob {k!r} must be {kind}, got {v!r}")
 
 
 def make_train_step(module, make_batch: Callable[[Any], Dict[str, jnp.ndarray]],

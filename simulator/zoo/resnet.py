@@ -9,7 +9,7 @@ projection shortcut where the shape changes), global average pool and a dense cl
 has `width * 2**i` bottleneck channels. Defaults (ImageNet, 1000 classes) give 25,557,032
 trainable parameters, the published ResNet-50 figure.
 
-The helpers `check_knobs`, `image_batch`, `batch_norm`, `memoized` and `fast_init` are shared
+The helpers `check_knobs` (from common), `image_batch`, `batch_norm`, `memoized` and `fast_init` are shared
 with the other convolutional models of the zoo (inception, amoebanet, wavenet).
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Any, Callable, Dict, Sequence, Tuple
 
 import flax.linen as nn
@@ -25,24 +24,13 @@ import jax
 import jax.numpy as jnp
 
 from simulator.zoo import register
-from simulator.zoo.common import classification_loss, make_stateful_train_step
+from simulator.zoo.common import check_knobs, classification_loss, make_stateful_train_step
 
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 
 
 # ------------------------------------------------------------------ shared image-model helpers
-def check_knobs(model: str, **knobs) -> None:
-  """Raises ValueError naming the knob unless each is a positive int (or a non-empty tuple of)."""
-  for k, v in knobs.items():
-    values = tuple(v) if isinstance(v, (tuple, list)) else (v,)
-    if not values or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x <= 0
-                         for x in values):
-      kind = "a non-empty tuple of positive integers" if isinstance(v, (tuple, list)) else (
-          "a positive integer")
-      raise ValueError(f"zoo model {model!r}: knob {k!r} must be {kind}, got {v!r}")
-
-
 def memoized(builder):
   """Builder wrapper: equal knobs give the very same (step, init) functions.
 

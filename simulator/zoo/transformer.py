@@ -32,17 +32,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulator.zoo import register
+from simulator.zoo import common
 from simulator.zoo.common import make_train_step, sequence_loss
 
 _NEG_INF = -1e9
 
 
 def check_knobs(model: str, **knobs) -> None:
-  """ValueError naming the knob when a size is not a positive int or `heads` does not divide
-  `d_model`; shared by the sequence models of the zoo."""
-  for knob, value in knobs.items():
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"zoo model {model!r}: knob {knob!r} must be a positive int, got {value!r}")
+  """`common.check_knobs`, plus: `heads` must divide `d_model` (the sequence models' rule)."""
+  common.check_knobs(model, **knobs)
   if "d_model" in knobs and "heads" in knobs and knobs["d_model"] % knobs["heads"]:
     raise ValueError(f"zoo model {model!r}: d_model={knobs['d_model']} is not divisible by "
                      f"heads={knobs['heads']}")
