@@ -9,8 +9,8 @@ projection shortcut where the shape changes), global average pool and a dense cl
 has `width * 2**i` bottleneck channels. Defaults (ImageNet, 1000 classes) give 25,557,032
 trainable parameters, the published ResNet-50 figure.
 
-The helpers `check_knobs` (from common), `image_batch`, `batch_norm`, `memoized` and `fast_init` are shared
-with the other convolutional models of the zoo (inception, amoebanet, wavenet).
+The helpers `image_batch`, `batch_norm`, `memoized` and `fast_init` (and `check_knobs`, re-exported
+from common) are shared with the other convolutional models of the zoo.
 """
 
 from __future__ import annotations
