@@ -21,7 +21,7 @@ from typing import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from go_jax import training
+from go_jax import pretrained, training
 
 FLAGS = flags.FLAGS
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
@@ -33,6 +33,9 @@ _CONFIG = config_flags.DEFINE_config_file(
     "overridden with --config.FIELD=VALUE.")
 flags.DEFINE_string("workdir", "runs/train", "Folder for checkpoints, logs and the summary; "
                     "a checkpoint there is resumed.")
+flags.DEFINE_string("export", None, "After training, copy the run's config and final "
+                    "parameters into the package as pretrained checkpoint NAME "
+                    "(go_jax/pretrained/NAME, what go-jax-place loads).")
 flags.DEFINE_bool("progress", True, "Log a progress line (updates/s, placements/s, ETA) per "
                   "jitted call.")
 
@@ -51,6 +54,8 @@ def main(argv: Sequence[str]) -> None:
           f"{row['reference_method']}, greedy {row['greedy_objective']}")
   print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
         f"{os.path.abspath(FLAGS.workdir)}")
+  if FLAGS.export:
+    print(f"exported the policy to {pretrained.export(FLAGS.workdir, FLAGS.export)}")
 
 
 def run():

@@ -265,7 +265,8 @@ TINY = dict(hidden=8, gnn_layers=1, attention_layers=1, heads=2, segment_len=16)
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_variant_builds_and_runs(variant, graphs):
-  f = graph_features(graphs[2], preset("nvlink2"))
+  hint = np.arange(graphs[2].num_nodes) % 2 if VARIANTS[variant].get("hint") else None
+  f = graph_features(graphs[2], preset("nvlink2"), hint_placement=hint)
   policy = make_policy(small_config(variant, **TINY))
   params = host_params(policy, f)
   out = jax.jit(policy.apply)(params, f)
@@ -303,3 +304,27 @@ def test_a_20k_node_graph_runs_on_cpu():
   policy = make_policy(small_config(**dict(TINY, segment_len=64)))
   out = jax.jit(policy.apply)(host_params(policy, f), f)
   assert np.all(np.isfinite(out.placement_logits[:20000])) and np.isfinite(out.value)
+
+
+def test_hint_sets_the_greedy_action_at_init(graphs):
+  """With a hint, the fresh policy's most likely device is the hint's on every real op, its
+  most likely level is the middle one, and a policy built for a hint rejects features without
+  one (and features reject a hint of the wrong shape or device range)."""
+  g = graphs[2]
+  hint = (np.arange(g.num_nodes) * 7) % 4
+  f = graph_features(g, preset("nvlink4"), hint_placement=hint)
+  assert np.all(f.hint[:g.num_nodes] == hint) and np.all(f.hint[g.num_nodes:] == -1)
+  policy = make_policy(small_config("go_hint", **TINY))
+  params = jax.jit(policy.init)(jax.random.PRNGKey(0), f)
+  out = jax.jit(policy.apply)(params, f)
+  n = g.num_nodes
+  assert np.array_equal(np.argmax(out.placement_logits[:n], -1), hint)
+  levels = out.priority_logits.shape[-1]
+  assert np.all(np.argmax(out.priority_logits[:n], -1) == levels // 2)
+  assert float(params["params"]["hint_scale"]) == 5.0
+  with pytest.raises(ValueError, match="needs GraphFeatures.hint"):
+    policy.apply(params, graph_features(g, preset("nvlink4")))
+  with pytest.raises(ValueError, match="hint_placement"):
+    graph_features(g, preset("nvlink4"), hint_placement=hint[:-1])
+  with pytest.raises(ValueError, match="hint_placement"):
+    graph_features(g, preset("nvlink2"), hint_placement=hint)

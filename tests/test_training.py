@@ -308,3 +308,83 @@ def test_launcher_end_to_end_and_resume(tmp_path):
   scalars = [s for f in files for s in _read_events(f)]
   steps = sorted({step for tag, step, _ in scalars if tag == "train/ratio_mean"})
   assert steps == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------ hints, zero-shot, pretrained
+def tiny_hint_config(**overrides):
+  from experiments.configs import train_test  # pylint: disable=g-import-not-at-top
+  from go_jax import policies  # pylint: disable=g-import-not-at-top
+  config = train_test.get_config()
+  policy = policies.variant_config("go_hint")
+  policy.update(dict(config.policy), variant="go_hint", hint="best_list")
+  config.policy = policy
+  config.update(overrides)
+  return config
+
+
+def test_hint_zero_shot_reproduces_the_hint_and_finetune_keeps_it():
+  """A fresh go_hint policy's greedy action IS the hint's solution (placement and order), so
+  zero-shot starts at the best list scheduler; the best of K and fine-tuning never end above."""
+  from go_jax import harness  # pylint: disable=g-import-not-at-top
+  from go_jax.training import hints, problems  # pylint: disable=g-import-not-at-top
+  from simulator import sources  # pylint: disable=g-import-not-at-top
+  graph = sources.load_graph("layered:n=40,width=6,seed=3")
+  topo = harness.make_topology(harness.parse_topology("nvlink4@mem=0.6x"), graph)[0]
+  sol = hints.hint_solution("best_list", graph, topo)
+  assert sol.method in hints.GROUPS["best_list"]
+  config = tiny_hint_config(samples=8)
+  trainer = ppo.make_train(dict(config, graphs_per_update=1), [graph], [topo])
+  tie = np.asarray(trainer.data.tiebreak[0, :graph.num_nodes])
+  assert np.allclose(tie, hints.priority_tiebreak(sol.priority), atol=1e-6)
+  state = trainer.init(0)
+  zero = loop.zero_shot(config, graph, topo, state.params)
+  assert np.array_equal(zero.greedy_placement, sol.placement)
+  assert zero.greedy_objective == pytest.approx(sol.objective, rel=1e-9)
+  assert zero.best_objective <= zero.greedy_objective and zero.samples == 8
+  tuned = loop.finetune(config, graph, topo, state.params, max_updates=2)
+  assert tuned.zero_shot_objective == pytest.approx(sol.objective, rel=1e-9)
+  assert tuned.objective <= sol.objective * (1 + 1e-6)
+
+
+def test_hint_names_are_checked():
+  from go_jax.training import hints  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="unknown hint 'nope'"):
+    hints.hint_solution("nope", four_chains(), TOY_TOPOLOGY)
+  with pytest.raises(ValueError, match="unknown hint"):
+    hints.hint_solution("critical_path", four_chains(), TOY_TOPOLOGY)  # only schedules
+  assert np.array_equal(hints.priority_tiebreak([3.0, 1.0, 3.0, 2.0]), [0.5, 0.0, 0.5, 0.25])
+
+
+def test_pretrained_export_load_round_trip(tmp_path):
+  from experiments.configs import train_test  # pylint: disable=g-import-not-at-top
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  config = train_test.get_config()
+  config.updates = 2
+  config.tensorboard = False
+  result = loop.train(config, str(tmp_path / "run"), progress=False)
+  folder = pretrained.export(str(tmp_path / "run"), "tiny", root=str(tmp_path / "pkg"))
+  cfg, params = pretrained.load(folder)
+  assert cfg.policy.hidden == config.policy.hidden
+  same = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(a, b)), params,
+                                jax.device_get(result.state.params))
+  assert all(jax.tree_util.tree_leaves(same))
+  with pytest.raises(ValueError, match="no pretrained checkpoint 'nope'"):
+    pretrained.load("nope")
+  with pytest.raises(ValueError, match="plain folder name"):
+    pretrained.export(str(tmp_path / "run"), "../x")
+  with pytest.raises(ValueError, match="has no config.json"):
+    pretrained.export(str(tmp_path / "pkg"), "y", root=str(tmp_path / "pkg2"))
+
+
+def test_shipped_checkpoint_loads_and_transfers_zero_shot():
+  """The checkpoint inside the package loads into its own policy config and places a graph it
+  never saw (greedy and best of K, all re-simulated)."""
+  from go_jax import harness, pretrained  # pylint: disable=g-import-not-at-top
+  from simulator import sources  # pylint: disable=g-import-not-at-top
+  assert pretrained.DEFAULT in pretrained.available()
+  config, params = pretrained.load()
+  graph = sources.load_graph("series_parallel:n=30,seed=5")
+  topo = harness.make_topology(harness.parse_topology("nvlink4@mem=0.6x"), graph)[0]
+  zero = loop.zero_shot(config, graph, topo, params, samples=8)
+  assert np.isfinite(zero.greedy_objective) and zero.best_objective <= zero.greedy_objective
+  assert zero.greedy_placement.shape == (30,) and zero.greedy_placement.max() < 4

@@ -6,8 +6,10 @@
   out = policy.apply(params, feats)        # PolicyOutput; vmap apply over a batch of graphs
 
 `POLICIES` maps a policy kind (config.policy) to its module class; the named variants ("go",
-"gdp", "no_gnn", "no_attention", "no_recurrence", "no_superposition") are configurations of the
-one GO module, listed in `VARIANTS`.
+"gdp", "no_gnn", "no_attention", "no_recurrence", "no_superposition", "go_hint") are
+configurations of the one GO module, listed in `VARIANTS`. A config's `hint` (a method name of
+go_jax.training.hints) turns on the module's `use_hint`; features then carry that method's
+placement.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ VARIANTS: Dict[str, Dict[str, object]] = {
     "no_attention": {"use_attention": False},
     "no_recurrence": {"recurrence": False},
     "no_superposition": {"superposition": False},
+    # GO plus a fast baseline's placement as a hint (go-jax-place's default, the shipped
+    # checkpoint); the paper's GO is "go", so "go" vs "go_hint" is the hint's ablation row
+    "go_hint": {"hint": "best_list"},
 }
 
-_META_KEYS = ("policy", "variant")  # config keys that are not module fields
+_META_KEYS = ("policy", "variant", "hint")  # config keys that are not module fields
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -60,6 +65,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.dropout = 0.0
   c.relative = "xl"  # relative positions: "xl" (Transformer-XL u/v) or "bias" (cheaper)
   c.attention_impl = "scan"  # "scan" (faster on CPU) or "parallel": the same outputs
+  c.hint = ""  # baseline whose placement the policy sees ("": none; go_jax.training.hints)
+  c.hint_init = 5.0  # initial logit bonus of the hint (GOPolicy.hint_init)
   return c
 
 
@@ -85,6 +92,7 @@ def make_policy(config) -> nn.Module:
   if unknown:
     raise ValueError(f"policy config has unknown field(s) {unknown}; valid: {sorted(fields)}")
   kwargs = {k: v for k, v in cfg.items() if k in fields}
+  kwargs["use_hint"] = bool(cfg.get("hint", ""))
   for k in ("hidden", "heads", "segment_len", "priority_levels", "max_devices"):
     if k in kwargs and int(kwargs[k]) < 1:
       raise ValueError(f"policy config: {k} must be >= 1, got {kwargs[k]}")

@@ -152,13 +152,15 @@ def device_features(graph: CompGraph, topology: Topology) -> np.ndarray:
 
 
 def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int] = None,
-                   num_edges: Optional[int] = None, max_devices: int = 8) -> GraphFeatures:
+                   num_edges: Optional[int] = None, max_devices: int = 8,
+                   hint_placement: Optional[np.ndarray] = None) -> GraphFeatures:
   """Features of one graph on one topology, padded (numpy leaves; jit / vmap accept them).
 
   Args:
     graph, topology: the problem.
     num_nodes, num_edges: padded sizes (default: the power-of-two buckets of the graph's).
     max_devices: Dmax, the device axis of `device_feats` / `device_mask`.
+    hint_placement: (N,) device per op of a hint placement (GraphFeatures.hint; None: no hint).
 
   Raises:
     ValueError: the topology has more than `max_devices` devices, or the graph does not fit
@@ -191,11 +193,19 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
   topo_position[topo_order] = np.arange(np_, dtype=np.int32)
   dev = np.zeros((max_devices, NUM_DEVICE_FEATURES), np.float32)
   dev[:d] = device_features(graph, topology)
+  hint = None
+  if hint_placement is not None:
+    given = np.asarray(hint_placement)
+    if given.shape != (n,) or np.any(given < 0) or np.any(given >= d):
+      raise ValueError(f"graph '{graph.name}': hint_placement must be ({n},) devices in "
+                       f"[0, {d}), got shape {given.shape}")
+    hint = np.full(np_, -1, np.int32)
+    hint[:n] = given
   return GraphFeatures(
       node_feats=feats, op_type=op_type, node_mask=np.arange(np_) < n,
       senders=senders, receivers=receivers, edge_mask=np.arange(ep) < e,
       topo_order=topo_order, topo_position=topo_position,
-      device_mask=np.arange(max_devices) < d, device_feats=dev)
+      device_mask=np.arange(max_devices) < d, device_feats=dev, hint=hint)
 
 
 def batch_features(graphs: Sequence[CompGraph], topologies: Sequence[Topology],
@@ -216,4 +226,4 @@ def batch_features(graphs: Sequence[CompGraph], topologies: Sequence[Topology],
   ep = bucket(max(g.num_edges for g in graphs))
   each = [graph_features(g, t, np_, ep, max_devices) for g, t in zip(graphs, topologies)]
   return GraphFeatures(**{f: np.stack([getattr(x, f) for x in each])
-                          for f in GraphFeatures.__dataclass_fields__})
+                          for f in GraphFeatures.__dataclass_fields__ if f != "hint"})

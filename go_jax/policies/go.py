@@ -16,6 +16,16 @@ heads' input, a per-channel scale and shift (FiLM: x * gamma + beta, gamma near 
 set of weights thus behaves as a graph-conditioned family of networks, which is what lets GO
 train on many graphs at once and transfer.
 
+Hint (`use_hint`, off in GO's paper configuration): the features carry a fast baseline's
+placement (`GraphFeatures.hint`, e.g. the best of HEFT / m-ETF / m-SCT, go_jax/training/hints.py);
+its one-hot enters the node input, and a learned scale (initialised to `hint_init`) times the
+one-hot is added to the placement logits, while a learned per-level bias (`hint_init` on the
+middle level) concentrates the priority head. At initialisation the greedy action is then the
+baseline's placement with its order (the tie-break, see go_jax/training/problems.py), and
+sampling explores placements a few ops away from it; PPO learns where deviating pays. This is
+how go-jax makes a CPU-sized budget of PPO competitive with the list schedulers; the paper's GO
+(no hint) stays the `go` variant and the hint's contribution is an ablation row.
+
 The module takes ONE graph's GraphFeatures; callers vmap over graphs. Padding never changes a
 real node's outputs: padded edges and nodes are masked in the encoder, masked as attention keys,
 left out of every mean, and padded devices only touch their own (masked) logit column.
@@ -88,6 +98,8 @@ class GOPolicy(nn.Module):
   dropout: float = 0.0
   relative: str = "xl"  # relative positions: "xl" (Transformer-XL) or "bias" (attention.py)
   attention_impl: str = "scan"  # "scan" or "parallel": the same function (attention.py)
+  use_hint: bool = False  # take GraphFeatures.hint (see the module docstring)
+  hint_init: float = 5.0  # initial logit bonus of the hint's device and of the middle level
 
   @nn.compact
   def __call__(self, feats: GraphFeatures, deterministic: bool = True) -> PolicyOutput:
@@ -98,6 +110,14 @@ class GOPolicy(nn.Module):
 
     h = (nn.Dense(hdim, name="feat_proj")(jnp.asarray(feats.node_feats, jnp.float32)) +
          nn.Embed(NUM_OP_TYPES, hdim, name="op_embed")(feats.op_type))
+    hint = None
+    if self.use_hint:
+      if feats.hint is None:
+        raise ValueError("GOPolicy(use_hint=True) needs GraphFeatures.hint (graph_features("
+                         "..., hint_placement=...)); set the policy config's `hint` method")
+      d = feats.device_feats.shape[0]
+      hint = (feats.hint[:, None] == jnp.arange(d)[None, :]).astype(jnp.float32)  # (Np, Dmax)
+      h = h + nn.Dense(hdim, name="hint_proj")(hint)
     h = nn.LayerNorm(name="input_norm")(nn.gelu(h))
     h = jnp.where(mask[:, None], h, 0.0)
     if self.use_gnn:
@@ -132,14 +152,18 @@ class GOPolicy(nn.Module):
     k = nn.Dense(hdim, name="place_key")(dev)
     bias = nn.Dense(1, name="place_bias")(dev)[:, 0]
     logits = q @ k.T * (1.0 / jnp.sqrt(jnp.float32(hdim))) + bias[None, :]
-    logits = jnp.where(dev_mask[None, :], logits, MASKED_LOGIT)
-
     n = h.shape[0]
     if self.priority_head:
       prio = nn.Dense(self.priority_levels, name="priority")(nn.gelu(
           nn.Dense(hdim, name="priority_hidden")(h)))
     else:
       prio = jnp.zeros((n, self.priority_levels), jnp.float32)
+    if hint is not None:
+      scale = self.param("hint_scale", nn.initializers.constant(self.hint_init), ())
+      logits = logits + scale * hint
+      level = jax.nn.one_hot(self.priority_levels // 2, self.priority_levels) * self.hint_init
+      prio = prio + self.param("hint_level_bias", lambda _: level)
+    logits = jnp.where(dev_mask[None, :], logits, MASKED_LOGIT)
 
     pooled = jnp.concatenate([masked_mean(h, mask), graph_emb, masked_mean(dev, dev_mask)])
     value = nn.Dense(1, name="value_out")(nn.gelu(nn.Dense(hdim, name="value_hidden")(pooled)))

@@ -8,6 +8,8 @@ ONE forward pass (not autoregressive).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import flax
 import jax.numpy as jnp
 
@@ -25,6 +27,9 @@ class GraphFeatures:
   topo_position: jnp.ndarray  # (Np,) int32 position of each node in topo_order
   device_mask: jnp.ndarray   # (Dmax,) bool, True for the topology's real devices
   device_feats: jnp.ndarray  # (Dmax, Fd) float32 per-device features (speed, memory, links)
+  # (Np,) int32 device of each op in a hint placement (a fast baseline's), -1 on padding; None
+  # when the policy takes no hint (see GOPolicy.use_hint and go_jax/training/hints.py)
+  hint: Optional[jnp.ndarray] = None
 
 
 @flax.struct.dataclass

@@ -5,6 +5,7 @@
   trainer = training.make_train(config, graphs, topologies)
   state, metrics = trainer.update_chunk(trainer.init(0))   # updates_per_call updates, one jit
   tuned = training.finetune(config, graph, topology, params, max_seconds=60)
+  first = training.zero_shot(config, graph, topology, params)   # greedy and best of K
 
 Modules: `problems` (host-side instances: padding, features, references), `rollout` (tasks,
 sampling from one forward pass, log-probabilities, rewards, advantages), `state` (TrainState,
@@ -13,12 +14,12 @@ HParams, learning-rate schedules), `ppo` (the update under one jit, make_train),
 TensorBoard, progress).
 """
 
-from go_jax.training.loop import (FinetuneResult, TrainResult, build_instances, finetune,
-                                  load_pretrained, summarize, train)
+from go_jax.training.loop import (FinetuneResult, TrainResult, ZeroShotResult, build_instances,
+                                  finetune, load_pretrained, summarize, train, zero_shot)
 from go_jax.training.ppo import (HParams, Policy, TrainState, Trainer, make_train,
                                  policy_from_config)
 from go_jax.training.rollout import ADVANTAGES, TASKS
 
-__all__ = ["train", "finetune", "build_instances", "summarize", "load_pretrained",
+__all__ = ["train", "finetune", "zero_shot", "ZeroShotResult", "build_instances", "summarize", "load_pretrained",
            "make_train", "policy_from_config", "HParams", "Policy", "TrainState", "Trainer",
            "TrainResult", "FinetuneResult", "TASKS", "ADVANTAGES"]

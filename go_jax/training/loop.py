@@ -264,6 +264,13 @@ class FinetuneResult:
   loop_objective: float  # what the training loop recorded for it (float32)
   reference: float  # the reference method's objective
   zero_shot_objective: float  # greedy action of the starting parameters
+  zero_shot_placement: np.ndarray  # (N,) int that greedy action
+  zero_shot_priority: np.ndarray  # (N,) float
+  # Best of the first update's K samples and greedy action, i.e. drawn from the starting
+  # parameters before any gradient step: GO's zero-shot "best of K" (re-simulated; None unless
+  # updates_per_call == 1, when the first call is exactly that one update)
+  zero_shot_best: Optional[Dict[str, Any]]
+  zero_shot_seconds: float  # wall time to the zero-shot greedy action (setup, compile, forward)
   updates: int
   seconds: float
   history: List[Dict[str, float]]  # per-update metrics
@@ -294,9 +301,17 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   state = trainer.init(seed, params=params)
   t0 = time.perf_counter()
   zero_place, zero_prio = jax.device_get(trainer.greedy(state.params))
-  zero_shot = _score(trainer.problems, 0, zero_place[0], zero_prio[0])["objective"]
+  zero_scored = _score(trainer.problems, 0, zero_place[0], zero_prio[0])
+  zero_shot = zero_scored["objective"]
+  zero_seconds = time.perf_counter() - t0
   history: List[Dict[str, float]] = []
   deadline = None if max_seconds is None else t0 + float(max_seconds)
+  zero_best = None
+  if per_call == 1:  # the first call is one update: its samples come from `params`
+    state, _ = _run_chunks(trainer, state, total=1, history=history)
+    zero_best = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
+                                                            state.best_priority[0])))
+    zero_best["seconds"] = time.perf_counter() - t0
   state, _ = _run_chunks(trainer, state, total=total, deadline=deadline, history=history)
   seconds = time.perf_counter() - t0
   loop_obj = float(jax.device_get(state.best_objective)[0])
@@ -308,8 +323,51 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
                         objective=scored["objective"],
                         feasible=scored["feasible"], loop_objective=loop_obj,
                         reference=float(trainer.problems.reference[0]),
-                        zero_shot_objective=zero_shot, updates=int(state.step),
+                        zero_shot_objective=zero_shot, zero_shot_best=zero_best,
+                        zero_shot_placement=zero_scored["placement"],
+                        zero_shot_priority=zero_scored["priority"],
+                        zero_shot_seconds=zero_seconds, updates=int(state.step),
                         seconds=seconds, history=history, state=state)
+
+
+@dataclasses.dataclass
+class ZeroShotResult:
+  greedy_objective: float  # the most likely action, re-simulated on the host
+  greedy_placement: np.ndarray  # (N,) int
+  greedy_priority: np.ndarray  # (N,) float
+  best_objective: float  # best of the K sampled actions and the greedy one, re-simulated
+  best_placement: np.ndarray  # (N,) int
+  best_priority: np.ndarray  # (N,) float
+  samples: int  # K
+  seconds: float  # wall time (instance setup incl. the hint, compile, forward, simulation)
+
+
+def zero_shot(config, graph: CompGraph, topology: Topology, params, *, seed: int = 0,
+              samples: Optional[int] = None, policy: Optional[ppo.Policy] = None,
+              name: Optional[str] = None) -> ZeroShotResult:
+  """GO's zero-shot transfer on one graph: the greedy action and the best of K actions sampled
+  from ONE forward pass of `params` (no update counts: the best is taken from the actions
+  simulated before the first update's gradient step)."""
+  t0 = time.perf_counter()
+  k = int(config["samples"] if samples is None else samples)
+  cfg = dict(_config_dict(config), graphs_per_update=1, updates=1, updates_per_call=1,
+             samples=k, minibatches=1, epochs=1)
+  if policy is None:
+    cfg["policy"] = config["policy"]
+  trainer = ppo.make_train(cfg, [graph], [topology], policy=policy, names=[name or graph.name])
+  state = trainer.init(seed, params=params)
+  state, _ = trainer.update_chunk(state)  # samples K + greedy from `params`, then steps
+  greedy_place, greedy_prio = jax.device_get(trainer.greedy(params))
+  greedy = _score(trainer.problems, 0, greedy_place[0], greedy_prio[0])
+  best = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
+                                                     state.best_priority[0])))
+  if greedy["objective"] < best["objective"]:
+    best = greedy
+  return ZeroShotResult(
+      greedy_objective=greedy["objective"], greedy_placement=greedy["placement"],
+      greedy_priority=greedy["priority"], best_objective=best["objective"],
+      best_placement=best["placement"], best_priority=best["priority"], samples=k,
+      seconds=time.perf_counter() - t0)
 
 
 def load_pretrained(workdir: str, template) -> Any:
@@ -317,5 +375,5 @@ def load_pretrained(workdir: str, template) -> Any:
   return ckpt_lib.load_params(os.path.join(workdir, PARAMS_NAME), template)
 
 
-__all__: Sequence[str] = ("train", "finetune", "summarize", "build_instances",
-                          "load_pretrained", "TrainResult", "FinetuneResult")
+__all__: Sequence[str] = ("train", "finetune", "zero_shot", "summarize", "build_instances",
+                          "load_pretrained", "TrainResult", "FinetuneResult", "ZeroShotResult")

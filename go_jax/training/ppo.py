@@ -222,6 +222,7 @@ class Policy:
   module: nn.Module  # init(key, feats) / apply(params, feats) -> PolicyOutput, ONE graph
   features: FeatureFn  # (graph, topology, num_nodes, num_edges) -> GraphFeatures
   max_devices: int  # Dmax of the features' device axis
+  hint: str = ""  # go_jax.training.hints name whose placement the features carry ("": none)
 
 
 def policy_from_config(policy_config) -> Policy:
@@ -229,10 +230,12 @@ def policy_from_config(policy_config) -> Policy:
   from go_jax import policies  # pylint: disable=g-import-not-at-top
   dmax = int(policy_config["max_devices"])
 
-  def features(graph, topology, num_nodes, num_edges):
+  def features(graph, topology, num_nodes, num_edges, hint_placement=None):
     return policies.features.graph_features(graph, topology, num_nodes=num_nodes,
-                                            num_edges=num_edges, max_devices=dmax)
-  return Policy(policies.make_policy(policy_config), features, dmax)
+                                            num_edges=num_edges, max_devices=dmax,
+                                            hint_placement=hint_placement)
+  return Policy(policies.make_policy(policy_config), features, dmax,
+                str(policy_config.get("hint", "") or ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,5 +296,5 @@ def make_train(config, graphs: Sequence[CompGraph], topologies: Sequence[Topolog
   problems = build_problems(graphs, topologies, features=policy.features,
                             max_devices=policy.max_devices, objective=hp.objective,
                             reference=str(config.get("reference", "heft")),
-                            fixed_placement=fixed, names=names)
+                            fixed_placement=fixed, names=names, hint=policy.hint)
   return Trainer(hp=hp, policy=policy, problems=problems)

@@ -30,14 +30,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from go_jax import methods, objectives
+from go_jax.training import hints
 from go_jax.placements import upward_rank
 from go_jax.policies.types import GraphFeatures
 from simulator.graph import CompGraph
 from simulator.padding import PaddedGraph, bucket, choose_chunk, pad_graph
 from simulator.topology import Topology
 
-# (graph, topology, num_nodes, num_edges) -> GraphFeatures padded to that size.
-FeatureFn = Callable[[CompGraph, Topology, int, int], GraphFeatures]
+# (graph, topology, num_nodes, num_edges, hint_placement=None) -> GraphFeatures padded to that
+# size (hint_placement: (N,) a hint's devices, given only when the policy takes a hint).
+FeatureFn = Callable[..., GraphFeatures]
 
 
 @flax.struct.dataclass
@@ -121,12 +123,15 @@ def _reference(graph, topology, objective: str, method: str, placement, name: st
 def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], *,
                    features: FeatureFn, max_devices: int, objective: str = "makespan",
                    reference: str = "heft", fixed_placement: Optional[str] = None,
-                   names: Optional[Sequence[str]] = None) -> Problems:
+                   names: Optional[Sequence[str]] = None, hint: str = "") -> Problems:
   """Pads and stacks instance i = (graphs[i], topologies[i]) for the jitted trainer.
 
   `features` builds the policy's GraphFeatures of one instance at a given padded size;
   `fixed_placement` names the method whose placement tasks that learn only the schedule keep
-  (None: such tasks are not used). ValueError on empty or mismatched lists, a topology with more
+  (None: such tasks are not used). `hint` (go_jax.training.hints; "": none) names the baseline
+  whose placement the features carry; its priority order then replaces the critical path as
+  the tie-break within a level and as the fixed priority of placement-only tasks, so the
+  hint's exact solution is the action of a policy that follows the hint. ValueError on empty or mismatched lists, a topology with more
   than `max_devices` devices, or an unknown method or objective.
   """
   graphs, topologies = list(graphs), list(topologies)
@@ -161,10 +166,16 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   for name, g, t in zip(names, graphs, topologies):
     n = g.num_nodes
     padded.append(pad_graph(g, np_, ep, chunk))
-    feats.append(features(g, t, np_, ep))
     topos.append(pad_topology(t, d_sim))
     rank = upward_rank(g)
     top = rank.max() if n and rank.max() > 0 else 1.0
+    tiebreak, hint_place = 0.5 * rank / top, None
+    if hint:
+      sol = hints.hint_solution(hint, g, t, objective)
+      rank, tiebreak, hint_place = sol.priority, hints.priority_tiebreak(sol.priority), \
+          sol.placement
+    feats.append(features(g, t, np_, ep) if hint_place is None else
+                 features(g, t, np_, ep, hint_placement=hint_place))
     fixed = np.zeros(n, np.int64)
     if fixed_placement is not None:
       fixed = methods.solve(fixed_placement, g, t, objective=objective).placement
@@ -173,7 +184,7 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
     lb.append(obj.lower_bound(g, t)["bound"])
     place.append(_padded(fixed, np_, np.int32))
     prio.append(_padded(rank, np_, np.float32))
-    tie.append(_padded(0.5 * rank / top, np_, np.float32))
+    tie.append(_padded(tiebreak, np_, np.float32))
     decides.append(_padded(g.colocation_root() == np.arange(n), np_, bool))
   for name, f in zip(names, feats):
     if f.node_mask.shape[-1] != np_ or f.device_mask.shape[-1] != max_devices:

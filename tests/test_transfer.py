@@ -1,0 +1,96 @@
+"""GO's transfer sweep (go_jax/transfer.py, experiments/transfer.py) on a CI-sized config."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from go_jax import methods, transfer
+from simulator import sources
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAPH, TOPO = "layered:n=24,width=4,seed=1", "nvlink2@mem=0.6x"
+
+
+def tiny_pretrain(row):
+  """A few updates of a tiny policy of the row's variant, hint and task."""
+  from experiments.configs import pretrain, train_test  # pylint: disable=g-import-not-at-top
+  config = train_test.get_config()
+  small = dict(config.policy)
+  config.policy = pretrain.small_policy(row)
+  config.policy.update({k: small[k] for k in ("hidden", "gnn_layers", "attention_layers",
+                                              "heads", "segment_len", "priority_levels")})
+  config.task = transfer.ROWS[row][2]
+  config.graphs = ("chain:n=10,seed=0",)
+  config.updates, config.updates_per_call, config.tensorboard = 2, 2, False
+  config.graphs_per_update = 1
+  return config
+
+
+def tiny_config(tmp_path, rows=("go_hint",)):
+  return dict(graphs=(GRAPH,), topologies=(TOPO,), baselines=("heft", "m_etf", "nope"),
+              brkga_budget=100, rows=rows, objective="makespan", seed=0, samples=8,
+              finetune_seconds={"default": 1.0}, finetune_lr=1e-3,
+              pretrain_dir=str(tmp_path / "pretrain"), pretrain_missing=True, use_shipped=False)
+
+
+def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path):
+  cfg, out = tiny_config(tmp_path), str(tmp_path / "out")
+  rows = transfer.run(cfg, out, pretrain_config=tiny_pretrain)
+  assert os.path.isfile(tmp_path / "pretrain" / "go_hint" / "params.msgpack")
+  stages = [(r["row"], r["stage"]) for r in rows]
+  assert stages == [("heft", "search"), ("m_etf", "search"), ("go_hint", "zero-shot greedy"),
+                    ("go_hint", "zero-shot best of 8"), ("go_hint", "fine-tuned")]
+  graph = sources.load_graph(GRAPH)
+  from go_jax import harness  # pylint: disable=g-import-not-at-top
+  topo = harness.make_topology(harness.parse_topology(TOPO), graph)[0]
+  hint = min(r["objective"] for r in rows if r["kind"] == "baseline")
+  by_stage = {r["stage"]: r for r in rows if r["kind"] == "learned"}
+  # best of K includes the greedy action; fine-tuning keeps the best it ever simulated
+  assert by_stage["zero-shot greedy"]["objective"] <= hint * 1.5
+  assert by_stage["zero-shot best of 8"]["objective"] <= by_stage["zero-shot greedy"][
+      "objective"] * (1 + 1e-6)
+  assert by_stage["fine-tuned"]["objective"] <= by_stage["zero-shot best of 8"]["objective"] * (
+      1 + 1e-6)
+  assert by_stage["fine-tuned"]["updates"] >= 1
+  for r in rows:  # objectives of infeasible actions rank above every feasible one
+    assert r["gap"] >= -1e-9 and r["search_seconds"] >= 0 and r["objective"] > 0
+  assert by_stage["fine-tuned"]["feasible"]
+  # the first fine-tuning update's samples are the zero-shot ones: it re-simulates exactly
+  sol = methods.solve("heft", graph, topo)
+  assert rows[0]["objective"] == sol.objective
+
+  summary = transfer.summary(rows)
+  ratio = by_stage["zero-shot greedy"]["objective"] / hint
+  assert summary[0]["row"] == "go_hint" and summary[0]["greedy_geo"] == pytest.approx(ratio)
+  assert summary[0]["greedy_within_15"] == int(ratio <= 1.15)
+  text = open(os.path.join(out, transfer.MD_NAME)).read()
+  assert "go_hint" in text and GRAPH in text
+
+  again = transfer.run(cfg, out, pretrain_config=None)  # everything done: nothing reruns
+  assert again == json.load(open(os.path.join(out, transfer.JSON_NAME)))["rows"] == rows
+
+
+def test_config_errors(tmp_path):
+  with pytest.raises(ValueError, match="unknown row"):
+    transfer.settings(tiny_config(tmp_path, rows=("go_hint", "nope")))
+  bad = dict(tiny_config(tmp_path), finetune_seconds={"go": 3.0})
+  with pytest.raises(ValueError, match="default"):
+    transfer.settings(bad)
+  with pytest.raises(ValueError, match="no pretrained policy"):
+    transfer.ensure_pretrained("go", dict(tiny_config(tmp_path), pretrain_missing=False))
+
+
+def test_launcher_end_to_end_baselines_only(tmp_path):
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  cmd = [sys.executable, "-m", "experiments.transfer", f"--out={tmp_path}",
+         f"--config.graphs=('{GRAPH}',)", f"--config.topologies=('{TOPO}',)",
+         "--config.baselines=('heft','metis')", "--config.rows=()"]
+  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  rows = json.load(open(tmp_path / transfer.JSON_NAME))["rows"]
+  assert [r["row"] for r in rows] == ["heft", "metis"]
+  assert np.all([r["objective"] > 0 for r in rows]) and "wrote" in proc.stdout
