@@ -60,6 +60,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["simulator*", "go_jax*", "experiments*"]),
+    # The pretrained GO policies go-jax-place starts from (go_jax/pretrained/<name>/).
+    package_data={"go_jax": ["pretrained/*/config.json", "pretrained/*/params.msgpack"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     entry_points={
@@ -70,6 +72,8 @@ setup(
             "go-jax-train = experiments.train:run",
             "go-jax-calibrate = experiments.calibrate_cost_model:run",
             "go-jax-validate-cost-model = experiments.validate_cost_model:run",
+            "go-jax-place = experiments.place:run",
+            "go-jax-transfer = experiments.transfer:run",
         ],
     },
     classifiers=[

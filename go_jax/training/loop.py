@@ -312,7 +312,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
     zero_best = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
                                                             state.best_priority[0])))
     zero_best["seconds"] = time.perf_counter() - t0
-  state, _ = _run_chunks(trainer, state, total=total, deadline=deadline, history=history)
+  if per_call != 1 or deadline is None or time.perf_counter() < deadline:
+    state, _ = _run_chunks(trainer, state, total=total, deadline=deadline, history=history)
   seconds = time.perf_counter() - t0
   loop_obj = float(jax.device_get(state.best_objective)[0])
   if not np.isfinite(loop_obj):

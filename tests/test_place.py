@@ -1,0 +1,341 @@
+"""Tests of go-jax-place: graph arguments, `place` end to end, and the launcher in a subprocess.
+
+GO's cost in these tests is XLA compilation of the PPO update (about half a minute per program
+on a 2-core CPU, whatever the graph size), so the file compiles each GO program once: the
+in-process test fine-tunes from fresh parameters (one program) while the launcher subprocess,
+started by a module fixture as soon as the first test needs it, runs zero-shot transfer from a
+tiny checkpoint (the other program) on the second core.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from experiments.configs import train_test
+from go_jax import methods, objectives, pretrained
+from go_jax import place as place_lib
+from go_jax.training import checkpoint as ckpt_lib
+from simulator import CompGraph, fileio, preset, sources
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAPH = "layered:n=20,width=4,seed=0"
+HELPER = textwrap.dedent('''
+    """Graph functions for go-jax-place's 'package.module:function' argument (test helper)."""
+    import jax.numpy as jnp
+    from simulator.sources import synthetic
+
+    def tiny_graph():
+      return synthetic.chain(6, name="helper_chain")
+
+    def tiny_program():
+      def step(w, x):
+        return jnp.tanh(x @ w).sum()
+      return step, (jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+    def not_a_graph():
+      return 42
+
+    def broken():
+      raise RuntimeError("boom")
+
+    NOT_CALLABLE = 3
+''')
+
+
+@pytest.fixture
+def helper_module(tmp_path, monkeypatch):
+  """A module `place_test_helper` on sys.path holding the functions above."""
+  (tmp_path / "place_test_helper.py").write_text(HELPER)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  yield "place_test_helper"
+  sys.modules.pop("place_test_helper", None)
+
+
+def tiny_config():
+  """The CI training config, cut further: GO's cost here is compiling the PPO update, and
+  attention, segment recurrence and a second minibatch each add to it (the policy variants
+  are tested in test_policies.py; here only the plumbing around them is)."""
+  config = train_test.get_config()
+  config.minibatches = 1
+  config.policy.use_attention = False
+  config.policy.recurrence = False
+  return config
+
+
+def _same_graph(a: CompGraph, b: CompGraph):
+  assert a.num_nodes == b.num_nodes and a.num_edges == b.num_edges
+  np.testing.assert_array_equal(a.cost, b.cost)
+  np.testing.assert_array_equal(a.senders, b.senders)
+  np.testing.assert_array_equal(a.receivers, b.receivers)
+
+
+# ------------------------------------------------------------------ load_graph_arg
+def test_load_graph_arg_source_spec():
+  _same_graph(place_lib.load_graph_arg(f"  {GRAPH} "), sources.load_graph(GRAPH))
+
+
+def test_load_graph_arg_npz(tmp_path):
+  g = sources.load_graph(GRAPH)
+  path = str(tmp_path / "g.npz")
+  g.save(path)
+  _same_graph(place_lib.load_graph_arg(path), g)
+
+
+def test_load_graph_arg_bare_pipedream_name(shared_data):
+  del shared_data  # skips the test where ../shared/data is absent
+  _same_graph(place_lib.load_graph_arg("alexnet"), sources.load_graph("pipedream:alexnet"))
+
+
+def test_bare_name_prefers_pipedream_then_zoo(monkeypatch):
+  """Dispatch only (building zoo models at their default size is slow)."""
+  monkeypatch.setattr(sources, "available_graphs", lambda: {
+      "pipedream": ["both", "pd_only"], "zoo": ["both", "zoo_only"]})
+  asked = []
+  monkeypatch.setattr(sources, "load_graph", lambda spec: asked.append(spec) or spec)
+  for name in ("both", "pd_only", "zoo_only"):
+    place_lib.load_graph_arg(name)
+  assert asked == ["pipedream:both", "pipedream:pd_only", "zoo:zoo_only"]
+
+
+def test_load_graph_arg_function_returning_graph(helper_module):
+  g = place_lib.load_graph_arg(f"{helper_module}:tiny_graph")
+  assert g.name == "helper_chain" and g.num_nodes == 6
+
+
+def test_load_graph_arg_jax_program(helper_module):
+  g = place_lib.load_graph_arg(f"{helper_module}:tiny_program")
+  assert g.num_nodes >= 3 and g.num_edges >= 2
+  assert g.cost.sum() > 0  # costed by the v100 roofline
+  a100 = place_lib.load_graph_arg(f"{helper_module}:tiny_program", device_spec="a100")
+  assert a100.num_nodes == g.num_nodes and not np.array_equal(a100.cost, g.cost)
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("", "non-empty"),
+    ("no_such_model", "model-zoo model (amoebanet"),
+    ("missing_file.npz", "does not exist"),
+    ("layered:n=20,bogus=1", "unknown key 'bogus'"),
+    ("no_such_module_xyz:fn", "neither a graph source kind"),
+    ("not a module!:fn", "is not 'package.module:function'"),
+    ("HELPER:missing", "has no function 'missing'"),
+    ("HELPER:NOT_CALLABLE", "has no function 'NOT_CALLABLE'"),
+    ("HELPER:not_a_graph", "must return a CompGraph or a JAX program"),
+    ("HELPER:broken", "RuntimeError: boom"),
+])
+def test_load_graph_arg_errors(helper_module, arg, message):
+  with pytest.raises(ValueError) as e:
+    place_lib.load_graph_arg(arg.replace("HELPER", helper_module))
+  assert message in str(e.value)
+
+
+def test_unknown_device_spec_is_a_value_error(helper_module):
+  with pytest.raises(ValueError, match="unknown device spec"):
+    place_lib.load_graph_arg(f"{helper_module}:tiny_program", device_spec="no_such_gpu")
+
+
+# ------------------------------------------------------------------ launcher (started early)
+def _write_checkpoint(folder: str):
+  """A checkpoint folder as pretrained.load reads it: the tiny config, fresh parameters."""
+  config = tiny_config()
+  fileio.write_json(os.path.join(folder, pretrained.CONFIG_NAME), json.loads(config.to_json()))
+  ckpt_lib.save_params(os.path.join(folder, pretrained.PARAMS_NAME),
+                       pretrained.template(config.policy))
+
+
+@pytest.fixture(scope="module")
+def launcher_run(tmp_path_factory):
+  """go-jax-place in a subprocess (own absl flags): zero-shot from a tiny checkpoint, K=4."""
+  root = tmp_path_factory.mktemp("launcher")
+  ckpt, out = str(root / "ckpt"), str(root / "out")
+  _write_checkpoint(ckpt)
+  cmd = [sys.executable, "-m", "experiments.place", f"--graph={GRAPH}", "--topology=nvlink2",
+         f"--checkpoint={ckpt}", "--finetune_seconds=0", "--samples=4",
+         "--baselines=heft,m_etf,no_such_method", f"--out={out}"]
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  yield proc, out
+  if proc.poll() is None:
+    proc.kill()
+    proc.communicate()
+
+
+# ------------------------------------------------------------------ place
+def _check_rows(result, objective):
+  """Every row's numbers are what the simulator gives for its action."""
+  graph, topo = result.graph, result.topology
+  lb = objectives.get_objective(objective).lower_bound(graph, topo)["bound"]
+  assert result.lower_bound == lb
+  for r in result.rows:
+    again = methods.evaluate(graph, topo, r.placement, r.priority, objective)
+    assert r.objective == again["objective"], r.method
+    assert r.makespan == again["makespan"], r.method
+    assert r.feasible == again["feasible"], r.method
+    np.testing.assert_array_equal(r.peak_memory, again["peak_memory"])
+    assert r.gap == pytest.approx(r.objective / lb - 1.0)
+    assert r.placement.shape == (graph.num_nodes,)
+    assert r.placement.min() >= 0 and r.placement.max() < topo.num_devices
+  assert result.best.objective == min(r.objective for r in result.rows)
+
+
+def test_place_end_to_end(tmp_path, launcher_run):
+  del launcher_run  # started now, so that it runs while this test fine-tunes
+  graph = sources.load_graph(GRAPH)
+  result = place_lib.place(graph, "nvlink2@mem=0.8x", config=tiny_config(),
+                           params=None, finetune_seconds=0.01, samples=4,
+                           baselines=["heft", "m_etf"], graph_spec=GRAPH)
+  assert [r.key for r in result.rows] == ["go_finetuned", "heft", "m_etf"]
+  assert [r.kind for r in result.rows] == ["go", "baseline", "baseline"]
+  assert result.rows[0].method == "go fine-tuned (0.01s)"
+  assert result.rows[0].info["updates"] == place_lib.FINETUNE_UPDATES_PER_CALL  # one call
+  assert result.settings["checkpoint"] == "none (fresh parameters)"
+  assert not result.settings["coarsened"] and result.coarsened is None
+  cap = float(np.min(result.topology.mem_capacity))
+  assert np.isfinite(cap) and result.settings["mem_capacity"] == cap
+  _check_rows(result, "makespan")
+  heft = methods.solve("heft", graph, result.topology, objective="makespan", seed=0)
+  assert result.row("heft").objective == heft.objective
+  np.testing.assert_array_equal(result.row("heft").placement, heft.placement)
+
+  files = place_lib.write_outputs(result, str(tmp_path / "out"))
+  names = sorted(os.listdir(tmp_path / "out"))
+  assert names == sorted(["results.json", "results.md", "placement.npz", "objective_bars.png",
+                          "gantt_go_finetuned.png", f"gantt_{result.best_baseline.key}.png"])
+  for key in ("bars", "gantt_go_finetuned"):
+    with open(files[key], "rb") as fh:
+      assert fh.read(4) == b"\x89PNG"
+  data = json.loads((tmp_path / "out" / "results.json").read_text())
+  assert [r["method"] for r in data["rows"]] == [r.method for r in result.rows]
+  for row, r in zip(data["rows"], result.rows):
+    assert row["objective"] == r.objective and row["feasible"] == r.feasible
+    assert row["memory_fraction"] == pytest.approx(np.max(r.peak_memory) / cap)
+  assert data["best"] == result.best.method and data["settings"]["graph"] == GRAPH
+  saved = np.load(files["placement"])
+  np.testing.assert_array_equal(saved["placement"], result.best.placement)
+  np.testing.assert_array_equal(saved["go_placement"], result.rows[0].placement)
+  np.testing.assert_array_equal(saved["go_priority"], result.rows[0].priority)
+  assert str(saved["method"]) == result.best.method and "mapping" not in saved
+  table = (tmp_path / "out" / "results.md").read_text()
+  for r in result.rows:
+    assert f"| {r.method} |" in table
+  assert place_lib.verdict(result) in table
+
+
+def test_place_coarsens_big_graphs(tmp_path):
+  graph = sources.load_graph("layered:n=40,width=6,seed=1")
+  result = place_lib.place(graph, "nvlink2", config=tiny_config(), params=None,
+                           finetune_seconds=0, baselines=["heft", "m_etf"], max_nodes=15)
+  assert result.original is graph and result.graph.num_nodes <= 15
+  assert result.settings["coarsened"] and result.settings["solved_nodes"] <= 15
+  assert result.go_row is None  # no checkpoint and no fine-tuning: baselines only
+  _check_rows(result, "makespan")
+  files = place_lib.write_outputs(result, str(tmp_path), plots=False)
+  saved = np.load(files["placement"])
+  expanded = result.coarsened.expand(result.best.placement)
+  assert saved["placement"].shape == (40,)
+  np.testing.assert_array_equal(saved["placement"], expanded)
+  np.testing.assert_array_equal(saved["coarse_placement"], result.best.placement)
+  np.testing.assert_array_equal(saved["mapping"], result.coarsened.mapping)
+  assert "go_placement" not in saved
+  on_original = methods.evaluate(graph, result.topology, expanded,
+                                 result.coarsened.expand(result.best.priority), "makespan")
+  score = result.original_scores[result.best.key]
+  assert score["objective"] == on_original["objective"]
+  assert score["feasible"] == on_original["feasible"]
+  assert sorted(result.original_scores) == ["heft", "m_etf"]
+  # Capacities come from the graph given, not the coarse one.
+  assert result.settings["mem_capacity"] == float(np.min(preset("nvlink2").mem_capacity))
+  topo, footprint = place_lib.harness.make_topology(
+      place_lib.harness.parse_topology("nvlink2@mem=0.7x"), graph)
+  scaled = place_lib.place(graph, "nvlink2@mem=0.7x", config=tiny_config(), params=None,
+                           finetune_seconds=0, baselines=["heft"], max_nodes=15)
+  assert scaled.settings["mem_reference"] == footprint
+  np.testing.assert_array_equal(scaled.topology.mem_capacity, topo.mem_capacity)
+  data = json.loads(open(files["results"]).read())
+  assert data["original_graph"]["heft"]["objective"] == result.original_scores["heft"][
+      "objective"]
+  assert "coarsened to" in place_lib.header(result)
+  assert not any(n.endswith(".png") for n in os.listdir(tmp_path))
+
+
+def test_place_skips_unregistered_baselines_and_ranks_peak_memory():
+  graph = sources.load_graph("chain:n=8")
+  result = place_lib.place(graph, "nvlink2", objective="peak_memory",
+                           config=tiny_config(), params=None, finetune_seconds=0,
+                           baselines=["no_such_method", "heft", "single"])
+  assert [r.key for r in result.rows] == ["heft", "single"]
+  assert result.settings["skipped_baselines"] == ["no_such_method"]
+  _check_rows(result, "peak_memory")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(objective="latency"), "unknown objective"),
+    (dict(finetune_seconds=-1), "finetune_seconds must be >= 0"),
+    (dict(max_nodes=1), "max_nodes must be an integer >= 2"),
+    (dict(topology_spec="nvlink3"), "unknown preset"),
+    (dict(baselines=["critical_path"]), "only schedule a fixed placement"),
+    (dict(baselines=[]), "nothing to compare"),
+    (dict(samples=0, baselines=["heft"]), "samples must be >= 1"),
+])
+def test_place_errors(kwargs, message):
+  args = dict(topology_spec="nvlink2", config=tiny_config(), params=None,
+              finetune_seconds=0)
+  args.update(kwargs)
+  with pytest.raises(ValueError) as e:
+    place_lib.place(sources.load_graph("chain:n=4"), args.pop("topology_spec"), **args)
+  assert message in str(e.value)
+
+
+def test_load_policy(tmp_path, monkeypatch):
+  with pytest.raises(ValueError, match="no pretrained checkpoint 'no_such_ckpt'"):
+    place_lib.load_policy("no_such_ckpt")
+  config, params, label = place_lib.load_policy("none")
+  assert params is None and label.startswith("none") and config.samples >= 1
+  assert config.policy.to_dict() == pretrained.load_config().policy.to_dict()
+  monkeypatch.chdir(tmp_path)
+  _write_checkpoint(str(tmp_path / "ckpt"))
+  config, params, label = place_lib.load_policy(str(tmp_path / "ckpt"))
+  assert label == str(tmp_path / "ckpt") and config.policy.hidden == tiny_config().policy.hidden
+  assert params is not None
+
+
+# ------------------------------------------------------------------ launcher
+def test_launcher_end_to_end(launcher_run):
+  proc, out = launcher_run
+  stdout, stderr = proc.communicate(timeout=600)
+  assert proc.returncode == 0, stderr[-3000:]
+  data = json.loads(open(os.path.join(out, "results.json")).read())
+  assert [r["method"] for r in data["rows"]] == [
+      "go zero-shot (greedy)", "go zero-shot (best of 4)", "heft", "m_etf"]
+  assert data["settings"]["skipped_baselines"] == ["no_such_method"]
+  rows = {r["key"]: r for r in data["rows"]}
+  assert rows["go_zero_shot_best"]["objective"] <= rows["go_zero_shot_greedy"]["objective"]
+  best = min(data["rows"], key=lambda r: (r["objective"], r["kind"] == "go"))
+  assert data["best"] == best["method"]
+  baseline = min(rows["heft"], rows["m_etf"], key=lambda r: r["objective"])
+  assert sorted(os.listdir(out)) == sorted([
+      "results.json", "results.md", "placement.npz", "objective_bars.png",
+      "gantt_go_zero_shot_best.png", f"gantt_{baseline['key']}.png"])
+
+  graph = sources.load_graph(GRAPH)
+  saved = np.load(os.path.join(out, "placement.npz"))
+  for prefix, key in (("", best["key"]), ("go_", "go_zero_shot_best")):
+    again = methods.evaluate(graph, preset("nvlink2"), saved[prefix + "placement"],
+                             saved[prefix + "priority"], "makespan")
+    assert again["objective"] == rows[key]["objective"]
+    assert again["feasible"] == rows[key]["feasible"]
+  assert str(saved["go_method"]) == "go zero-shot (best of 4)"
+  assert data["verdict"] in stdout and "| go zero-shot (greedy) |" in stdout
+
+
+def test_launcher_rejects_bad_graph():
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.run([sys.executable, "-m", "experiments.place", "--graph=no_such_model"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0
+  assert "--graph=no_such_model: unknown graph name" in proc.stderr
