@@ -141,12 +141,8 @@ def _learned(cfg, row, graph_spec, topo_spec, g, t, bound, pretrain_config):
 
 
 def load_rows(out: str) -> List[Dict[str, Any]]:
-  path = os.path.join(out, JSON_NAME)
-  if not os.path.exists(path):
-    return []
-  import json  # pylint: disable=g-import-not-at-top
-  with open(path) as fh:
-    return list(json.load(fh)["rows"])
+  """Rows of `<out>/results.json` ([] where there is none yet): the harness's file format."""
+  return list(harness.load_rows(out))
 
 
 def settings(config) -> Dict[str, Any]:
