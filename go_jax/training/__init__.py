@@ -20,6 +20,6 @@ from go_jax.training.ppo import (HParams, Policy, TrainState, Trainer, make_trai
                                  policy_from_config)
 from go_jax.training.rollout import ADVANTAGES, TASKS
 
-__all__ = ["train", "finetune", "zero_shot", "ZeroShotResult", "build_instances", "summarize", "load_pretrained",
-           "make_train", "policy_from_config", "HParams", "Policy", "TrainState", "Trainer",
+__all__ = ["train", "finetune", "zero_shot", "ZeroShotResult", "build_instances", "summarize",
+           "load_pretrained", "make_train", "policy_from_config", "HParams", "Policy", "TrainState", "Trainer",
            "TrainResult", "FinetuneResult", "TASKS", "ADVANTAGES"]

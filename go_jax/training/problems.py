@@ -16,7 +16,9 @@ stacked on a leading instance axis I so that an update can gather any G of them 
   priority (upward rank) for placement, a baseline's placement for scheduling;
 * the priority tie-break: a sampled priority level l becomes the priority l + 0.5 * rank01, where
   rank01 is the op's upward rank scaled to [0, 1]; within one level the critical path runs
-  first, and the 0.5 scale never lets the tie-break cross a level.
+  first, and the 0.5 scale never lets the tie-break cross a level. With a policy hint
+  (go_jax/training/hints.py) the hint's priority order takes the critical path's place in
+  both, so that following the hint reproduces the hint's solution exactly.
 """
 
 from __future__ import annotations
@@ -131,8 +133,9 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   (None: such tasks are not used). `hint` (go_jax.training.hints; "": none) names the baseline
   whose placement the features carry; its priority order then replaces the critical path as
   the tie-break within a level and as the fixed priority of placement-only tasks, so the
-  hint's exact solution is the action of a policy that follows the hint. ValueError on empty or mismatched lists, a topology with more
-  than `max_devices` devices, or an unknown method or objective.
+  hint's exact solution is the action of a policy that follows the hint. ValueError on empty
+  or mismatched lists, a topology with more than `max_devices` devices, or an unknown method or
+  objective.
   """
   graphs, topologies = list(graphs), list(topologies)
   if not graphs:
