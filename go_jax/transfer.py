@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from absl import logging
 
-from go_jax import harness, methods, pretrained, training
+from go_jax import harness, methods, objectives, place, pretrained, training
 from simulator import fileio, sources
 
 JSON_NAME, MD_NAME = "results.json", "results.md"
@@ -49,16 +49,6 @@ KEY = ("row", "stage", "graph", "topology")
 
 def _key(row: Mapping[str, Any]) -> Tuple:
   return tuple(row[k] for k in KEY)
-
-
-def finetune_config(config, overrides: Mapping[str, Any]):
-  """A pretrained run's config turned into a one-graph fine-tuning config."""
-  cfg = config.copy_and_resolve_references() if hasattr(config, "copy_and_resolve_references") \
-      else dict(config)
-  for k, v in dict(graphs_per_update=1, updates_per_call=1, lr_schedule="constant",
-                   warmup_updates=0, updates=1_000_000, max_seconds=None, **overrides).items():
-    cfg[k] = v
-  return cfg
 
 
 def checkpoint_of(row: str, cfg: Mapping[str, Any]) -> str:
@@ -117,8 +107,9 @@ def _learned(cfg, row, graph_spec, topo_spec, g, t, bound, pretrain_config):
   folder = ensure_pretrained(row, cfg, pretrain_config)
   config, params = pretrained.load(folder)
   budget = float(cfg["finetune_seconds"].get(row, cfg["finetune_seconds"]["default"]))
-  tune_cfg = finetune_config(config, dict(learning_rate=cfg["finetune_lr"],
-                                          samples=cfg["samples"]))
+  # The same one-graph fine-tuning setup as go-jax-place (one update per call, constant lr).
+  tune_cfg = place.go_config(config, objective=cfg["objective"],
+                             learning_rate=cfg["finetune_lr"], samples=cfg["samples"])
   name = f"{graph_spec} @ {topo_spec}"
   common = dict(objective=cfg["objective"], reference_bound=bound)
   # One fine-tuning run gives all three stages: its greedy action before any update, the best
@@ -174,7 +165,6 @@ def run(config, out: str, pretrain_config: Optional[Callable[[str], Any]] = None
   for i, (graph_spec, topo_spec) in enumerate(instances):
     g = sources.load_graph(graph_spec)
     t = harness.make_topology(harness.parse_topology(topo_spec), g)[0]
-    from go_jax import objectives  # pylint: disable=g-import-not-at-top
     bound = float(objectives.get_objective(cfg["objective"]).lower_bound(g, t)["bound"])
     cells = list(_baseline_cells(cfg, graph_spec, topo_spec, g, t, bound))
     cells += [((r, "learned"), lambda r=r: _learned(cfg, r, graph_spec, topo_spec, g, t, bound,
