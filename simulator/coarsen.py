@@ -54,7 +54,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from simulator import ops
-from simulator.graph import CompGraph
+from simulator.graph import CompGraph, csr
 
 STRATEGIES = ("colocate", "chains", "trees", "scopes", "topological")
 TREE_WEIGHT_CAP = 2.0  # "trees" never makes a group heavier than this * total / max_nodes
@@ -89,13 +89,6 @@ def _quotient(senders, receivers, labels) -> Tuple[np.ndarray, np.ndarray]:
   m = int(labels.max()) + 1
   key = np.unique(s[keep] * m + r[keep])
   return key // m, key % m
-
-
-def _csr(src, dst, n):
-  order = np.argsort(src, kind="stable")
-  ptr = np.zeros(n + 1, np.int64)
-  np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-  return ptr, dst[order]
 
 
 def _union(parent: List[int], a: int, b: int) -> bool:
@@ -137,9 +130,9 @@ def acyclic_pieces(n: int, senders, receivers, groups) -> np.ndarray:
   ext = groups[senders] != groups[receivers]
   ext_missing = np.bincount(groups[receivers[ext]], minlength=n_groups).tolist()
   pred_left = np.bincount(receivers, minlength=n).tolist()
-  ptr, succ = _csr(senders, receivers, n)
+  ptr, succ = csr(senders, receivers, n)
   ptr, succ = ptr.tolist(), succ.tolist()
-  gptr, members = _csr(groups, np.arange(n), n_groups)
+  gptr, members = csr(groups, np.arange(n), n_groups)
   gptr, members = gptr.tolist(), members.tolist()
   grp = groups.tolist()
   done, out = [False] * n, [0] * n

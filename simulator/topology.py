@@ -3,11 +3,21 @@
 A topology says how fast each device runs ops relative to the reference device that graph costs
 are measured on, what each op launch costs, how much memory each device has, and the bandwidth
 and latency of every device pair. Presets cite where their figures come from.
+
+Links can also be given as groups (`grouped_links`): "8 GPUs per host on NVLink, hosts on
+InfiniBand" is a list of levels, innermost first, and a pair of devices talks at the figures of
+the first level that puts both in one group. The multi-host presets are built that way, and so
+are topology files that use the group form (`Topology.from_json`, schema in docs/topology.md).
+
+Topology specs ("nvlink4", "my.json@mem=0.6x", or a `Topology` object) are parsed by
+`simulator.topology_spec` (`parse_topology`, `make_topology`, `load_topology`); those names are
+also available from this module.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+import dataclasses
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import flax
 import numpy as np
@@ -15,6 +25,18 @@ import numpy as np
 GB = 1e9
 GiB = 2.0**30
 US = 1e-6
+
+# Names defined in simulator.topology_spec, importable from here too (loaded on first use: that
+# module needs the simulator, which this one must not import).
+_SPEC_NAMES = ("TopologySpec", "TOPOLOGY_OPTIONS", "parse_topology", "make_topology",
+               "load_topology", "single_device_footprint")
+
+
+def __getattr__(name: str):
+  if name in _SPEC_NAMES:
+    from simulator import topology_spec  # pylint: disable=g-import-not-at-top
+    return getattr(topology_spec, name)
+  raise AttributeError(f"module 'simulator.topology' has no attribute {name!r}")
 
 
 @flax.struct.dataclass
@@ -109,6 +131,93 @@ class Topology:
 
   def transfer_time(self, src: int, dst: int, nbytes: float) -> float:
     return float(self.latency[src, dst] + nbytes / self.bandwidth[src, dst])
+
+  # ---------------------------------------------------------------- files
+  def to_json(self, path: Optional[str] = None, *, name: Optional[str] = None,
+              description: Optional[str] = None,
+              device_names: Optional[Sequence[str]] = None) -> dict:
+    """This topology as a topology-file dict (schema version 1, matrix form); with `path`,
+    also written there atomically. `Topology.from_json` of the result equals this topology."""
+    from simulator import topology_file  # pylint: disable=g-import-not-at-top
+    return topology_file.to_json(self, path, name=name, description=description,
+                                 device_names=device_names)
+
+  @classmethod
+  def from_json(cls, path_or_dict) -> "Topology":
+    """Reads a topology file (a path) or its parsed content (a dict); see docs/topology.md.
+
+    Raises ValueError naming the file and the field at fault.
+    """
+    from simulator import topology_file  # pylint: disable=g-import-not-at-top
+    return topology_file.from_json(path_or_dict)
+
+
+# ------------------------------------------------------------------ grouped links
+@dataclasses.dataclass(frozen=True)
+class LinkLevel:
+  """One level of a grouped interconnect: devices in one of `groups` talk at these figures.
+
+  Attributes:
+    groups: disjoint tuples of device ids (a device is in at most one group of a level).
+    bandwidth: bytes/s between two devices of one group (> 0, inf allowed).
+    latency: seconds per transfer between them (finite, >= 0).
+    name: what the level is (e.g. "nvlink", "host"), for messages and files.
+  """
+  groups: Tuple[Tuple[int, ...], ...]
+  bandwidth: float
+  latency: float
+  name: str = ""
+
+
+def blocks(num_devices: int, size: int) -> Tuple[Tuple[int, ...], ...]:
+  """Consecutive groups of `size` devices: blocks(16, 8) = ((0..7), (8..15))."""
+  if size < 1 or num_devices % size:
+    raise ValueError(f"group size must be >= 1 and divide the {num_devices} devices, got {size}")
+  return tuple(tuple(range(s, s + size)) for s in range(0, num_devices, size))
+
+
+def grouped_links(num_devices: int, levels: Sequence[LinkLevel],
+                  default: Optional[Tuple[float, float]] = None, *, field: str = "levels",
+                  names: Optional[Sequence[str]] = None) -> Tuple[np.ndarray, np.ndarray]:
+  """(bandwidth (D, D), latency (D, D)) of a grouped interconnect.
+
+  Levels are listed innermost first: a pair of devices gets the bandwidth and latency of the
+  first level that has both in one group, else `default` (bandwidth, latency). Groups need not
+  nest (the DGX-1V's double-NVLink pairs {i, i+4} cross its quads). The diagonal is inf / 0.
+  Raises ValueError naming `field` (e.g. "links.groups" in a file) for a device id out of range,
+  a device in two groups of one level, or a pair in no common group without a default.
+  """
+  d = num_devices
+  label = (lambda i: f"{i} ({names[i]!r})") if names is not None else str
+  level_of = np.full((d, d), -1, np.int64)
+  for li, level in enumerate(levels):
+    owner = {}
+    for gi, group in enumerate(level.groups):
+      members = [int(m) for m in group]
+      for m in members:
+        if not 0 <= m < d:
+          raise ValueError(f"{field}[{li}].members[{gi}]: device {m} out of range [0, {d})")
+        if m in owner:
+          where = ("twice in that group" if owner[m] == gi
+                   else f"also in {field}[{li}].members[{owner[m]}]")
+          raise ValueError(f"{field}[{li}].members[{gi}]: device {label(m)} is {where}; a "
+                           "device belongs to at most one group per level")
+        owner[m] = gi
+      idx = np.asarray(members, np.int64)
+      block = level_of[np.ix_(idx, idx)]
+      level_of[np.ix_(idx, idx)] = np.where(block < 0, li, block)
+  off = ~np.eye(d, dtype=bool)
+  if default is None and np.any(off & (level_of < 0)):
+    i, j = np.argwhere(off & (level_of < 0))[0]
+    raise ValueError(f"{field}: devices {label(int(i))} and {label(int(j))} share no group, and "
+                     "no default link is given")
+  bw_of = np.array([lv.bandwidth for lv in levels] + [np.nan if default is None else default[0]],
+                   np.float64)
+  lat_of = np.array([lv.latency for lv in levels] + [np.nan if default is None else default[1]],
+                    np.float64)
+  bandwidth = np.where(off, bw_of[level_of], np.inf)  # level -1 picks the default (last)
+  latency = np.where(off, lat_of[level_of], 0.0)
+  return bandwidth, latency
 
 
 # ------------------------------------------------------------------ presets
@@ -207,3 +316,50 @@ def _tpu2x2() -> Topology:
 def _k80x2() -> Topology:
   return Topology.create(np.ones(2), np.full(2, 10 * US), np.full(2, 12 * GB),
                          np.full((2, 2), 10 * GB), np.full((2, 2), 20 * US))
+
+
+# ------------------------------------------------------------------ multi-host presets
+# Several DGX-1V hosts (8x V100-SXM2-32GB each, wired inside a host exactly as `nvlink8`: pairs
+# i <-> i+4 on a double NVLink 50 GB/s, the rest of a quad 25 GB/s, other pairs of the host through
+# PCIe host bridges 10 GB/s; 10 us per transfer, 5 us per op), hosts linked by a network. Built
+# from link levels, innermost first: the double-NVLink pairs, the quads, the host, then the
+# network as the default for pairs on two hosts. The simulator has no network contention (only
+# one transfer at a time leaves each device, rule 3), so the per-pair network figure is the NIC's
+# full rate: optimistic when several GPUs of a host send at once. The host-routed pairs inside a
+# host (10 GB/s, through the CPUs' interconnect) are thus slower than EDR but cost less latency.
+#
+# InfiniBand EDR: 100 Gb/s per port = 12.5 GB/s per direction (InfiniBand Trade Association
+# roadmap; Mellanox ConnectX-4 EDR adapters), one NIC per host; GPU memory is read directly by
+# the NIC (GPUDirect RDMA), so no host copy. Latency 15 us: the 10 us per-transfer framework cost
+# of the single-host presets plus about 5 us for the network path (NIC + one switch + the
+# communication library's proxy thread; `ib_send_lat` alone reports 1-2 us on EDR).
+# Ethernet: 25GbE = 25 Gb/s = 3.125 GB/s per direction (IEEE 802.3by), TCP through the kernel
+# with a host-memory bounce; small-message TCP latency on 10/25GbE is about 20-50 us, so 40 us in
+# all with the 10 us framework cost.
+_IB_EDR = 100 * GB / 8
+_IB_LATENCY = 15 * US
+_ETH_25G = 25 * GB / 8
+_ETH_LATENCY = 40 * US
+
+
+def dgx1v_levels(hosts: int) -> Tuple[LinkLevel, ...]:
+  """The intra-host link levels of `hosts` DGX-1V hosts (devices 8h..8h+7 on host h)."""
+  pairs = tuple((8 * h + i, 8 * h + i + 4) for h in range(hosts) for i in range(4))
+  return (LinkLevel(pairs, 2 * _NVLINK, 10 * US, "nvlink_x2"),
+          LinkLevel(blocks(8 * hosts, 4), _NVLINK, 10 * US, "nvlink_quad"),
+          LinkLevel(blocks(8 * hosts, 8), 10 * GB, 10 * US, "host_pcie"))
+
+
+def _dgx1v_hosts(hosts: int, network_bandwidth: float, network_latency: float) -> Topology:
+  n = 8 * hosts
+  bw, lat = grouped_links(n, dgx1v_levels(hosts), (network_bandwidth, network_latency))
+  return Topology.create(np.ones(n), np.full(n, 5 * US), np.full(n, _V100_MEM), bw, lat)
+
+
+for _h in (2, 4):
+  register_preset(f"dgx1v_{_h}x8_ib",
+                  f"{_h} DGX-1V hosts x 8 V100-SXM2-32GB (NVLink inside), EDR InfiniBand "
+                  "12.5 GB/s between hosts")(lambda _h=_h: _dgx1v_hosts(_h, _IB_EDR, _IB_LATENCY))
+
+register_preset("dgx1v_2x8_eth", "2 DGX-1V hosts x 8 V100-SXM2-32GB (NVLink inside), 25GbE "
+                "3.125 GB/s between hosts")(lambda: _dgx1v_hosts(2, _ETH_25G, _ETH_LATENCY))

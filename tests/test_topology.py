@@ -1,4 +1,5 @@
-"""Topology: validated constructor (one test per rule), helpers, presets, pytree behaviour."""
+"""Topology: validated constructor (one test per rule), helpers, grouped links, presets (single-
+and multi-host), pytree behaviour."""
 
 import jax
 import jax.numpy as jnp
@@ -6,10 +7,11 @@ import numpy as np
 import pytest
 
 from simulator import Topology, available_presets, preset
-from simulator.topology import GB, GiB, US
+from simulator.topology import GB, GiB, US, LinkLevel, blocks, grouped_links
 
 EXPECTED_DEVICES = {"nvlink2": 2, "nvlink4": 4, "nvlink8": 8, "pcie4": 4, "pcie8": 8,
-                    "tpu2x2": 4, "k80x2": 2}
+                    "tpu2x2": 4, "k80x2": 2, "dgx1v_2x8_ib": 16, "dgx1v_4x8_ib": 32,
+                    "dgx1v_2x8_eth": 16}
 
 
 def args(d=3, **changes):
@@ -217,6 +219,72 @@ def test_k80x2_figures():
   t = preset("k80x2")
   assert t.bandwidth[0, 1] == 10 * GB and np.all(t.mem_capacity == 12 * GB)
   assert t.latency[0, 1] == 20 * US and np.all(t.overhead == 10 * US)
+
+
+@pytest.mark.parametrize("name, hosts, network_bw, network_lat", [
+    ("dgx1v_2x8_ib", 2, 12.5 * GB, 15 * US),
+    ("dgx1v_4x8_ib", 4, 12.5 * GB, 15 * US),
+    ("dgx1v_2x8_eth", 2, 3.125 * GB, 40 * US),
+])
+def test_multi_host_presets(name, hosts, network_bw, network_lat):
+  t = preset(name)
+  assert t.num_devices == 8 * hosts
+  host = np.arange(t.num_devices) // 8
+  same = host[:, None] == host[None, :]
+  one = preset("nvlink8")
+  for h in range(hosts):  # every host is wired exactly like the single-host nvlink8
+    block = slice(8 * h, 8 * h + 8)
+    np.testing.assert_array_equal(t.bandwidth[block, block], one.bandwidth)
+    np.testing.assert_array_equal(t.latency[block, block], one.latency)
+  assert np.all(t.bandwidth[~same] == network_bw) and np.all(t.latency[~same] == network_lat)
+  # NVLink inside a host beats the network; the network costs more latency than any local link
+  assert t.bandwidth[0, 1] == 25 * GB > network_bw and t.bandwidth[8, 12] == 50 * GB
+  assert network_lat > t.latency[same & ~np.eye(t.num_devices, dtype=bool)].max()
+  assert np.all(t.mem_capacity == 32 * GB) and np.all(t.overhead == 5 * US)
+  assert np.all(t.speed == 1.0)
+
+
+def test_ethernet_is_slower_than_infiniband():
+  ib, eth = preset("dgx1v_2x8_ib"), preset("dgx1v_2x8_eth")
+  assert eth.transfer_time(0, 8, 1e8) > ib.transfer_time(0, 8, 1e8)
+  assert eth.transfer_time(0, 1, 1e8) == ib.transfer_time(0, 1, 1e8)
+
+
+# ------------------------------------------------------------------ grouped links
+def test_grouped_links_innermost_level_decides():
+  levels = [LinkLevel(((0, 1), (2, 3)), 100.0, 1.0, "pair"),
+            LinkLevel(((0, 1, 2, 3),), 10.0, 2.0, "host")]
+  bw, lat = grouped_links(6, levels, default=(1.0, 5.0))
+  expected_bw = np.array([[np.inf, 100, 10, 10, 1, 1],
+                          [100, np.inf, 10, 10, 1, 1],
+                          [10, 10, np.inf, 100, 1, 1],
+                          [10, 10, 100, np.inf, 1, 1],
+                          [1, 1, 1, 1, np.inf, 1],
+                          [1, 1, 1, 1, 1, np.inf]])
+  np.testing.assert_array_equal(bw, expected_bw)
+  np.testing.assert_array_equal(lat, np.where(expected_bw == 100, 1.0, np.where(
+      expected_bw == 10, 2.0, np.where(np.isinf(expected_bw), 0.0, 5.0))))
+
+
+def test_grouped_links_groups_need_not_nest():
+  """The first level listing both devices decides, even if a later level splits them."""
+  bw, _ = grouped_links(4, [LinkLevel(((0, 2),), 50.0, 0.0), LinkLevel(blocks(4, 2), 25.0, 0.0)],
+                        default=(5.0, 0.0))
+  assert bw[0, 2] == 50 and bw[0, 1] == 25 and bw[2, 3] == 25 and bw[1, 2] == 5
+
+
+def test_grouped_links_errors():
+  with pytest.raises(ValueError, match=r"levels\[0\].members\[1\]: device 1 is also in "
+                     r"levels\[0\].members\[0\]"):
+    grouped_links(3, [LinkLevel(((0, 1), (1, 2)), 1.0, 0.0)], (1.0, 0.0))
+  with pytest.raises(ValueError, match=r"device 3 out of range \[0, 3\)"):
+    grouped_links(3, [LinkLevel(((0, 3),), 1.0, 0.0)], (1.0, 0.0))
+  with pytest.raises(ValueError, match="devices 0 and 2 share no group, and no default"):
+    grouped_links(3, [LinkLevel(((0, 1),), 1.0, 0.0)])
+  with pytest.raises(ValueError, match="must be >= 1 and divide"):
+    blocks(6, 4)
+  bw, _ = grouped_links(2, [LinkLevel(((0, 1),), 3.0, 0.0)])  # all pairs covered: no default
+  assert bw[0, 1] == 3.0
 
 
 def test_unknown_preset_lists_available():

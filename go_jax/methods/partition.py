@@ -15,6 +15,7 @@ import numpy as np
 import pymetis
 
 from go_jax.methods import Problem, Proposal, register
+from simulator.graph import csr
 
 _WEIGHT_TOTAL = 1e7  # scaled vertex / edge weights sum to about this (fits METIS' 32-bit ints)
 
@@ -46,20 +47,19 @@ def contracted_graph(graph):
 
 
 def _csr(num_vertices: int, edges):
-  """Symmetric CSR (xadj, adjncy, eweights) of the undirected weighted graph."""
-  nbrs = [[] for _ in range(num_vertices)]
-  keys = list(edges)
-  weights = _scaled(np.array([edges[k] for k in keys])) if keys else np.zeros(0, np.int64)
-  for (a, b), w in zip(keys, weights.tolist()):
-    nbrs[a].append((b, w))
-    nbrs[b].append((a, w))
-  xadj, adjncy, ew = [0], [], []
-  for lst in nbrs:
-    for b, w in sorted(lst):
-      adjncy.append(b)
-      ew.append(w)
-    xadj.append(len(adjncy))
-  return xadj, adjncy, ew
+  """Symmetric CSR (xadj, adjncy, eweights) lists of the undirected weighted graph.
+
+  Each vertex's neighbours come in ascending order (what METIS is given does not depend on the
+  order the edges were found in).
+  """
+  keys = np.array(list(edges), np.int64).reshape(-1, 2)
+  weights = _scaled(np.array([edges[k] for k in edges])) if len(keys) else np.zeros(0, np.int64)
+  src = np.concatenate([keys[:, 0], keys[:, 1]])
+  dst = np.concatenate([keys[:, 1], keys[:, 0]])
+  by_dst = np.argsort(dst, kind="stable")  # csr is stable: rows come out ascending
+  xadj, adjncy, ew = csr(src[by_dst], dst[by_dst], num_vertices,
+                         np.concatenate([weights, weights])[by_dst])
+  return xadj.tolist(), adjncy.tolist(), ew.tolist()
 
 
 @register("metis", "placement",
