@@ -18,6 +18,8 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from simulator.graph import upward_rank  # re-exported: the project's callers import it here
+
 Strategy = Callable[..., np.ndarray]  # (graph, topology, seed) -> (N,)
 
 NPY_PREFIX = "npy:"
@@ -49,26 +51,6 @@ def uniform_priority(graph, topology, seed: int = 0) -> np.ndarray:
   """All zeros: ties are broken by the simulator (lowest op id), i.e. roughly FIFO by id."""
   del topology, seed
   return np.zeros(graph.num_nodes, np.float64)
-
-
-def upward_rank(graph) -> np.ndarray:
-  """(N,) longest path, in summed `cost` (seconds at speed 1), from each op to any sink.
-
-  The op's own cost is included, so a sink's rank is its cost. This is HEFT's upward rank without
-  communication terms: ops on the critical path get the highest values.
-  """
-  n = graph.num_nodes
-  cost = graph.cost.tolist()
-  ptr, succ = graph.successor_csr()
-  ptr, succ = ptr.tolist(), succ.tolist()
-  rank = [0.0] * n
-  for u in reversed(graph.topological_order().tolist()):
-    best = 0.0
-    for v in succ[ptr[u]:ptr[u + 1]]:
-      if rank[v] > best:
-        best = rank[v]
-    rank[u] = cost[u] + best
-  return np.asarray(rank, np.float64)
 
 
 def critical_path_priority(graph, topology, seed: int = 0) -> np.ndarray:

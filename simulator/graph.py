@@ -37,6 +37,47 @@ def _as_1d(name: str, value, dtype) -> np.ndarray:
   return out
 
 
+def csr(src, dst, n: int, payload=None):
+  """Compressed sparse rows of the pairs (src[k], dst[k]), stable within a row.
+
+  Returns (ptr (n+1,), idx) or, with `payload`, (ptr, idx, payload reordered likewise). Row u is
+  idx[ptr[u]:ptr[u+1]]; pairs keep their input order within a row (stable), so
+  pre-sorting by dst gives ascending rows. `src` values must lie in [0, n). The one CSR builder
+  of the project (graph adjacency, coarsening, METIS input).
+  """
+  src = np.asarray(src, np.int64)
+  dst = np.asarray(dst)
+  ptr = np.zeros(n + 1, np.int64)
+  np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+  if src.size < 2 or np.all(src[1:] >= src[:-1]):  # already grouped by row: no sort
+    return (ptr, dst) if payload is None else (ptr, dst, np.asarray(payload))
+  order = np.argsort(src, kind="stable")
+  if payload is None:
+    return ptr, dst[order]
+  return ptr, dst[order], np.asarray(payload)[order]
+
+
+def upward_rank(graph: "CompGraph") -> np.ndarray:
+  """(N,) longest path, in summed `cost` (seconds at speed 1), from each op to any sink.
+
+  The op's own cost is included, so a sink's rank is its cost. This is HEFT's upward rank without
+  communication terms: ops on the critical path get the highest values. The default priority of
+  the project (critical path first) and the priority of the single-device footprint.
+  """
+  n = graph.num_nodes
+  cost = graph.cost.tolist()
+  ptr, succ = graph.successor_csr()
+  ptr, succ = ptr.tolist(), succ.tolist()
+  rank = [0.0] * n
+  for u in reversed(graph.topological_order().tolist()):
+    best = 0.0
+    for v in succ[ptr[u]:ptr[u + 1]]:
+      if rank[v] > best:
+        best = rank[v]
+    rank[u] = cost[u] + best
+  return np.asarray(rank, np.float64)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CompGraph:
   """A computation graph with per-op costs and sizes (numpy, immutable, validated).
@@ -203,16 +244,11 @@ class CompGraph:
 
   def successor_csr(self):
     """(ptr (N+1,), succ (E,)): successors of u are succ[ptr[u]:ptr[u+1]], ascending."""
-    ptr = np.zeros(self.num_nodes + 1, np.int64)
-    np.cumsum(np.bincount(self.senders, minlength=self.num_nodes), out=ptr[1:])
-    return ptr, self.receivers  # edges are sorted by sender already
+    return csr(self.senders, self.receivers, self.num_nodes)  # edges sorted by (s, r)
 
   def predecessor_csr(self):
     """(ptr (N+1,), pred (E,)): predecessors of v are pred[ptr[v]:ptr[v+1]], ascending."""
-    order = np.lexsort((self.senders, self.receivers))
-    ptr = np.zeros(self.num_nodes + 1, np.int64)
-    np.cumsum(np.bincount(self.receivers, minlength=self.num_nodes), out=ptr[1:])
-    return ptr, self.senders[order]
+    return csr(self.receivers, self.senders, self.num_nodes)  # stable: senders stay ascending
 
   def in_degree(self) -> np.ndarray:
     return np.bincount(self.receivers, minlength=self.num_nodes)
