@@ -2,10 +2,10 @@ r"""Validates the calibrated cost model against measured training-step time of t
 
 For every zoo model (at --size, default "small"): times the jitted training step on the local
 device (warm-up, median of --repeats interleaved rounds, block_until_ready), predicts it with the
-calibrated roofline of the "local" device simulated on one device in XLA's schedule
-(simulator.costmodel.validate), and reports measured / predicted / error per model, the MAPE and
-Spearman's rank correlation. Prints a table; writes <out>/validation.json and
-<out>/validation.png (predicted vs measured, log-log), atomically.
+calibrated roofline of the "local" device simulated on one device in XLA's schedule (the
+experiment's code: experiments/cost_model_validation.py), and reports measured / predicted /
+error per model, the MAPE and Spearman's rank correlation. Prints a table; writes
+<out>/validation.json and <out>/validation.png (predicted vs measured, log-log), atomically.
 
   python -m experiments.validate_cost_model --calibration=results/calibration_cpu.json
   python -m experiments.validate_cost_model --models=resnet50,gnmt2 --size=tiny --out=/tmp/v
@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   import jax
   from simulator import costmodel, fileio, zoo
-  from simulator.costmodel import validate
+  from experiments import cost_model_validation as validation
   if FLAGS.compilation_cache:
     jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
   start = time.time()
@@ -65,12 +65,12 @@ def main(argv: Sequence[str]) -> None:
   for k, name in enumerate(names):
     progress(f"compile {k + 1}/{len(names)} {name}/{FLAGS.size}")
     try:
-      cases.append(validate.zoo_case(name, FLAGS.size))
+      cases.append(validation.zoo_case(name, FLAGS.size))
     except ValueError as e:
       raise app.UsageError(f"--models: {name}: {e}") from e
   if cal is None:
     progress("no calibration file: calibrating now, timed in the same rounds as the steps")
-  report, fitted = validate.validate(
+  report, fitted = validation.validate(
       cases, cal, repeats=FLAGS.repeats, progress=progress,
       calibration_sizes="quick" if FLAGS.quick_calibration else "full")
   if cal is None:
@@ -86,11 +86,11 @@ def main(argv: Sequence[str]) -> None:
       path = os.path.join(FLAGS.out, "hlo", c.name.replace("/", "_") + ".txt")
       with fileio.atomic_open(path, "w", make_dirs=True) as fh:
         fh.write(c.hlo_text)
-  validate.scatter_plot(report, os.path.join(FLAGS.out, "validation.png"),
+  validation.scatter_plot(report, os.path.join(FLAGS.out, "validation.png"),
                         f"{FLAGS.size} zoo steps on {cal.backend}: MAPE "
                         f"{report['mape_percent']:.1f}%, Spearman "
-                        f"{validate.fmt_spearman(report['spearman'])}")
-  print(validate.table(report))
+                        f"{validation.fmt_spearman(report['spearman'])}")
+  print(validation.table(report))
   load = report["conditions"]
   print(f"load average {load['loadavg_before'][0]:.2f} -> {load['loadavg_after'][0]:.2f} "
         f"(calibration: {cal.conditions.get('loadavg_before', [0])[0]:.2f} -> "

@@ -1,4 +1,5 @@
-"""Cost model: device specs, roofline by hand, op classes from HLO, calibration, validation.
+"""Cost model: device specs, roofline by hand, op classes from HLO, calibration, and the
+validation experiment (experiments/cost_model_validation.py) and its launcher.
 
 Timings are never asserted (DESIGN section 8): the calibration test only checks that a tiny fit
 gives finite positive numbers, and the launcher test that the files are written.
@@ -196,7 +197,28 @@ def test_quick_calibration_fits_finite_positive_numbers():
     calibrate(sizes={"fft": (8,)})
 
 
-# ------------------------------------------------------------------ validation launcher
+# ------------------------------------------------------------------ validation experiment
+def test_validation_experiment_predicts_a_step_with_the_local_spec():
+  """The experiment (experiments/cost_model_validation.py, not library code): a step's
+  prediction is the sum of its costed ops on the calibrated local device."""
+  from experiments import cost_model_validation as validation
+
+  def step(w, x):
+    return jnp.tanh(x @ w).sum()
+
+  case = validation.function_case("tiny", step, jnp.ones((16, 16)), jnp.ones((8, 16)))
+  assert float(jnp.asarray(case.call())) == pytest.approx(8 * 16 * np.tanh(16.0))
+  cal = _calibration()
+  p = validation.predict(case, cal)
+  g = apply_cost_model(hlo_graph(case.hlo_text, "tiny"), device_spec("local", cal), cal)
+  assert p["nodes"] == g.num_nodes and p["predicted_s"] == pytest.approx(g.cost.sum())
+  assert p["predicted_s"] > 0 and sum(p["class_seconds"].values()) == pytest.approx(
+      p["predicted_s"])
+  assert validation.spearman([1, 2, 3], [2, 4, 9]) == pytest.approx(1.0)
+  assert validation.spearman([1], [1]) is None and validation.fmt_spearman(None) == "n/a"
+  assert not os.path.exists(os.path.join(REPO, "simulator", "costmodel", "validate.py"))
+
+
 def test_validation_launcher_end_to_end(tmp_path):
   cal_path = str(tmp_path / "cal.json")
   _calibration().save(cal_path)

@@ -10,6 +10,11 @@ convolutions (padding taps and dilation holes skipped), scatters, select-and-sca
 all-reduce included.
 """
 
+import ast
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -17,8 +22,11 @@ import numpy as np
 import pytest
 from jax import lax
 
-from simulator import ops
+import simulator
+from simulator import costmodel, ops
 from simulator.frontends import from_jax, from_jax_full, hlo_to_graph
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 F32 = 4
 
@@ -409,9 +417,8 @@ def test_large_generated_module():
 
 
 def test_from_jax_device_spec_fills_cost():
-  """`device_spec=` applies the roofline cost model; unknown specs are a clear ValueError."""
-  import jax.numpy as jnp
-  from simulator.frontends import from_jax
+  """`simulator.from_jax(device_spec=)` (front end + cost model) applies the roofline; unknown
+  specs are a clear ValueError; the front end's own `from_jax` only parses."""
 
   def f(a, b):
     return jnp.tanh(a @ b).sum()
@@ -420,10 +427,63 @@ def test_from_jax_device_spec_fills_cost():
   b = jnp.ones((128, 32), jnp.float32)
   bare = from_jax(f, a, b, stage="post")
   assert float(bare.cost.sum()) == 0.0
-  v100 = from_jax(f, a, b, stage="post", device_spec="v100")
-  h100 = from_jax(f, a, b, stage="post", device_spec="h100")
+  assert float(simulator.from_jax(f, a, b, stage="post").cost.sum()) == 0.0
+  v100 = simulator.from_jax(f, a, b, stage="post", device_spec="v100")
+  h100 = simulator.from_jax(f, a, b, stage="post", device_spec=costmodel.device_spec("h100"))
   assert v100.num_nodes == bare.num_nodes and v100.cost.sum() > 0
   assert h100.cost.sum() < v100.cost.sum()
   np.testing.assert_array_equal(v100.flops, bare.flops)
-  with pytest.raises(ValueError, match="device spec"):
-    from_jax(f, a, b, device_spec="nope")
+  np.testing.assert_array_equal(v100.senders, bare.senders)
+  with pytest.raises(ValueError, match="unknown device spec 'nope'"):
+    simulator.from_jax(f, a, b, device_spec="nope")
+  with pytest.raises(ValueError, match="calibration needs a device_spec"):
+    simulator.from_jax(f, a, b, calibration=object())
+  with pytest.raises(TypeError):  # the front end parses; it has no cost model to apply
+    from_jax(f, a, b, device_spec="v100")
+
+
+# ------------------------------------------------------------------ import direction
+def _imports(path):
+  """Absolute module names a Python file imports (at any depth: local imports count too)."""
+  out = set()
+  for node in ast.walk(ast.parse(open(path).read())):
+    if isinstance(node, ast.Import):
+      out.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      out.add(node.module)
+      out.update(f"{node.module}.{a.name}" for a in node.names)
+  return out
+
+
+def test_front_end_never_imports_the_cost_model():
+  """The front end parses, the cost model costs (and may read the front end's graphs), and
+  `simulator.sources.jax_program` composes them: no module of the front end names the cost
+  model or the sources, even inside a function."""
+  folder = os.path.join(REPO, "simulator", "frontends")
+  for fname in sorted(os.listdir(folder)):
+    if fname.endswith(".py"):
+      bad = sorted(m for m in _imports(os.path.join(folder, fname))
+                   if m.startswith(("simulator.costmodel", "simulator.sources")))
+      assert not bad, f"simulator/frontends/{fname} imports {bad}"
+
+
+def test_import_graph_in_a_fresh_interpreter():
+  """Importing the front end (or the simulator package) loads no cost model module; the cost
+  model loads the front end; `simulator.from_jax` loads the composition on first use."""
+  code = textwrap.dedent("""
+      import sys
+      def loaded(prefix):
+        return sorted(m for m in sys.modules if m == prefix or m.startswith(prefix + "."))
+      import simulator.frontends.hlo, simulator.frontends.xla
+      assert not loaded("simulator.costmodel"), loaded("simulator.costmodel")
+      assert not loaded("simulator.sources"), loaded("simulator.sources")
+      import simulator
+      assert not loaded("simulator.costmodel")
+      from simulator import from_jax
+      from simulator.sources import jax_program
+      assert from_jax is jax_program.from_jax and loaded("simulator.costmodel")
+      print("ok")
+      """)
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                        timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -1,12 +1,17 @@
 """Tests for the graph sources: op vocabulary, generators, PipeDream/Piper importers, specs."""
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from simulator import ops
+import simulator
+from simulator import ops, sources
 from simulator.sources import (available_graphs, chain, data_root, layered_dag, load_graph,
                                load_pipedream, load_piper, regal_dag, series_parallel)
 from simulator.sources.pipedream import parse_pipedream
@@ -422,3 +427,157 @@ def test_zoo_spec_builds_costed_graph_and_caches(tmp_path, monkeypatch):
     load_graph("zoo:transformer_xl2,size=tiny,device=nope")
   with pytest.raises(ValueError, match="unknown zoo model"):
     load_graph("zoo:nope")
+
+
+# ------------------------------------------------------------------ jax: programs and forms
+PROGRAMS = textwrap.dedent('''
+    """Graph functions of no arguments for the `jax:` source (test helper)."""
+    import jax.numpy as jnp
+    from simulator.sources import synthetic
+
+    def step(w, x):
+      return jnp.tanh(x @ w).sum()
+
+    def args():
+      return (jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+    def program():
+      return step, args()
+
+    def graph():
+      return synthetic.chain(5, name="helper_chain")
+
+    def as_list():
+      return step, list(args())
+
+    def not_a_graph():
+      return 42
+
+    def broken():
+      raise RuntimeError("boom")
+
+    NOT_CALLABLE = 3
+''')
+
+
+@pytest.fixture
+def programs(tmp_path, monkeypatch):
+  """A module of graph functions in a fresh folder that is the working directory (not on
+  sys.path: the `jax:` source puts it there); yields its (unique) module name."""
+  name = "jax_programs_helper"
+  (tmp_path / f"{name}.py").write_text(PROGRAMS)
+  (tmp_path / "fails_on_import.py").write_text("raise RuntimeError('import-time bug')\n")
+  (tmp_path / "missing_dependency.py").write_text("import no_such_dependency_xyz\n")
+  monkeypatch.chdir(tmp_path)
+  before = list(sys.path)
+  yield name
+  assert sys.path == before  # the working directory was on the path only while loading
+  for mod in (name, "fails_on_import", "missing_dependency"):
+    sys.modules.pop(mod, None)
+
+
+def _same_graph(a, b):
+  assert (a.num_nodes, a.num_edges) == (b.num_nodes, b.num_edges)
+  for field in ("cost", "senders", "receivers", "flops", "bytes_accessed", "out_bytes"):
+    np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+@pytest.mark.parametrize("stage", ["pre", "post"])
+def test_jax_spec_is_from_jax_with_the_cost_model(programs, stage):
+  """`jax:module:function,stage=...,device=a100` is `simulator.from_jax` on the program."""
+  g = load_graph(f"jax:{programs}:program,stage={stage},device=a100")
+  module = sys.modules[programs]  # imported by the source, from the working directory
+  ref = simulator.from_jax(module.step, *module.args(), stage=stage, device_spec="a100")
+  _same_graph(g, ref)
+  assert g.cost.sum() > 0 and g.name == f"jax:{programs}:program/{stage}/a100"
+
+
+def test_module_function_is_a_jax_spec_with_defaults(programs):
+  """`module:function` reads as `jax:module:function` (stage pre, device v100); a CompGraph
+  returned by the function is the graph as it is."""
+  g = load_graph(f"{programs}:program")
+  module = sys.modules[programs]
+  _same_graph(g, simulator.from_jax(module.step, *module.args(), device_spec="v100"))
+  assert load_graph(f" {programs}:graph ").name == "helper_chain"
+  assert load_graph(f"jax:{programs}:graph,stage=post,device=h100").num_nodes == 5
+
+
+def test_resolve_spec_forms(programs, tmp_path, monkeypatch):
+  """The spec each form stands for; resolving twice changes nothing."""
+  chain(4).save(str(tmp_path / "g.npz"))
+  monkeypatch.setattr(sources, "available_graphs",
+                      lambda: {"pipedream": ["both", "pd_only"], "zoo": ["both", "zoo_only"]})
+  cases = {
+      "both": "pipedream:both", "pd_only": "pipedream:pd_only", "zoo_only": "zoo:zoo_only",
+      " chain:n=3 ": "chain:n=3", "chain": "chain:", "g.npz": "g.npz",
+      "pkg.mod:fn": "jax:pkg.mod:fn", "mod:fn,stage=post": "jax:mod:fn,stage=post",
+      "jax:mod:fn": "jax:mod:fn"}
+  for text, spec in cases.items():
+    assert sources.resolve_spec(text) == spec, text
+    assert sources.resolve_spec(spec) == spec, spec
+  # A default device fills in for JAX programs only, never over one the spec names.
+  assert sources.resolve_spec("mod:fn", device="a100") == "jax:mod:fn,device=a100"
+  assert sources.resolve_spec("jax:mod:fn,device=h100", device="a100") == (
+      "jax:mod:fn,device=h100")
+  assert sources.resolve_spec("zoo_only", device="a100") == "zoo:zoo_only"
+  with pytest.raises(ValueError, match="unknown graph name 'nope': not a PipeDream model "
+                     r"\(both, pd_only\) nor a model-zoo model \(both, zoo_only\)"):
+    sources.resolve_spec("nope")
+
+
+def test_bare_name_loads_the_pipedream_model(shared_data):
+  del shared_data
+  g = load_graph("alexnet")
+  assert g.name == load_graph("pipedream:alexnet").name == "pipedream_alexnet_train"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("jax:", "jax needs 'package.module:function' after 'jax:'"),
+    ("jax:justamodule", "expected 'jax:package.module:function', got 'justamodule'"),
+    ("jax:no_such_module_xyz:fn", "'no_such_module_xyz' is neither a graph source kind .* nor "
+     "an importable module \\(No module named 'no_such_module_xyz'\\)"),
+    ("no_such_module_xyz:fn", "'jax:no_such_module_xyz:fn'.*neither a graph source kind"),
+    ("no_such_pkg_xyz.sub:fn", "'no_such_pkg_xyz.sub' is neither a graph source kind"),
+    ("not a module!:fn", "unknown graph spec kind 'not a module!'.*is not "
+     "'package.module:function'"),
+    ("fails_on_import:fn", "importing module 'fails_on_import' failed: RuntimeError: "
+     "import-time bug"),
+    ("missing_dependency:fn", "importing module 'missing_dependency' failed: "
+     "ModuleNotFoundError: No module named 'no_such_dependency_xyz'"),
+    ("MOD:missing", "module 'MOD' has no function 'missing'"),
+    ("MOD:NOT_CALLABLE", "module 'MOD' has no function 'NOT_CALLABLE'"),
+    ("MOD:broken", "'jax:MOD:broken': calling broken\\(\\) failed: RuntimeError: boom"),
+    ("MOD:not_a_graph", "not_a_graph\\(\\) must return a CompGraph or a JAX program \\(fn, "
+     "args\\) with args a tuple, got int"),
+    ("MOD:as_list", "got tuple"),
+    ("jax:MOD:program,stage=mid", "stage must be one of pre, post, got 'mid'"),
+    ("jax:MOD:program,device=no_gpu", "unknown device spec 'no_gpu'; available: a100"),
+    ("jax:MOD:program,calibration=no_such_file.json", "no_such_file.json"),
+    ("jax:MOD:program,bogus=1", "unknown key 'bogus' for jax; valid keys: calibration, "
+     "device, stage"),
+    ("jax:MOD:program,MOD:graph", "unexpected argument"),
+    ("missing_file.npz", "cannot read graph file 'missing_file.npz': it does not exist"),
+])
+def test_graph_argument_errors(programs, text, match):
+  """Every bad graph argument is a ValueError naming it (and the options, where there are)."""
+  with pytest.raises(ValueError, match=match.replace("MOD", programs)):
+    load_graph(text.replace("MOD", programs))
+
+
+def test_module_function_from_its_own_folder_without_pythonpath(tmp_path):
+  """`my_module:fn` works from the module's folder in a process whose import path lacks that
+  folder (`python -I`, as a console script: no '' entry, PYTHONPATH ignored)."""
+  (tmp_path / "my_graphs.py").write_text(PROGRAMS)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["JAX_PLATFORMS"] = "cpu"
+  plain = subprocess.run([sys.executable, "-I", "-c", "import my_graphs"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=60)
+  assert plain.returncode != 0 and "No module named 'my_graphs'" in plain.stderr
+  code = ("from simulator import sources\n"
+          "g = sources.load_graph('my_graphs:program')\n"
+          "print(g.num_nodes, g.cost.sum() > 0, sources.load_graph('my_graphs:graph').name)\n")
+  proc = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, env=env,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  nodes, costed, name = proc.stdout.split()
+  assert int(nodes) >= 2 and costed == "True" and name == "helper_chain"

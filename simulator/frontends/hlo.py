@@ -29,7 +29,9 @@ Conventions (all documented choices):
   * flops, bytes_accessed and temp_bytes: the rules of `simulator.frontends.hlo_costs` (XLA's
     HloCostAnalysis where it counts, with documented differences). out_bytes from the result
     shape (tuples: sum of leaves; a custom-call's u8/s8 workspace excluded).
-  * `cost` is 0 everywhere: a cost model (e.g. a roofline) must fill it before simulation.
+  * `cost` is 0 everywhere: a cost model (`simulator.costmodel`, a roofline) fills it before
+    simulation. The front end never imports the cost model (the cost model reads the front
+    end's HloGraph); `simulator.from_jax(..., device_spec=...)` composes the two.
   * Node names are the HLO instruction name, plus " [op_name]" from JAX's metadata when present.
   * Opcodes missing from `OPCODE_TYPES` map to "unknown" and are listed in one warning.
 """
@@ -220,23 +222,14 @@ def from_jax_full(fn, *example_args, stage: str = "pre", name: Optional[str] = N
   return hlo_to_graph(text, name or f"{getattr(fn, '__name__', 'fn')}/{stage}")
 
 
-def from_jax(fn, *example_args, stage: str = "pre", name: Optional[str] = None,
-             device_spec=None, calibration=None) -> CompGraph:
-  """CompGraph of `jax.jit(fn)` on `example_args`.
+def from_jax(fn, *example_args, stage: str = "pre", name: Optional[str] = None) -> CompGraph:
+  """CompGraph of `jax.jit(fn)` on `example_args`, with `cost` 0 (flops and bytes filled).
 
-  With `device_spec` (a `simulator.costmodel.DeviceSpec` or a registered name such as "v100",
-  or "local" with a `calibration`), `cost` holds the roofline durations on that device, computed
-  from the HLO module (op classes of fusions included); without it `cost` is 0, to be filled by
-  a cost model later.
+  The front end only parses: costing the ops on a device is the cost model's job
+  (`simulator.costmodel.apply_cost_model`), and `simulator.from_jax(..., device_spec=...)`
+  composes the two.
 
   Raises:
-    ValueError: `fn` fails to trace, lower or compile (the message carries XLA's / JAX's), or
-      an unknown device spec.
+    ValueError: `fn` fails to trace, lower or compile (the message carries XLA's / JAX's).
   """
-  full = from_jax_full(fn, *example_args, stage=stage, name=name)
-  if device_spec is None:
-    return full.graph
-  from simulator import costmodel  # local: costmodel itself imports the front end
-  spec = (costmodel.device_spec(device_spec, calibration) if isinstance(device_spec, str)
-          else device_spec)
-  return costmodel.apply_cost_model(full, spec, calibration)
+  return from_jax_full(fn, *example_args, stage=stage, name=name).graph

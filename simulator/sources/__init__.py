@@ -1,31 +1,42 @@
-"""Graph sources: one registry from a short text spec to a CompGraph (DESIGN section 6).
+"""Graph sources: one parser from a short text to a CompGraph (DESIGN section 6).
 
-A spec is `kind:arg,key=value,...` or a path ending in ".npz" (a graph saved by
-`CompGraph.save`). Examples:
-
-  layered:n=1000,width=32,seed=0      regal:n=200,seed=3       chain:n=50
-  series_parallel:n=100,seed=1        pipedream:resnet50       pipedream:gnmt,training=false
-  piper:gnmt                          piper:bert32a100,tensor_parallel=4,variant=recomp
-  zoo:resnet50,size=small,stage=post,device=a100      zoo:gnmt8      zoo:gpt2_small,batch=4
+`load_graph(text)` is the graph argument of every launcher and config. It accepts:
+  * a source spec `kind:arg,key=value,...`:
+      layered:n=1000,width=32,seed=0      regal:n=200,seed=3       chain:n=50
+      series_parallel:n=100,seed=1        pipedream:resnet50       pipedream:gnmt,training=false
+      piper:gnmt                          piper:bert32a100,tensor_parallel=4,variant=recomp
+      zoo:resnet50,size=small,stage=post,device=a100      zoo:gnmt8      zoo:gpt2_small,batch=4
+      jax:my_models.step:program,stage=post,device=a100   (a JAX program: `jax_program`)
+  * a path ending in ".npz" (a graph saved by `CompGraph.save`);
+  * a bare model name: a PipeDream model if it is one (`pipedream:<name>`), else a model-zoo
+    model (`zoo:<name>`);
+  * `package.module:function[,key=value...]`, read as `jax:package.module:function...` when
+    `package.module` is not a source kind. The working directory is on the import path while
+    the module is imported and the program built (as with `python -m`), so `my_module:fn`
+    works from the folder holding my_module.py.
+`resolve_spec(text)` gives the source spec a text stands for (the same rules), e.g. to record.
 
 Generators take `n` (alias of num_nodes) and their keyword arguments; the importers take a
-model name or file path as their one positional argument. Every error (unknown kind, key or
-value) is a ValueError that lists the valid choices.
+model name or file path as their one positional argument, `jax:` a `package.module:function`.
+Every error (unknown kind, name, key or value, missing file, a module or function that cannot be
+imported or called) is a ValueError that names the spec and lists the valid choices.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from typing import Callable, Dict, List, Optional
 
 from simulator.graph import CompGraph
-from simulator.sources import pipedream, piper, synthetic
+from simulator.sources import jax_program, pipedream, piper, synthetic
 from simulator.sources import zoo as zoo_source
 from simulator.sources.datafiles import DATA_ENV_VAR, data_root
 from simulator.sources.pipedream import load_pipedream
 from simulator.sources.piper import load_piper
 from simulator.sources.synthetic import chain, layered_dag, regal_dag, series_parallel
+
 
 def _parse_bool(text: str) -> bool:
   low = text.lower()
@@ -54,6 +65,7 @@ class SourceKind:
   """One registry entry: the function, whether it takes a name/path argument, key aliases."""
   fn: Callable[..., CompGraph]
   positional: Optional[str] = None  # parameter receiving the unnamed argument
+  positional_help: str = "a model name or path"  # what the unnamed argument is, for errors
   aliases: Dict[str, str] = dataclasses.field(default_factory=dict)
   description: str = ""
   # Keys outside the function's annotated parameters are passed on as `**kwargs`, parsed by
@@ -88,24 +100,84 @@ REGISTRY: Dict[str, SourceKind] = {
                         description="Piper workload JSON"),
     "zoo": SourceKind(zoo_source.load_zoo, positional="model", free_keys=zoo_source.parse_knob,
                       description="model-zoo training step via the HLO front end + cost model"),
+    "jax": SourceKind(jax_program.load_jax_program, positional="target",
+                      positional_help="'package.module:function'",
+                      description="a JAX program (fn, args) or CompGraph from a function of no "
+                      "arguments, via the HLO front end + cost model"),
 }
 
 
-def _split_spec(spec: str):
-  kind, sep, rest = spec.partition(":")
+def _forms() -> str:
+  return (f"a source spec ({', '.join(k + ':...' for k in REGISTRY)}), a path ending in .npz, "
+          "a bare model name or 'package.module:function'")
+
+
+def _bare_name(name: str) -> str:
+  """The spec of a bare model name: PipeDream if it is one, else the model zoo."""
+  names = available_graphs()
+  for kind in ("pipedream", "zoo"):
+    if name in names.get(kind, ()):
+      return f"{kind}:{name}"
+  raise ValueError(
+      f"unknown graph name {name!r}: not a PipeDream model "
+      f"({', '.join(names.get('pipedream', ())) or 'none found'}) nor a model-zoo model "
+      f"({', '.join(names.get('zoo', ()))}); other forms: {_forms()}")
+
+
+def resolve_spec(text: str, *, device: Optional[str] = None) -> str:
+  """The source spec `text` stands for (forms in the module docstring); source specs and .npz
+  paths are returned as they are (stripped), so resolving twice changes nothing.
+
+  Args:
+    text: a graph argument.
+    device: a cost-model device for a JAX program (`jax:` or `module:function`) whose text names
+      none; None leaves the `jax:` default (v100).
+
+  Raises:
+    ValueError: empty text, a missing .npz file, an unknown bare name or an unknown kind that is
+      not `package.module:function` either (the messages list the options).
+  """
+  if not isinstance(text, str) or not text.strip():
+    raise ValueError(f"graph spec must be a non-empty string, got {text!r}")
+  text = text.strip()
+  if text.endswith(".npz"):
+    if not os.path.isfile(text):
+      raise ValueError(f"cannot read graph file {text!r}: it does not exist")
+    return text
+  kind, sep, rest = text.partition(":")
   kind = kind.strip()
+  if not sep:
+    return f"{text}:" if text in REGISTRY else _bare_name(text)
   if kind not in REGISTRY:
-    raise ValueError(f"unknown graph spec kind {kind!r} in {spec!r}; valid kinds: "
-                     f"{', '.join(REGISTRY)}, or a path ending in .npz")
+    if not jax_program.is_target(text.split(",", 1)[0].strip()):
+      raise ValueError(f"graph spec {text!r}: unknown graph spec kind {kind!r} (valid kinds: "
+                       f"{', '.join(REGISTRY)}) and {text!r} is not 'package.module:function'; "
+                       f"the forms are: {_forms()}")
+    text, kind, rest = f"jax:{text}", "jax", text
+  if kind == "jax" and device is not None and rest.strip():
+    keys = [item.partition("=")[0].strip() for item in rest.split(",") if "=" in item]
+    if "device" not in keys:
+      text = f"{text},device={device}"
+  return text
+
+
+def _split_spec(spec: str):
+  """(kind, items) of a resolved source spec: the kind before the first ':', then the items
+  between commas (a `jax:` target keeps its own ':')."""
+  kind, sep, rest = spec.partition(":")
   items = [x.strip() for x in rest.split(",")] if sep and rest.strip() else []
-  return kind, items
+  return kind.strip(), items
 
 
 def load_graph(spec: str) -> CompGraph:
-  """Builds or loads the graph a spec names (see the module docstring for the syntax)."""
-  if not isinstance(spec, str) or not spec.strip():
-    raise ValueError(f"graph spec must be a non-empty string, got {spec!r}")
-  spec = spec.strip()
+  """Builds or loads the graph a graph argument names (forms in the module docstring).
+
+  Raises:
+    ValueError: a malformed spec, unknown kind, name, key or value, a missing file, a module or
+      function that cannot be imported or called, or a bad return value (the message names the
+      spec and lists the options).
+  """
+  spec = resolve_spec(spec)
   if spec.endswith(".npz"):
     return CompGraph.load(spec)
   kind_name, items = _split_spec(spec)
@@ -141,9 +213,10 @@ def load_graph(spec: str) -> CompGraph:
       raise ValueError(f"graph spec {spec!r}: bad value for {key!r}: {e}") from None
   if kind.positional is not None:
     if not args:
-      raise ValueError(f"graph spec {spec!r}: {kind_name} needs a model name or path, e.g. "
-                       f"'{kind_name}:<name>'; available: "
-                       f"{', '.join(available_graphs().get(kind_name, [])) or '(none found)'}")
+      listing = ("" if kind_name == "jax" else "; available: " + (
+          ", ".join(available_graphs().get(kind_name, [])) or "(none found)"))
+      raise ValueError(f"graph spec {spec!r}: {kind_name} needs {kind.positional_help} after "
+                       f"'{kind_name}:'{listing}")
     kwargs[kind.positional] = args[0]
   missing = [p.name for p in inspect.signature(kind.fn).parameters.values()
              if p.default is inspect.Parameter.empty and p.name not in kwargs
@@ -151,11 +224,16 @@ def load_graph(spec: str) -> CompGraph:
   if missing:
     raise ValueError(f"graph spec {spec!r}: {kind_name} requires {', '.join(missing)} "
                      f"(n = num_nodes); valid keys: {', '.join(sorted(keys))}")
-  return kind.fn(**kwargs)
+  try:
+    return kind.fn(**kwargs)
+  except jax_program.ModuleNotImportable as e:
+    raise ValueError(f"graph spec {spec!r}: {e.module!r} is neither a graph source kind "
+                     f"({', '.join(REGISTRY)}) nor an importable module ({e.cause})") from e
 
 
 def available_graphs() -> Dict[str, List[str]]:
-  """Kind -> model names: zoo models, and those found in the shared data (empty for generators)."""
+  """Kind -> model names: zoo models, and those found in the shared data (empty for generators
+  and for `jax:`, whose argument is any `package.module:function`)."""
   out = {k: [] for k in REGISTRY}
   from simulator import zoo
   out["zoo"] = sorted(zoo.available())
@@ -168,6 +246,6 @@ def available_graphs() -> Dict[str, List[str]]:
   return out
 
 
-__all__ = ["DATA_ENV_VAR", "REGISTRY", "SourceKind", "data_root", "load_graph", "available_graphs",
-           "load_pipedream", "load_piper", "layered_dag", "regal_dag", "chain",
-           "series_parallel", "synthetic", "pipedream", "piper"]
+__all__ = ["DATA_ENV_VAR", "REGISTRY", "SourceKind", "data_root", "load_graph", "resolve_spec",
+           "available_graphs", "load_pipedream", "load_piper", "layered_dag", "regal_dag",
+           "chain", "series_parallel", "synthetic", "pipedream", "piper", "jax_program"]

@@ -1,8 +1,9 @@
 """Zoo graph source: `zoo:<model>[,size=...][,stage=pre|post][,device=...][,<knob>=<value>...]`.
 
 Builds the training-step graph of a `simulator.zoo` model with the JAX/HLO front end and fills
-its `cost` with the roofline cost model of a device spec (`simulator.costmodel`), so the graph is
-ready to simulate. Note that a "post" graph is the program as XLA optimizes it for the LOCAL
+its `cost` with the roofline cost model of a device spec (`simulator.costmodel`), composed by
+`simulator.sources.jax_program.from_jax` as for the `jax:` source, so the graph is ready to
+simulate. Note that a "post" graph is the program as XLA optimizes it for the LOCAL
 backend (CPU fusion decisions, here) even when its costs are those of another device.
 
 The cost model reads per-instruction detail of the HLO module (op classes of fusions), so it is
@@ -41,16 +42,19 @@ def cache_dir() -> str:
 
 
 def _source_digest() -> str:
-  """Digest of the code that decides a zoo graph: front end, zoo and cost model packages."""
+  """Digest of the code that decides a zoo graph: front end, zoo and cost model packages, and
+  the module composing them (`jax_program`)."""
   import jax
   from simulator import costmodel, frontends, zoo
+  from simulator.sources import jax_program
   h = hashlib.sha256(jax.__version__.encode())
-  for pkg in (frontends, zoo, costmodel):
-    folder = os.path.dirname(pkg.__file__)
-    for fname in sorted(os.listdir(folder)):
-      if fname.endswith(".py"):
-        with open(os.path.join(folder, fname), "rb") as f:
-          h.update(fname.encode() + f.read())
+  files = [os.path.join(os.path.dirname(pkg.__file__), fname)
+           for pkg in (frontends, zoo, costmodel)
+           for fname in sorted(os.listdir(os.path.dirname(pkg.__file__)))
+           if fname.endswith(".py")]
+  for path in files + [jax_program.__file__]:
+    with open(path, "rb") as f:
+      h.update(os.path.basename(path).encode() + f.read())
   return h.hexdigest()[:16]
 
 
@@ -62,7 +66,7 @@ def load_zoo(model: str, size: str = "default", stage: str = "pre", device: str 
     ValueError: unknown model, size, stage, knob, device or a bad calibration file.
   """
   from simulator import costmodel, zoo
-  from simulator.frontends import from_jax_full
+  from simulator.sources import jax_program
   calib = costmodel.Calibration.load(calibration) if calibration else None
   spec = costmodel.device_spec(device, calib)  # fail fast, before a long build
   calib_digest = ""
@@ -80,9 +84,9 @@ def load_zoo(model: str, size: str = "default", stage: str = "pre", device: str 
       graph = None  # a corrupt cache entry is rebuilt
   if graph is None:
     z = zoo.build(model, size, **knobs)
-    hlo_graph = from_jax_full(z.step, *z.abstract_args(), stage=stage,
-                              name=f"zoo:{model}/{size}/{stage}/{device}")
-    graph = costmodel.apply_cost_model(hlo_graph, spec, calib)
+    graph = jax_program.from_jax(z.step, *z.abstract_args(), stage=stage,
+                                 name=f"zoo:{model}/{size}/{stage}/{device}", device_spec=spec,
+                                 calibration=calib)
     if cache:
       os.makedirs(os.path.dirname(path), exist_ok=True)
       graph.save(path)

@@ -1,4 +1,7 @@
-"""Validates the calibrated roofline against measured training-step time of the model zoo.
+"""Experiment: the calibrated roofline against measured training-step time of the model zoo.
+
+An experiment, not library code (it times programs on the local backend): the launcher is
+experiments/validate_cost_model.py; the cost model it checks is `simulator.costmodel`.
 
 For each model (`simulator.zoo`, at one size): compile its jitted training step once, time that
 executable (warm-up, then the median of interleaved rounds, block_until_ready; see
