@@ -56,7 +56,7 @@ def test_cpsat_diamond_optimum():
   assert sol.info["model_objective"] == pytest.approx(6.5)
   assert sol.info["model_bound"] == pytest.approx(6.5)
   assert sol.makespan == pytest.approx(6.5)
-  assert sol.info["lower_bound_valid"]
+  assert sol.info["memory_constraint"] == "off" and sol.info["returned"] == "model action"
 
 
 def _methods_to_compare():
@@ -93,14 +93,71 @@ def test_cpsat_is_a_lower_bound_on_random_dags(n, width, seed, topo):
 
 
 def test_cpsat_memory_constraint_forces_a_split():
-  # One device would take 2 s, but both params (10 B each) do not fit in 15 B.
+  # One device would take 2 s, but both params (10 B each) do not fit in 15 B: the necessary
+  # memory conditions split them, and the optimum 1 + 6 + 1 stays a lower bound.
   g = CompGraph(cost=[1, 1], senders=[0], receivers=[1], out_bytes=[1, 1],
                 param_bytes=[10, 10])
   topo = Topology.uniform(2, bandwidth=1.0, latency=5.0, mem_capacity=15.0)
   sol = solve("cpsat", g, topo, **FAST)
-  assert sol.info["memory_constraint"] == "on" and not sol.info["lower_bound_valid"]
+  assert sol.info["memory_constraint"] == "necessary conditions"
+  assert sol.info["model_objective"] == pytest.approx(8.0)
   assert sol.placement[0] != sol.placement[1]
   assert sol.feasible and sol.makespan == pytest.approx(8.0)
+
+
+def test_cpsat_conservative_memory_model_when_the_relaxation_runs_out():
+  # Sinks a, b (6 B outputs, held until the makespan) and c (3 s), 10 B per device. The
+  # relaxation pairs a with b (makespan 3), which the simulator finds 12 B > 10 B; the
+  # conservative model keeps a and b apart (makespan 4) and its action is returned.
+  g = CompGraph(cost=[1, 1, 3], senders=[], receivers=[], out_bytes=[6, 6, 0])
+  topo = Topology.uniform(2, bandwidth=1.0, mem_capacity=10.0)
+  sol = solve("cpsat", g, topo, **FAST)
+  assert sol.info["status"] == "OPTIMAL" and sol.info["model_bound"] == pytest.approx(3.0)
+  assert sol.info["simulated_model_makespan"] == pytest.approx(3.0)
+  assert sol.info["conservative_status"] == "OPTIMAL"
+  assert sol.info["returned"] == "conservative-memory model action"
+  assert "returned conservative-memory model action" in sol.reason
+  assert sol.feasible and sol.makespan == pytest.approx(4.0)
+  assert sol.placement[0] != sol.placement[1]
+  # Without the second model the relaxation's (out of memory) action is all there is.
+  sol = solve("cpsat", g, topo, memory=False, **FAST)
+  assert "conservative_status" not in sol.info and not sol.feasible
+
+
+def test_cpsat_colocation_groups_give_a_valid_model():
+  # Regression (issue 10): colocated ops share their leader's device literals, and the serial
+  # hint named those literals once per op; CP-SAT rejects a hint with duplicate variables, so
+  # every graph with a colocation group came back MODEL_INVALID (and silently serial).
+  g = CompGraph(cost=[1, 2, 2, 1], senders=[0, 0, 1, 2], receivers=[1, 2, 3, 3],
+                out_bytes=[1, 1, 1, 1], colocation=[0, -1, 0, -1])
+  topo = Topology.create([1.0, 2.0], [0.0, 0.0], [np.inf] * 2, [[1, 4], [1, 1]],
+                         [[0, 0.1], [0.2, 0]])
+  dur = objectives.durations(g, topo)
+  trans = exact._transfer_seconds(g, topo)
+  unit = exact.time_unit_for(dur, trans, {"time_unit": None, "resolution": 10})
+  joint = exact._Joint(g, exact._units(dur, unit), exact._units(trans, unit), 1.0)
+  joint.hint_serial(1, exact._units(dur, unit))
+  assert joint.model.Validate() == ""
+  sol = solve("cpsat", g, topo, **FAST)
+  assert sol.info["status"] == "OPTIMAL" and sol.placement[0] == sol.placement[2]
+  assert sol.info["model_objective"] <= sol.makespan + TOL
+
+
+def test_cpsat_huge_finite_memory_and_bytes_stay_in_range():
+  # A capacity no sum can reach adds no constraint (it used to overflow the model); totals
+  # above 2**40 bytes are counted in coarser byte units.
+  g = CompGraph(cost=[1, 2], senders=[0], receivers=[1], out_bytes=[1e15, 1],
+                param_bytes=[1e14, 0])
+  sol = solve("cpsat", g, Topology.uniform(2, bandwidth=1e9, mem_capacity=1e30), **FAST)
+  assert sol.info["status"] == "OPTIMAL" and sol.info["memory_constraint"] == "off"
+  assert sol.makespan == pytest.approx(3.0)
+  # Independent: the 1e15 B output and the 1e14 B params exceed 1.05e15 B together.
+  g = g.replace(senders=[], receivers=[], param_bytes=[0, 1e14])
+  sol = solve("cpsat", g, Topology.uniform(2, bandwidth=1e9, mem_capacity=1.05e15), **FAST)
+  assert sol.info["status"] == "OPTIMAL"
+  assert sol.info["memory_constraint"] == "necessary conditions"
+  assert sol.placement[0] != sol.placement[1] and sol.feasible
+  assert sol.makespan == pytest.approx(2.0)
 
 
 def test_cpsat_refuses_large_graphs():
@@ -115,6 +172,22 @@ def test_cpsat_time_unit_rounds_down():
   unit = exact.time_unit_for(dur, trans, {"time_unit": None, "resolution": 10})
   assert unit == pytest.approx(0.025)
   assert exact._units(np.array([0.3, 0.31]), 0.1).tolist() == [3, 3]
+
+
+def test_cpsat_time_unit_keeps_the_horizon_in_range():
+  # 1e-12 s next to 1e8 s: the unit coarsens so the horizon is MAX_TIME_STEPS steps.
+  dur = np.array([[1e-12, 1e-12], [1e8, 2e8]])
+  trans = np.full((1, 2, 2), 1.0)
+  cfg = {"time_unit": None, "resolution": 10}
+  unit = exact.time_unit_for(dur, trans, cfg)
+  assert unit == pytest.approx((2e8 + 1e-12 + 1.0) / exact.MAX_TIME_STEPS)
+  assert exact._units(dur, unit).max() <= exact.MAX_TIME_STEPS
+  with pytest.raises(ValueError, match="MAX_TIME_STEPS"):
+    exact.time_unit_for(dur, trans, {"time_unit": 1e-9, "resolution": 10})
+  with pytest.raises(ValueError, match="not finite"):
+    exact.time_unit_for(dur, np.full((1, 2, 2), np.inf), cfg)
+  with pytest.raises(ValueError, match="resolution"):
+    exact.time_unit_for(dur, trans, {"time_unit": None, "resolution": 0})
 
 
 # ------------------------------------------------------------------ cpsat_memory
@@ -224,8 +297,9 @@ def test_infeasible_memory_reports_instead_of_raising(name):
     kw.update(FAST)
   sol = solve(name, g, topo, **kw)
   assert not sol.feasible and "out of memory" in sol.reason
-  if name == "cpsat":
-    assert sol.info["memory_constraint"].startswith("dropped")
+  if name == "cpsat":  # proved: the bound then covers every action
+    assert sol.info["memory_constraint"].startswith("dropped: no action fits")
+    assert sol.info["model_bound"] <= sol.makespan + TOL
 
 
 def test_without_a_solution_methods_fall_back():
@@ -234,10 +308,12 @@ def test_without_a_solution_methods_fall_back():
   sol = solve("cpsat", g, topo, time_limit_s=1e-6, num_workers=1)
   assert sol.placement.shape == (12,) and np.isfinite(sol.makespan)
   if sol.info["status"] not in ("OPTIMAL", "FEASIBLE"):  # the usual case with 1 us
-    assert sol.reason.startswith("CP-SAT found no solution")
+    assert sol.reason.startswith("cpsat: CP-SAT found no solution within time_limit_s=1e-06")
+    assert "returned the fallback: every op on device" in sol.reason
     assert len(set(sol.placement.tolist())) == 1
   place = np.zeros(12, np.int64)
   sol = solve("cpsat_memory", g, topo, placement=place, time_limit_s=1e-6, num_workers=1)
   assert sol.feasible and np.all(np.isfinite(sol.priority))
   if sol.info["status"] not in ("OPTIMAL", "FEASIBLE"):
-    assert "reason" in sol.info and sol.info["peak"] == pytest.approx(sol.peak_memory[0])
+    assert "returned the fallback: the" in sol.reason
+    assert sol.info["peak"] == pytest.approx(sol.peak_memory[0])

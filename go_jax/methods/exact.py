@@ -1,37 +1,56 @@
 """Exact (constraint programming) baselines with OR-Tools CP-SAT, for small graphs.
 
 * "cpsat" (joint): placement and schedule together, minimising the makespan of a RELAXATION of
-  the simulator (DESIGN section 4). Per op: a start, one optional interval per device with that
-  device's duration (rule 2), exactly one device, colocation groups on one device, NoOverlap per
-  device; per edge u->v: start_v >= end_u, plus the transfer time latency + bytes / bandwidth
-  when u and v sit on different devices. The model ignores the queueing of transfers on send
-  channels (rule 3) and the list-scheduling rule (5), so every schedule the simulator can
-  produce is feasible for it: its optimum, and any proven bound, is a LOWER BOUND on the
-  makespan of every placement and priority (as long as the optional memory constraint is off or
-  not binding, see below). Its solution is re-simulated by `solve`, which may report a larger
-  makespan.
+  the simulator (docs/design.md section 4). Per op: a start, one optional interval per device
+  with that device's duration (rule 2), exactly one device, colocation groups on one device
+  (rule 1), NoOverlap per device; per edge u->v: start_v >= end_u, plus the transfer time
+  latency + bytes / bandwidth when u and v sit on different devices (rule 3). On devices of finite
+  memory it adds conditions that every out-of-memory-free action meets (rule 7: the params of
+  a device's ops are live all the time; while op i runs, its output, its scratch and one copy
+  of each of its inputs are live too). The model ignores the queueing of transfers on send
+  channels (rule 3) and the list-scheduling rule (5), so the schedule the simulator produces
+  for any placement and priority is feasible for it: its optimum, and any bound CP-SAT proves,
+  is a LOWER BOUND on the makespan of every action that fits in memory (of every action, when
+  no action fits: see `cpsat`), up to the float32 rounding of the jitted simulator. Its own
+  action is re-simulated by `solve`, which may report a larger makespan (queued transfers,
+  list scheduling) or run out of memory (the conditions are necessary, not sufficient).
 * "cpsat_memory" (schedule): the topological order of the ops of ONE device that minimises that
-  device's peak memory (DESIGN rule 7), as a permutation model. Exact for single-device
+  device's peak memory (rule 7), as a permutation model. Exact for single-device
   placements; see `cpsat_memory` for what it does on multi-device ones.
 
-Time is integer in CP-SAT: seconds are divided by `time_unit` and rounded DOWN (with a 1e-6 unit
-tolerance against float noise), so the scaled model stays a relaxation and its objective times
-`time_unit` is still a lower bound. Both methods refuse graphs above `max_ops` with a
-ValueError, and fall back to a heuristic (with `info["reason"]`) when the solver finds nothing.
+Integer scaling (CP-SAT is integer only). Time: seconds are divided by `time_unit` and rounded
+DOWN (with a 1e-6 unit tolerance against float noise like 0.3 / 0.1), so the scaled model stays
+a relaxation and its objective and bound times `time_unit` are still lower bounds; the rounding
+loses at most one `time_unit` per op and per transfer on a path, which is the documented
+resolution (`info["time_unit"]`). `time_unit` defaults to the smallest positive duration or
+transfer time over `resolution`, coarsened so that the horizon (every op on its slowest device
+plus every transfer on its slowest link) is at most MAX_TIME_STEPS = 2**30 steps. Bytes: at
+most MAX_BYTE_STEPS = 2**40 steps per constraint (1 byte per step unless a device's totals are
+larger), rounded in the direction that keeps each memory condition necessary (floor) or
+sufficient (ceil). Every variable's domain and every constraint's sum of |coefficient| x bound
+then stays below 2**42, far inside the int64 range that CP-SAT's model validator requires.
+
+Both methods refuse graphs above `max_ops` with a ValueError. When the solver finds nothing
+(time limit, or a model CP-SAT rejects, which is a bug), they say so in `info["reason"]` (so in
+the Solution's reason), name the fallback they return, and keep the solver status in
+`info["status"]`.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from go_jax import objectives, placements
+from go_jax import objectives
 from go_jax.methods import Problem, Proposal, evaluate, register
 from go_jax.methods import simple
+from simulator.graph import upward_rank
 
 _TOL = 1e-6  # tolerance (in units) of the floor rounding of times
+MAX_TIME_STEPS = 2**30  # largest horizon, in time units, of the joint model
+MAX_BYTE_STEPS = 2**40  # largest left-hand side, in byte units, of a memory constraint
 
 
 def _check_common(name: str, n: int, config) -> None:
@@ -52,29 +71,61 @@ def _solver(config, seed: int) -> cp_model.CpSolver:
   return solver
 
 
+def _no_solution(name: str, solver: cp_model.CpSolver, status, model: cp_model.CpModel,
+                 config) -> str:
+  """Why CP-SAT returned no solution, in words (with the validator's message if invalid)."""
+  status_name = solver.StatusName(status)
+  if status == cp_model.MODEL_INVALID:
+    return (f"{name}: CP-SAT rejected the model (MODEL_INVALID: {model.Validate()!r}; a bug, "
+            f"please report it)")
+  if status == cp_model.UNKNOWN:
+    return (f"{name}: CP-SAT found no solution within time_limit_s={config['time_limit_s']} "
+            f"(UNKNOWN)")
+  return f"{name}: CP-SAT found no solution ({status_name})"
+
+
 # ------------------------------------------------------------------ joint placement + schedule
 def _transfer_seconds(graph, topology) -> np.ndarray:
   """(E, D, D) seconds to move each edge's tensor between each device pair (0 on the diagonal)."""
   lat, per_byte = topology.link_tables()
-  return lat[None] + graph.out_bytes[graph.senders][:, None, None] * per_byte[None]
+  with np.errstate(over="ignore"):  # an infinite time is refused by `time_unit_for`
+    return lat[None] + graph.out_bytes[graph.senders][:, None, None] * per_byte[None]
+
+
+def _horizon_seconds(dur: np.ndarray, trans: np.ndarray) -> float:
+  """Every op on its slowest device plus every transfer on its slowest link, in seconds."""
+  links = trans.reshape(len(trans), -1).max(axis=1).sum() if len(trans) else 0.0
+  return float(dur.max(axis=1).sum() + links)
 
 
 def time_unit_for(dur: np.ndarray, trans: np.ndarray, config) -> float:
-  """Seconds per CP-SAT time step: config `time_unit`, else the smallest positive duration or
-  transfer time divided by `resolution`, coarsened so the horizon stays below 1e9 steps."""
+  """Seconds per CP-SAT time step.
+
+  Config `time_unit` when given (ValueError when the horizon would exceed MAX_TIME_STEPS steps
+  of it); else the smallest positive duration or transfer time divided by `resolution`,
+  coarsened to horizon / MAX_TIME_STEPS when that is larger (1.0 when every time is 0).
+  """
+  times = np.concatenate([dur.ravel(), trans.ravel()])
+  if not np.all(np.isfinite(times)):
+    raise ValueError("cpsat: a duration or transfer time is not finite (cost / speed or "
+                     "out_bytes / bandwidth overflows float64); rescale the graph's units")
+  horizon = _horizon_seconds(dur, trans)
   if config.get("time_unit") is not None:
     unit = float(config["time_unit"])
-    if not unit > 0:
-      raise ValueError(f"cpsat: time_unit must be > 0 seconds, got {unit}")
+    if not (np.isfinite(unit) and unit > 0):
+      raise ValueError(f"cpsat: time_unit must be a finite number > 0 of seconds, got {unit}")
+    if horizon / unit > MAX_TIME_STEPS:
+      raise ValueError(f"cpsat: time_unit={unit} s makes the horizon {horizon:.6g} s "
+                       f"{horizon / unit:.3g} steps, above MAX_TIME_STEPS={MAX_TIME_STEPS}; use "
+                       f"a time_unit of at least {horizon / MAX_TIME_STEPS:.6g} s")
     return unit
-  times = np.concatenate([dur.ravel(), trans.ravel()])
+  resolution = float(config["resolution"])
+  if not (np.isfinite(resolution) and resolution > 0):
+    raise ValueError(f"cpsat: resolution must be a finite number > 0, got {resolution}")
   pos = times[times > 0]
   if pos.size == 0:
     return 1.0
-  unit = float(pos.min()) / float(config["resolution"])
-  horizon = float(dur.max(axis=1).sum() + (trans.reshape(trans.shape[0], -1).max(axis=1).sum()
-                                           if trans.size else 0.0))
-  return max(unit, horizon / 1e9)
+  return max(float(pos.min()) / resolution, horizon / MAX_TIME_STEPS)
 
 
 def _units(seconds: np.ndarray, unit: float) -> np.ndarray:
@@ -86,86 +137,144 @@ def _fastest_device(graph, topology) -> int:
   return int(np.argmin(objectives.durations(graph, topology).sum(axis=0)))
 
 
-def _fallback_joint(problem: Problem, reason: str, info: Dict) -> Proposal:
-  """Every op on the fastest device in critical-path order."""
-  g = problem.graph
-  dev = _fastest_device(g, problem.topology)
-  info = dict(info, reason=reason, fallback=f"critical path on device {dev}")
-  return Proposal(np.full(g.num_nodes, dev, np.int64), placements.upward_rank(g), info=info)
+def _serial(graph, topology) -> Tuple[np.ndarray, np.ndarray, str]:
+  """Every op on the fastest device in critical-path order: (placement, priority, name)."""
+  dev = _fastest_device(graph, topology)
+  return (np.full(graph.num_nodes, dev, np.int64), upward_rank(graph),
+          f"every op on device {dev} (the fastest) in critical-path order")
 
 
 def _byte_unit(total: float) -> float:
-  """Bytes per integer memory step: 1 when totals fit comfortably, coarser otherwise."""
-  return max(1.0, float(total) / 2.0**40)
+  """Bytes per integer memory step: 1 when `total` fits in MAX_BYTE_STEPS steps, else coarser."""
+  return max(1.0, float(total) / MAX_BYTE_STEPS)
 
 
-def _build_joint(graph, topology, dur_u, trans_u, use_memory: bool):
-  """The CP-SAT model; returns (model, start vars, device literals (N, D), makespan var)."""
-  n, d = dur_u.shape
-  root = graph.colocation_root()
-  horizon = int(dur_u.max(axis=1).sum() + (trans_u.reshape(len(trans_u), -1).max(axis=1).sum()
-                                           if len(trans_u) else 0))
-  m = cp_model.CpModel()
-  start = [m.NewIntVar(0, horizon, f"s{i}") for i in range(n)]
-  end = [m.NewIntVar(0, horizon, f"e{i}") for i in range(n)]
-  lits: List[List] = [None] * n
-  for i in range(n):
-    if root[i] != i:  # colocated: reuse the group leader's literals (rule 1)
-      lits[i] = lits[root[i]]
-      continue
-    lits[i] = [m.NewBoolVar(f"x{i}_{k}") for k in range(d)]
-    m.AddExactlyOne(lits[i])
-  per_device = [[] for _ in range(d)]
-  for i in range(n):
-    m.Add(end[i] == start[i] + sum(int(dur_u[i, k]) * lits[i][k] for k in range(d)))
-    for k in range(d):
-      per_device[k].append(m.NewOptionalFixedSizeIntervalVar(
-          start[i], int(dur_u[i, k]), lits[i][k], f"iv{i}_{k}"))
-  for k in range(d):
-    if len(per_device[k]) > 1:
-      m.AddNoOverlap(per_device[k])
-  for e, (u, v) in enumerate(zip(graph.senders.tolist(), graph.receivers.tolist())):
-    m.Add(start[v] >= end[u])
-    if root[u] == root[v]:
-      continue
-    for a in range(d):
-      for b in range(d):
-        if a != b and trans_u[e, a, b] > 0:  # both device literals true -> pay the transfer
-          m.Add(start[v] >= end[u] + int(trans_u[e, a, b])).OnlyEnforceIf(
-              [lits[u][a], lits[v][b]])
-  if use_memory:
-    _add_memory(m, graph, topology, lits)
-  makespan = m.NewIntVar(0, horizon, "makespan")
-  m.AddMaxEquality(makespan, end)
-  m.Minimize(makespan)
-  return m, start, lits, makespan
+class _Joint:
+  """The joint CP-SAT model: start and end per op, device literals per colocation group."""
 
-
-def _add_memory(m, graph, topology, lits) -> None:
-  """Conservative (sufficient) memory: on each device of finite capacity, the params, outputs
-  and scratch of its ops plus one received copy of every tensor it consumes from elsewhere, all
-  counted as if live at once, must fit. Any placement meeting it is OOM-free in the simulator,
-  but it can exclude feasible placements, so with it the model is no longer a relaxation."""
-  n, d = graph.num_nodes, topology.num_devices
-  own = graph.param_bytes + graph.out_bytes + graph.temp_bytes
-  unit = _byte_unit(own.sum() + graph.out_bytes.sum() * d)
-  own_u = np.ceil(own / unit).astype(np.int64)
-  out_u = np.ceil(graph.out_bytes / unit).astype(np.int64)
-  ptr, succ = graph.successor_csr()
-  for k in range(d):
-    cap = topology.mem_capacity[k]
-    if not np.isfinite(cap):
-      continue
-    terms = [int(own_u[i]) * lits[i][k] for i in range(n) if own_u[i]]
+  def __init__(self, graph, dur_u: np.ndarray, trans_u: np.ndarray, horizon_s: float):
+    n, d = dur_u.shape
+    self.graph, self.n, self.d, self.horizon_s = graph, n, d, horizon_s
+    self.root = graph.colocation_root()
+    self.horizon = int(dur_u.max(axis=1).sum() + (
+        trans_u.reshape(len(trans_u), -1).max(axis=1).sum() if len(trans_u) else 0))
+    m = self.model = cp_model.CpModel()
+    self.start = [m.NewIntVar(0, self.horizon, f"s{i}") for i in range(n)]
+    self.end = [m.NewIntVar(0, self.horizon, f"e{i}") for i in range(n)]
+    self.lits: List[List] = [None] * n
     for i in range(n):
-      cons = succ[ptr[i]:ptr[i + 1]].tolist()
-      if not cons or not out_u[i]:
+      if self.root[i] != i:  # colocated: reuse the group leader's literals (rule 1)
+        self.lits[i] = self.lits[self.root[i]]
         continue
-      copy = m.NewBoolVar(f"copy{i}_{k}")  # i's output received on k
-      for v in cons:
-        m.Add(copy >= lits[v][k] - lits[i][k])
-      terms.append(int(out_u[i]) * copy)
-    m.Add(sum(terms) <= int(np.floor(cap / unit)))
+      self.lits[i] = [m.NewBoolVar(f"x{i}_{k}") for k in range(d)]
+      m.AddExactlyOne(self.lits[i])
+    per_device = [[] for _ in range(d)]
+    for i in range(n):
+      m.Add(self.end[i] == self.start[i] + sum(int(dur_u[i, k]) * self.lits[i][k]
+                                               for k in range(d)))
+      for k in range(d):
+        per_device[k].append(m.NewOptionalFixedSizeIntervalVar(
+            self.start[i], int(dur_u[i, k]), self.lits[i][k], f"iv{i}_{k}"))
+    for k in range(d):
+      if len(per_device[k]) > 1:
+        m.AddNoOverlap(per_device[k])
+    for e, (u, v) in enumerate(zip(graph.senders.tolist(), graph.receivers.tolist())):
+      m.Add(self.start[v] >= self.end[u])
+      if self.root[u] == self.root[v]:
+        continue
+      for a in range(d):
+        for b in range(d):
+          if a != b and trans_u[e, a, b] > 0:  # both device literals true -> pay the transfer
+            m.Add(self.start[v] >= self.end[u] + int(trans_u[e, a, b])).OnlyEnforceIf(
+                [self.lits[u][a], self.lits[v][b]])
+    self.makespan = m.NewIntVar(0, self.horizon, "makespan")
+    m.AddMaxEquality(self.makespan, self.end)
+    m.Minimize(self.makespan)
+
+  def add_necessary_memory(self, topology, dur: np.ndarray) -> int:
+    """Conditions every OOM-free action meets (rule 7), on devices of finite capacity.
+
+    On device k: the params of its ops (live all the time); and for each op i that takes
+    visibly long on k, those params plus i's output and scratch and one copy (local output or
+    received copy) of each input of i, which are all live while i runs. "Visibly long" means
+    at least 1e-6 of the horizon: the jitted simulator adds times in float32, where a shorter
+    op can start and finish at the same instant and so hold no memory. Bytes round down and
+    capacities up, so the scaled conditions stay necessary. Returns the number of constraints
+    added (a device whose capacity exceeds every possible left-hand side gets none).
+    """
+    g = self.graph
+    pptr, pred = g.predecessor_csr()
+    during = np.array([g.out_bytes[i] + g.temp_bytes[i] + g.out_bytes[pred[pptr[i]:pptr[i + 1]]]
+                       .sum() for i in range(self.n)])
+    most = float(g.param_bytes.sum() + during.max(initial=0.0))
+    unit = _byte_unit(most)
+    param_u = np.floor(g.param_bytes / unit).astype(np.int64)
+    during_u = np.floor(during / unit).astype(np.int64)
+    long_ = dur >= 1e-6 * self.horizon_s
+    added = 0
+    for k in range(self.d):
+      cap = float(topology.mem_capacity[k])
+      if most <= cap:
+        continue  # cannot bind (this also skips infinite capacities)
+      cap_u = int(np.ceil(cap / unit))
+      params = sum(int(param_u[i]) * self.lits[i][k] for i in range(self.n) if param_u[i])
+      self.model.Add(params <= cap_u)
+      added += 1
+      for i in range(self.n):
+        if during_u[i] and long_[i, k]:
+          self.model.Add(params + int(during_u[i]) * self.lits[i][k] <= cap_u)
+          added += 1
+    return added
+
+  def add_sufficient_memory(self, topology) -> int:
+    """Conservative memory: on each device of finite capacity, the params, outputs and scratch
+    of its ops plus one received copy of every tensor it consumes from elsewhere, all counted
+    as if live at once, must fit. Any placement meeting it is OOM-free in the simulator, but it
+    can exclude feasible placements (the model is then no longer a relaxation). Bytes round up,
+    capacities down. Returns the number of constraints added."""
+    g, n = self.graph, self.n
+    own = g.param_bytes + g.out_bytes + g.temp_bytes
+    total = own.sum() + g.out_bytes.sum()
+    unit = _byte_unit(total)
+    own_u = np.ceil(own / unit).astype(np.int64)
+    out_u = np.ceil(g.out_bytes / unit).astype(np.int64)
+    ptr, succ = g.successor_csr()
+    added = 0
+    for k in range(self.d):
+      cap = float(topology.mem_capacity[k])
+      if total <= cap:
+        continue  # cannot bind
+      terms = [int(own_u[i]) * self.lits[i][k] for i in range(n) if own_u[i]]
+      for i in range(n):
+        cons = succ[ptr[i]:ptr[i + 1]].tolist()
+        if not cons or not out_u[i]:
+          continue
+        copy = self.model.NewBoolVar(f"copy{i}_{k}")  # i's output received on k
+        for v in cons:
+          self.model.Add(copy >= self.lits[v][k] - self.lits[i][k])
+        terms.append(int(out_u[i]) * copy)
+      self.model.Add(sum(terms) <= int(np.floor(cap / unit)))
+      added += 1
+    return added
+
+  def hint_serial(self, device: int, dur_u: np.ndarray) -> None:
+    """Hints the serial schedule on `device` in topological order (feasible for the time
+    model). Each variable is hinted once: colocated ops share their leader's literals, and
+    CP-SAT rejects a hint naming a variable twice (MODEL_INVALID)."""
+    t = 0
+    for i in self.graph.topological_order().tolist():
+      self.model.AddHint(self.start[i], t)
+      t += int(dur_u[i, device])
+    for i in np.flatnonzero(self.root == np.arange(self.n)).tolist():
+      for k, x in enumerate(self.lits[i]):
+        self.model.AddHint(x, int(k == device))
+
+  def action(self, solver: cp_model.CpSolver, unit: float) -> Tuple[np.ndarray, np.ndarray]:
+    """(placement, priority = -start in seconds) of the solver's solution."""
+    place = np.array([int(np.argmax([solver.Value(x) for x in self.lits[i]]))
+                      for i in range(self.n)], np.int64)
+    starts = np.array([solver.Value(s) for s in self.start], np.float64) * unit
+    return place, -starts
 
 
 @register("cpsat", "joint",
@@ -176,15 +285,27 @@ def cpsat(problem: Problem, config) -> Proposal:
   """Optimal (within the time limit) placement and start times of the relaxed model.
 
   Config: time_limit_s, num_workers, max_ops (ValueError above it), time_unit (seconds per
-  integer step; None: smallest positive duration or transfer time / `resolution`), memory
-  (add the conservative memory constraint on devices of finite capacity; if that makes the
-  model infeasible it is solved again without it, so the search can take up to twice
-  time_limit_s). Priority = -start (earlier start first). The model always minimises the
-  makespan; `problem.objective` only decides whether the model's action or the serial schedule
-  on the fastest device (the hint and fallback) is returned, whichever simulates better.
-  info: status, model_objective and model_bound in seconds (the bound is a lower bound on
-  every action's makespan when lower_bound_valid; model_objective only when status is
-  OPTIMAL), time_unit, memory_constraint, simulated_model_action, returned.
+  integer step; None: smallest positive duration or transfer time / `resolution`, coarsened to
+  keep the horizon within MAX_TIME_STEPS), memory (when the relaxation's action runs out of
+  memory in the simulator, solve a second model with a conservative memory constraint, which
+  only admits OOM-free placements, and keep its action if it simulates better; so the search
+  can take up to twice time_limit_s).
+
+  On devices of finite memory the relaxation holds conditions every OOM-free action meets;
+  when CP-SAT proves them infeasible (no action fits), it is solved again without them and
+  the bound then covers every action. Priority = -start (earlier start first). The model
+  always minimises the makespan; `problem.objective` decides which candidate action is
+  returned: the relaxation's, the conservative model's, or the serial schedule on the fastest
+  device (the hint), whichever simulates best (info["returned"]; the reason says when it is not
+  the relaxation's). Without any solution the serial schedule is returned, and the reason says
+  why and names it.
+
+  info: status (of the relaxation), time_unit (the resolution, seconds), model_objective (the
+  relaxation's makespan in seconds for its solution; a lower bound on every OOM-free action's
+  makespan when status is OPTIMAL), model_bound (CP-SAT's proven lower bound, seconds; always a
+  lower bound on every OOM-free action's makespan), memory_constraint, conservative_status
+  (when that model was solved), simulated_model_action and simulated_model_makespan (the
+  relaxation's action as the simulator scores it), returned, wall_s.
   """
   g, topo = problem.graph, problem.topology
   _check_common("cpsat", g.num_nodes, config)
@@ -192,60 +313,70 @@ def cpsat(problem: Problem, config) -> Proposal:
   trans = _transfer_seconds(g, topo)
   unit = time_unit_for(dur, trans, config)
   dur_u, trans_u = _units(dur, unit), _units(trans, unit)
-  finite = bool(np.isfinite(topo.mem_capacity).any())
-  use_memory = bool(config["memory"]) and finite
-  info = {"time_unit": unit, "memory_constraint": "on" if use_memory else "off"}
+  horizon_s = _horizon_seconds(dur, trans)
+  serial_place, serial_prio, serial_name = _serial(g, topo)
+  info: Dict = {"time_unit": unit}
   solver = _solver(config, problem.seed)
+  use_memory = True
   while True:
-    m, start, lits, makespan = _build_joint(g, topo, dur_u, trans_u, use_memory)
-    _hint_single_device(m, g, topo, dur_u, start, lits)
-    status = solver.Solve(m)
-    if status == cp_model.INFEASIBLE and use_memory:
+    joint = _Joint(g, dur_u, trans_u, horizon_s)
+    added = joint.add_necessary_memory(topo, dur) if use_memory else 0
+    info.setdefault("memory_constraint", "necessary conditions" if added else "off")
+    joint.hint_serial(int(serial_place[0]), dur_u)
+    status = solver.Solve(joint.model)
+    if status == cp_model.INFEASIBLE and added:
       use_memory = False
-      info["memory_constraint"] = "dropped: the conservative memory model is infeasible"
+      info["memory_constraint"] = ("dropped: no action fits in memory (CP-SAT proved the "
+                                   "necessary conditions infeasible)")
       continue
     break
-  info.update(status=solver.StatusName(status), wall_s=solver.WallTime(),
-              lower_bound_valid=not use_memory)
+  info.update(status=solver.StatusName(status), wall_s=solver.WallTime())
   if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-    return _fallback_joint(problem, f"CP-SAT found no solution ({info['status']})", info)
+    reason = _no_solution("cpsat", solver, status, joint.model, config)
+    info.update(reason=f"{reason}; returned the fallback: {serial_name}", returned=serial_name)
+    return Proposal(serial_place, serial_prio, info=info)
   info.update(model_objective=solver.ObjectiveValue() * unit,
               model_bound=solver.BestObjectiveBound() * unit)
-  place = np.array([int(np.argmax([solver.Value(x) for x in lits[i]]))
-                    for i in range(g.num_nodes)], np.int64)
-  starts = np.array([solver.Value(s) for s in start], np.float64) * unit
-  return _best_simulated(problem, place, -starts, info)
+  place, prio = joint.action(solver, unit)
+  model_eval = evaluate(g, topo, place, prio, problem.objective)
+  info.update(simulated_model_action=model_eval["objective"],
+              simulated_model_makespan=model_eval["makespan"])
+  candidates = [("model action", place, prio, model_eval["objective"]),
+                (serial_name, serial_place, serial_prio, None)]
+  evaluations = 2
+  if bool(config["memory"]) and not model_eval["feasible"] and use_memory:
+    safe = _Joint(g, dur_u, trans_u, horizon_s)
+    safe.add_sufficient_memory(topo)
+    safe.hint_serial(int(serial_place[0]), dur_u)
+    safe_solver = _solver(config, problem.seed)
+    safe_status = safe_solver.Solve(safe.model)
+    info["conservative_status"] = safe_solver.StatusName(safe_status)
+    wall = info["wall_s"] + safe_solver.WallTime()
+    info["wall_s"] = wall
+    if safe_status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+      safe_place, safe_prio = safe.action(safe_solver, unit)
+      candidates.insert(1, ("conservative-memory model action", safe_place, safe_prio, None))
+      evaluations += 1
+  return _best_simulated(problem, candidates, evaluations, info)
 
 
-def _best_simulated(problem: Problem, place: np.ndarray, prio: np.ndarray, info) -> Proposal:
-  """The model's action, or the serial schedule on the fastest device when the simulator
-  scores that better (the relaxation can misjudge queued transfers). Two single-action calls,
-  which reuse the executable `solve` compiles for its own check."""
-  g = problem.graph
-  dev = _fastest_device(g, problem.topology)
-  places = np.stack([place, np.full(g.num_nodes, dev, np.int64)])
-  prios = np.stack([prio, placements.upward_rank(g)])
-  value = [evaluate(g, problem.topology, places[k], prios[k], problem.objective)["objective"]
-           for k in range(2)]
-  info = dict(info, simulated_model_action=float(value[0]))
-  if value[1] < value[0]:
-    info["returned"] = f"serial on device {dev} (simulates better than the model's action)"
-    return Proposal(places[1], prios[1], evaluations=2, info=info)
-  info["returned"] = "model action"
-  return Proposal(place, prio, evaluations=2, info=info)
-
-
-def _hint_single_device(m, graph, topology, dur_u, start, lits) -> None:
-  """Hints the serial schedule on the fastest device (topological order): always feasible
-  for the relaxation, so the solver starts from a solution."""
-  dev = _fastest_device(graph, topology)
-  t = 0
-  for i in graph.topological_order().tolist():
-    m.AddHint(start[i], t)
-    t += int(dur_u[i, dev])
-  for i in range(graph.num_nodes):
-    for k, x in enumerate(lits[i]):
-      m.AddHint(x, int(k == dev))
+def _best_simulated(problem: Problem, candidates, evaluations: int, info) -> Proposal:
+  """The candidate action (label, placement, priority, objective or None) that simulates best;
+  the first wins ties."""
+  best, best_value = None, np.inf
+  for label, place, prio, value in candidates:
+    if value is None:
+      value = evaluate(problem.graph, problem.topology, place, prio,
+                       problem.objective)["objective"]
+    if value < best_value:
+      best, best_value = (label, place, prio), value
+  label, place, prio = best
+  info = dict(info, returned=label)
+  if label != "model action":
+    info["reason"] = (f"returned {label}: it simulates better ({problem.objective} "
+                      f"{best_value:.6g}) than the relaxation's action "
+                      f"({info['simulated_model_action']:.6g})")
+  return Proposal(place, prio, evaluations=evaluations, info=info)
 
 
 # ------------------------------------------------------------------ minimum peak memory order
@@ -434,7 +565,7 @@ def cpsat_memory(problem: Problem, config) -> Proposal:
                      f"{problem.topology.num_devices})")
   ops = np.flatnonzero(place == device)
   _check_common("cpsat_memory", len(ops), config)
-  prio = placements.upward_rank(g)
+  prio = upward_rank(g)
   if ops.size == 0:
     return Proposal(problem.placement, prio,
                     info={"status": "EMPTY", "reason": f"no op on device {device}"})
@@ -459,7 +590,8 @@ def cpsat_memory(problem: Problem, config) -> Proposal:
     else:
       info["reason"] = f"solver order worse than {best_name}'s; kept {best_name}"
   else:
-    info["reason"] = f"CP-SAT found no order ({info['status']}); used {best_name}"
+    info["reason"] = (f"{_no_solution('cpsat_memory', solver, status, m, config)}; returned the "
+                      f"fallback: the {best_name} order")
   info["peak"] = dm.peak(order)
   prio = prio.copy()
   prio[ops[np.asarray(order, np.int64)]] = -np.arange(dm.n, dtype=np.float64)
