@@ -46,22 +46,39 @@ EXTRAS_REQUIRE = {
     "test": [
         "pytest>=7.4,<10",
         "hypothesis>=6.80,<7",
-        "pytest-xdist>=3.3,<4",  # optional: `pytest -n 2`; the CI command does not need it
+        "pytest-xdist>=3.3,<4",  # `pytest -n 2`, as the CI command runs the tests
+        # tests/test_package.py builds a wheel with `pip wheel --no-build-isolation`, for which
+        # setuptools before 70.1 (e.g. the one Python 3.11's venv installs) needs `wheel`.
+        "wheel>=0.40,<1",
     ],
 }
 
 setup(
     name="go-jax",
     version="0.1.0",
-    description=("Learned and classic device placement, scheduling and fusion of ML "
-                 "computation graphs on a fast JAX simulator (GO, GDP, REGAL, Placeto, HDP, "
-                 "Tofu and baselines)."),
+    description=("Learned and classic device placement and op scheduling of ML computation "
+                 "graphs on a fast, exact JAX simulator (GO, GDP and classic baselines)."),
     long_description=_long_description(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["simulator*", "go_jax*", "experiments*"]),
-    # The pretrained GO policies go-jax-place starts from (go_jax/pretrained/<name>/).
-    package_data={"go_jax": ["pretrained/*/config.json", "pretrained/*/params.msgpack"]},
+    package_data={
+        # The pretrained GO policies go-jax-place starts from (go_jax/pretrained/<name>/).
+        "go_jax": ["pretrained/*/config.json", "pretrained/*/params.msgpack"],
+        # Profiled graphs (PipeDream, Piper) with their MIT license texts, and example topology
+        # files: simulator/sources/datafiles.py finds them here. Plain globs, no "**", so that
+        # any setuptools builds the same wheel; tests/test_package.py checks the wheel holds
+        # every file under simulator/data.
+        "simulator": [
+            "data/README.md",
+            "data/*/README.md",
+            "data/*/LICENSE",
+            "data/pipedream/profiler/*/profiles/*/*.txt",
+            "data/pipedream/graph/test_graphs/*.txt",
+            "data/piper/inputs/*.json",
+            "data/topologies/*.json",
+        ],
+    },
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     entry_points={

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the path of ../shared/data, and small graphs with known answers."""
+"""Shared pytest fixtures: the package data folder, and small graphs with known answers."""
 
 import os
 
@@ -6,23 +6,29 @@ import numpy as np
 import pytest
 
 from simulator import CompGraph, Topology
+from simulator.sources import data_root
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+def pytest_configure(config):
+  """Registers the markers the tests use (`pytest -m "not slow"` leaves the slow ones out)."""
+  config.addinivalue_line("markers", "slow: takes a minute or more (builds and installs a wheel)")
 
 
 @pytest.fixture
 def shared_data():
-  """Path of ../shared/data; skips the test with a reason where it is absent."""
-  path = os.environ.get("GO_JAX_DATA", os.path.join(REPO, "..", "shared", "data"))
-  if not os.path.isdir(path):
-    pytest.skip(f"../shared/data not found at {os.path.abspath(path)}: real-graph tests need "
-                "the shared profiled graphs (CI always has them)")
+  """The folder of the profiled graphs (PipeDream, Piper) that the sources read.
+
+  The package's own data folder (simulator/data), or $GO_JAX_DATA where that is set. The data
+  ships with the package, so this never skips: a missing folder fails the test that asks for it.
+  """
+  path = data_root()
+  assert os.path.isdir(os.path.join(path, "pipedream")), f"no pipedream/ in {path}"
   return path
 
 
 @pytest.fixture
 def diamond():
-  """DESIGN section 4's worked example: graph, topology, placement, priority."""
+  """The worked example of docs/design.md section 4: graph, topology, placement, priority."""
   g = CompGraph(cost=[1, 2, 3, 1], senders=[0, 0, 1, 2], receivers=[1, 2, 3, 3],
                 out_bytes=[1, 1, 1, 1], name="diamond")
   topo = Topology.uniform(2, bandwidth=1.0, latency=0.5)
