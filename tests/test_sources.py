@@ -54,7 +54,7 @@ def _real_root():
   try:
     return data_root()
   except ValueError as e:
-    pytest.skip(f"../shared/data not found: {e}")
+    pytest.skip(f"package data not found: {e}")
 
 
 # ------------------------------------------------------------------ op vocabulary

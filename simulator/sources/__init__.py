@@ -232,7 +232,7 @@ def load_graph(spec: str) -> CompGraph:
 
 
 def available_graphs() -> Dict[str, List[str]]:
-  """Kind -> model names: zoo models, and those found in the shared data (empty for generators
+  """Kind -> model names: zoo models, and those found in the package data (empty for generators
   and for `jax:`, whose argument is any `package.module:function`)."""
   out = {k: [] for k in REGISTRY}
   from simulator import zoo

@@ -2,7 +2,7 @@
 
 The PipeDream profiler (msr-fiddle/pipedream) writes one `graph.txt` per model: one line per
 torch module ("layer") and one TAB-indented line per data edge (format in
-../shared/data/pipedream/README.md):
+simulator/data/pipedream/README.md):
 
   nodeN -- <module repr> -- forward_compute_time=F, backward_compute_time=B, activation_size=A,
            parameter_size=P[ -- stage_id=S]
@@ -150,7 +150,7 @@ def parse_pipedream(path: str) -> Profile:
 
 
 def pipedream_models(root: Optional[str] = None) -> Dict[str, str]:
-  """Model name -> graph.txt path for the profiles under `root` (default: the shared data)."""
+  """Model name -> graph.txt path for the profiles under `root` (default: the package data, `datafiles.data_root()`)."""
   root = datafiles.data_root() if root is None else root
   pattern = os.path.join(root, "pipedream", "profiler", "*", "profiles", "*", "graph.txt")
   return {os.path.basename(os.path.dirname(p)): p for p in sorted(glob.glob(pattern))}

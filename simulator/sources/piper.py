@@ -1,7 +1,7 @@
 """Piper workloads (msr-fiddle/piper inputs/*.json) -> CompGraph.
 
 Piper (Tarnawski et al., NeurIPS 2021) plans pipeline/data/tensor parallelism over a layer
-graph. Its input JSON (see ../shared/data/piper/README.md and the reader in Piper's algo.cpp)
+graph. Its input JSON (see simulator/data/piper/README.md and the reader in Piper's algo.cpp)
 gives per layer, for each tensor-parallel degree t, a list of TMPCs ("tensor model parallel
 configurations", e.g. "vanilla" and "activation recomp"), and per edge a communicationCost.
 
@@ -52,7 +52,7 @@ _VARIANT_ALIASES = {"recomp": "activation recomp", "activation_recomp": "activat
 
 
 def piper_models(root: Optional[str] = None) -> Dict[str, str]:
-  """Model name -> JSON path for the Piper inputs under `root` (default: the shared data)."""
+  """Model name -> JSON path for the Piper inputs under `root` (default: the package data, `datafiles.data_root()`)."""
   root = datafiles.data_root() if root is None else root
   pattern = os.path.join(root, "piper", "inputs", "*.json")
   return {os.path.splitext(os.path.basename(p))[0]: p for p in sorted(glob.glob(pattern))}
