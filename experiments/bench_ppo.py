@@ -28,11 +28,12 @@ from absl import app, flags
 from go_jax import policies
 from go_jax.training import ppo, rollout
 from simulator import fileio, preset, sources
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("nodes", 1000, "Ops per graph (layered:n=NODES,width=WIDTH,seed=i).")
 flags.DEFINE_integer("width", 32, "Layer width of the layered DAGs.")
-flags.DEFINE_string("topology", "nvlink8", "Topology preset.")
+flags.DEFINE_string("topology", "nvlink8", cli.topology_help("Topology preset."))
 flags.DEFINE_list("samples", ["16", "64"], "K values (samples per graph per update).")
 flags.DEFINE_list("graphs_per_update", ["1", "2"], "G values (graphs per update).")
 flags.DEFINE_string("task", "joint", "placement, scheduling or joint.")
@@ -120,6 +121,7 @@ def markdown(rows: Sequence[Dict[str, Any]]) -> str:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  cli.check_out(FLAGS.out, is_file=True)
   rows: List[Dict[str, Any]] = []
   for g in [int(x) for x in FLAGS.graphs_per_update]:
     for k in [int(x) for x in FLAGS.samples]:
@@ -134,7 +136,8 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run():
-  app.run(main)
+  """Entry point (`python -m experiments.bench_ppo`)."""
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

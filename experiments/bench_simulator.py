@@ -18,13 +18,14 @@ import time
 from absl import app, flags, logging
 
 from simulator import fileio
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["100", "1000", "4000"], "graph sizes N (nodes)")
 flags.DEFINE_list("batches", ["1", "256", "1024"], "batch sizes B (placements per call)")
 flags.DEFINE_list("devices", ["1", "all"], "CPU device counts to shard each batch over "
                   "('all' = one per core; see simulator.runtime.configure_cpu_devices)")
-flags.DEFINE_string("topology", "nvlink8", "topology preset")
+flags.DEFINE_string("topology", "nvlink8", cli.topology_help("Topology preset."))
 flags.DEFINE_string("graph", "layered:n={n},width={width},seed=0",
                     "graph spec template; {n} and {width} (= round(sqrt(n))) are filled in")
 flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per size")
@@ -84,12 +85,29 @@ def format_table(rows):
   return "\n".join(lines)
 
 
+def _positive_ints(flag, values):
+  """The integers of a list flag; UsageError naming the flag unless each is >= 1."""
+  try:
+    out = [int(v) for v in values]
+  except ValueError as e:
+    raise app.UsageError(f"--{flag}={','.join(values)}: not a list of integers") from e
+  if not out or min(out) < 1:
+    raise app.UsageError(f"--{flag}={','.join(values)}: each value must be >= 1")
+  return out
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  sizes = [int(s) for s in FLAGS.sizes]
-  batches = [int(b) for b in FLAGS.batches]
-  devices = sorted({(os.cpu_count() or 1) if v == "all" else int(v) for v in FLAGS.devices})
+  cli.check_out(FLAGS.out, is_file=True)
+  sizes = _positive_ints("sizes", FLAGS.sizes)
+  batches = _positive_ints("batches", FLAGS.batches)
+  devices = sorted(set(_positive_ints("devices", [str(os.cpu_count() or 1) if v == "all" else v
+                                                   for v in FLAGS.devices])))
+  from simulator import topology  # pylint: disable=g-import-not-at-top
+  if FLAGS.topology not in topology.available_presets():
+    raise app.UsageError(f"--topology={FLAGS.topology}: unknown preset; available: "
+                         f"{', '.join(sorted(topology.available_presets()))}")
   cells = len(sizes) * (1 + len(batches) * len(devices))
   rows, t_start, done = [], time.time(), 0
   for n in sizes:
@@ -131,7 +149,8 @@ def main(argv):
 
 
 def run():
-  app.run(main)
+  """Console-script entry point (`go-jax-bench-simulator`)."""
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from typing import Sequence
 
 from absl import app, flags
 
+from experiments import cli
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Calibration JSON path (default: "
                     "results/calibration_<backend>.json).")
@@ -31,6 +33,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   from simulator import costmodel
+  if FLAGS.out:
+    cli.check_out(FLAGS.out, is_file=True)
   start = time.time()
 
   def progress(msg: str) -> None:
@@ -53,8 +57,8 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run():
-  """Console-script entry point."""
-  app.run(main)
+  """Console-script entry point (`go-jax-calibrate`)."""
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

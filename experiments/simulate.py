@@ -3,11 +3,14 @@ r"""Simulates one placement and priority of a graph on a device topology; prints
 The `go-jax-simulate` command. It runs both the jitted batched `simulator.simulate` and the plain
 Python `simulator.reference_simulate` (which also returns the timeline), checks that their
 makespans agree, prints a per-device table and writes `<out>/schedule.png` (Gantt chart and memory
-over time) and `<out>/summary.json`.
+over time) and `<out>/summary.json`. Graphs and topologies are named as in every launcher
+(`simulator.sources.load_graph`, `simulator.topology_spec`).
 
 Examples:
   go-jax-simulate
-  go-jax-simulate --graph=pipedream:resnet50 --topology=nvlink8 --placement=random --seed=3
+  go-jax-simulate --graph=pipedream:resnet50 --topology=nvlink8@mem=0.6x --placement=random
+  go-jax-simulate --graph=resnet50 --topology=my_cluster.json --placement=heft
+  go-jax-simulate --graph=my_models:small_graph --out=/tmp/run0   # my_models.py in this folder
   go-jax-simulate --graph=my_graph.npz --placement=npy:placement.npy --priority=topo \
       --mem_capacity=8e9 --out=/tmp/run1
 """
@@ -21,21 +24,27 @@ import numpy as np
 from absl import app, flags, logging
 
 import simulator
-from simulator import fileio, sources
+from simulator import fileio, sources, topology_spec
 from go_jax import placements, plotting
+from experiments import cli
 
 FLAGS = flags.FLAGS
 
 DEFAULT_GRAPH = "layered:n=200,width=16,seed=0"
+DEFAULT_OUT = "results/simulate"  # under the root of every launcher's output (results/...)
 MAKESPAN_RTOL = 1e-5
 
 flags.DEFINE_string("graph", DEFAULT_GRAPH,
-                    "Graph spec for simulator.sources.load_graph (e.g. 'layered:n=1000,width=32,"
-                    "seed=0', 'pipedream:resnet50', 'chain:n=50') or a CompGraph .npz file.")
-flags.DEFINE_enum("topology", "nvlink4", sorted(simulator.available_presets()),
-                  "Device topology preset (simulator.available_presets()).")
+                    "Graph: a source spec ('layered:n=1000,width=32,seed=0', 'pipedream:resnet50',"
+                    " 'zoo:gnmt2,size=tiny', 'chain:n=50'), a CompGraph .npz file, a bare model "
+                    "name (PipeDream, else model zoo) or 'package.module:function' returning a "
+                    "CompGraph or a JAX program (fn, args). " + cli.GRAPH_IMPORT_HELP)
+flags.DEFINE_string("topology", "nvlink4", cli.topology_help(
+    "Topology spec: PRESET or a topology .json file (docs/topology.md), optionally @mem=VALUE, "
+    "VALUE bytes per device or a multiple of the graph's single-device footprint "
+    "('nvlink8@mem=0.6x')."))
 flags.DEFINE_float("mem_capacity", None, "Per-device memory capacity in bytes, overriding the "
-                   "preset's (e.g. 8e9; 'inf' for unbounded).", lower_bound=0.0)
+                   "topology's (e.g. 8e9; 'inf' for unbounded).", lower_bound=0.0)
 flags.DEFINE_string("placement", "round_robin",
                     f"Placement: one of {sorted(placements.PLACEMENTS)} or an (N,) int array "
                     "saved with numpy.save ('npy:<path>' or '<path>.npy').")
@@ -43,14 +52,7 @@ flags.DEFINE_string("priority", "critical_path",
                     f"Priority (higher runs first): one of {sorted(placements.PRIORITIES)} or an "
                     "(N,) float array saved with numpy.save ('npy:<path>' or '<path>.npy').")
 flags.DEFINE_integer("seed", 0, "Seed of the random strategies.")
-flags.DEFINE_string("out", "./go_jax_out", "Folder for schedule.png and summary.json.")
-
-flags.register_validator(
-    "placement", lambda s: placements.is_valid_spec(s, placements.PLACEMENTS),
-    f"--placement must be one of {sorted(placements.PLACEMENTS)}, 'npy:<path>' or '<path>.npy'")
-flags.register_validator(
-    "priority", lambda s: placements.is_valid_spec(s, placements.PRIORITIES),
-    f"--priority must be one of {sorted(placements.PRIORITIES)}, 'npy:<path>' or '<path>.npy'")
+flags.DEFINE_string("out", DEFAULT_OUT, "Folder for schedule.png and summary.json.")
 
 
 # ------------------------------------------------------------------ inputs
@@ -99,7 +101,8 @@ def summarize(graph, topology, ref, makespan_simulate: float, setup: Dict[str, A
   return {
       "graph": {"spec": setup["graph"], "name": graph.name, "nodes": graph.num_nodes,
                 "edges": graph.num_edges, "total_cost_s": float(graph.cost.sum())},
-      "topology": {"preset": setup["topology"], "devices": d,
+      "topology": {"spec": setup["topology"], "preset": setup.get("preset", setup["topology"]),
+                   "devices": d, "footprint_bytes": setup.get("footprint"),
                    # None: the preset's memory; "inf" (JSON has no infinity): unbounded
                    "mem_capacity_override": (
                        setup["mem_capacity"] if setup["mem_capacity"] is None or
@@ -124,7 +127,7 @@ def format_table(s: Dict[str, Any]) -> str:
   head = [
       ("graph", f"{g['spec']} ('{g['name']}': {g['nodes']} ops, {g['edges']} edges, "
                 f"total cost {fs(g['total_cost_s'])})"),
-      ("topology", f"{t['preset']} ({t['devices']} devices"
+      ("topology", f"{t['spec']} ({t['devices']} devices"
                    + (f", memory set to {fb(float(t['mem_capacity_override']))})"
                       if t["mem_capacity_override"] is not None else ")")),
       ("actions", f"placement={s['placement']} priority={s['priority']} seed={s['seed']}"),
@@ -177,20 +180,30 @@ def run_simulation(graph, topology, placement: np.ndarray, priority: np.ndarray,
   return summary
 
 
+def load_topology(spec, graph, mem_capacity=None):
+  """(topology, base preset or file, single-device footprint or None) of a topology spec (str or
+  parsed), with --mem_capacity (if given) replacing every device's memory."""
+  parsed = topology_spec.parse_topology(spec)
+  topology, footprint = topology_spec.make_topology(parsed, graph)
+  if mem_capacity is not None:
+    topology = topology.with_memory(mem_capacity)
+  return topology, parsed.preset, footprint
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  cli.check_out(FLAGS.out)
   setup = {k: getattr(FLAGS, k) for k in ("graph", "topology", "mem_capacity", "placement",
                                            "priority", "seed", "out")}
+  spec = _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)  # files read
   graph = _as_flag_error("graph", sources.load_graph, FLAGS.graph)
-  topology = _as_flag_error("mem_capacity", simulator.preset, FLAGS.topology,
-                            FLAGS.mem_capacity)
+  topology, setup["preset"], setup["footprint"] = _as_flag_error(
+      "topology", load_topology, spec, graph, FLAGS.mem_capacity)
   placement = _as_flag_error("placement", placements.make_placement, FLAGS.placement, graph,
                              topology, FLAGS.seed)
   priority = _as_flag_error("priority", placements.make_priority, FLAGS.priority, graph,
                             topology, FLAGS.seed)
-  if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
-    raise app.UsageError(f"--out={FLAGS.out}: exists and is not a folder")
   logging.info("simulating %r on %s", graph, FLAGS.topology)
   summary = run_simulation(graph, topology, placement, priority, setup, FLAGS.out)
   print(format_table(summary))
@@ -199,7 +212,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run():
   """Console-script entry point (`go-jax-simulate`)."""
-  app.run(main)
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

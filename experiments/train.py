@@ -19,15 +19,15 @@ import os
 from typing import Sequence
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from go_jax import pretrained, training
+from experiments import cli
 
 FLAGS = flags.FLAGS
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
                               "train_test.py")
 
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.define_config_file(
     "config", default=DEFAULT_CONFIG,
     help_string="Training config file (experiments/configs/train_*.py); fields can be "
     "overridden with --config.FIELD=VALUE.")
@@ -43,8 +43,7 @@ flags.DEFINE_bool("progress", True, "Log a progress line (updates/s, placements/
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  if os.path.exists(FLAGS.workdir) and not os.path.isdir(FLAGS.workdir):
-    raise app.UsageError(f"--workdir={FLAGS.workdir}: exists and is not a folder")
+  cli.check_out(FLAGS.workdir, flag="workdir")
   try:
     result = training.train(_CONFIG.value, FLAGS.workdir, progress=FLAGS.progress)
   except ValueError as e:
@@ -60,7 +59,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run():
   """Console-script entry point (`go-jax-train`)."""
-  app.run(main)
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from typing import Sequence
 
 from absl import app, flags
 
+from experiments import cli
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", [], "Zoo models to validate (default: all of simulator.zoo).")
 flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setting.")
@@ -39,6 +41,7 @@ flags.DEFINE_string("compilation_cache", None, "Folder for JAX's persistent comp
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  cli.check_out(FLAGS.out)
   import jax
   from simulator import costmodel, fileio, zoo
   from experiments import cost_model_validation as validation
@@ -99,8 +102,8 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run():
-  """Console-script entry point."""
-  app.run(main)
+  """Console-script entry point (`go-jax-validate-cost-model`)."""
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import time
 from absl import app, flags, logging
 
 from simulator import fileio
+from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", [], "zoo models (default: all)")
@@ -62,9 +63,15 @@ def run_cell(model, size, stage, timeout):
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  cli.check_out(FLAGS.out, is_file=True)
   from simulator import zoo
   models = FLAGS.models or sorted(zoo.available())
+  unknown = sorted(set(models) - set(zoo.available()))
+  if unknown:
+    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
+                         f"{', '.join(sorted(zoo.available()))}")
   rows, start = [], time.perf_counter()
   cells = [(m, s) for m in models for s in FLAGS.stages]
   for i, (model, stage) in enumerate(cells):
@@ -88,5 +95,10 @@ def main(argv):
   print(f"\nwrote {FLAGS.out}")
 
 
+def run():
+  """Entry point (`python -m experiments.zoo_table`)."""
+  cli.run(main, __doc__)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  run()

@@ -291,12 +291,26 @@ class CompGraph:
     """Reads a graph written by `save`; raises ValueError naming the file on bad content."""
     fields = FLOAT_FIELDS + ("op_type", "colocation", "senders", "receivers")
     try:
+      with open(path, "rb") as fh:
+        magic = fh.read(4)
+    except OSError as e:
+      raise ValueError(f"cannot read CompGraph file '{path}': {e.strerror or e}") from e
+    if magic[:2] != b"PK":  # np.load would take any other bytes for a pickle
+      raise ValueError(f"cannot read CompGraph file '{path}': not a .npz (zip) archive, as "
+                       "CompGraph.save writes")
+    try:
       with np.load(path, allow_pickle=False) as data:
         kwargs = {k: data[k] for k in fields if k in data.files}
         kwargs["name"] = str(data["name"]) if "name" in data.files else os.path.basename(path)
         if "node_names" in data.files:
           kwargs["node_names"] = [str(s) for s in data["node_names"]]
-    except Exception as e:  # ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error
+    except ValueError as e:
+      if "pickle" in str(e):  # object arrays are never loaded (they would run code)
+        raise ValueError(f"cannot read CompGraph file '{path}': it holds object (pickled) "
+                         "arrays, which are not loaded; CompGraph.save writes numeric and "
+                         "string arrays only") from e
+      raise ValueError(f"cannot read CompGraph file '{path}': {e}") from e
+    except Exception as e:  # OSError, zipfile.BadZipFile, EOFError, zlib.error, KeyError
       raise ValueError(f"cannot read CompGraph file '{path}': {type(e).__name__}: {e}") from e
     missing = [k for k in ("cost", "senders", "receivers") if k not in kwargs]
     if missing:

@@ -17,6 +17,9 @@ import jax, numpy as np
 from simulator import simulate, reference_simulate
 from tests.test_simulate import random_instance
 assert len(jax.local_devices()) == 2, jax.local_devices()
+import os  # the public option, not the XLA flag (on a JAX that has it)
+assert "xla_force_host" not in os.environ.get("XLA_FLAGS", "") or not hasattr(
+    jax.config, "jax_num_cpu_devices")
 for seed in range(6):
   g, topo, place, prio = random_instance(seed, 10 + 7 * seed, 1 + seed % 4)
   res = simulate(g, topo, place[:3], prio[:3])  # B=3 pads to 4: two rows per device
@@ -32,7 +35,7 @@ print("OK")
 
 def test_sharded_batch_is_exact():
   """Run in a fresh process: the device count is fixed when JAX's backend starts."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   proc = subprocess.run([sys.executable, "-c", _CHILD], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -94,31 +94,63 @@ def test_infinite_memory_is_null_in_json(graph_file, tmp_path):
 
 
 def test_bad_flags_give_clear_errors(graph_file, tmp_path):
-  with pytest.raises(flags.IllegalFlagValueError, match="nvlink4"):
-    FLAGS([PROG, "--topology=bogus"])
-  FLAGS.unparse_flags()
-  with pytest.raises(flags.IllegalFlagValueError, match="--placement must be one of"):
-    FLAGS([PROG, "--placement=bogus"])
-  FLAGS.unparse_flags()
   with pytest.raises(flags.IllegalFlagValueError):
     FLAGS([PROG, "--mem_capacity=-1"])
   FLAGS.unparse_flags()
-  with pytest.raises(app.UsageError, match="--graph=.*missing.npz.*cannot read"):
-    run_launcher(f"--graph={tmp_path / 'missing.npz'}", f"--out={tmp_path}")
+  out = f"--out={tmp_path / 'out'}"
+  with pytest.raises(app.UsageError, match="--topology=bogus: .*unknown preset 'bogus'.*nvlink4"):
+    run_launcher(f"--graph={graph_file}", "--topology=bogus", out)
+  FLAGS.unparse_flags()
+  with pytest.raises(app.UsageError, match="--placement=bogus: .*unknown placement"):
+    run_launcher(f"--graph={graph_file}", "--placement=bogus", out)
+  FLAGS.unparse_flags()
+  with pytest.raises(app.UsageError, match="--graph=.*missing.npz.*does not exist"):
+    run_launcher(f"--graph={tmp_path / 'missing.npz'}", out)
   FLAGS.unparse_flags()
   with pytest.raises(app.UsageError, match="--placement=.*does not exist"):
-    run_launcher(f"--graph={graph_file}", f"--placement={tmp_path / 'nope.npy'}",
-                 f"--out={tmp_path}")
+    run_launcher(f"--graph={graph_file}", f"--placement={tmp_path / 'nope.npy'}", out)
   FLAGS.unparse_flags()
   with pytest.raises(app.UsageError, match="unexpected positional"):
     run_launcher(f"--graph={graph_file}", "extra")
+  FLAGS.unparse_flags()
+  with pytest.raises(app.UsageError, match="--out=.*exists and is not a folder"):
+    run_launcher(f"--graph={graph_file}", f"--out={graph_file}")
+
+
+def test_topology_specs_and_graph_forms(tmp_path):
+  """The spec forms of every launcher: PRESET@mem=0.6x, a topology .json file, bare names."""
+  out = tmp_path / "out"
+  run_launcher("--graph=chain:n=12,seed=0", "--topology=nvlink2@mem=0.6x", "--placement=single",
+               f"--out={out}")
+  summary = json.loads((out / "summary.json").read_text())
+  footprint = summary["topology"]["footprint_bytes"]
+  assert summary["topology"]["spec"] == "nvlink2@mem=0.6x"
+  assert summary["topology"]["preset"] == "nvlink2"
+  assert footprint > 0
+  assert all(d["mem_capacity_bytes"] == pytest.approx(0.6 * footprint)
+             for d in summary["devices"])
+  assert summary["oom"] is True  # everything on one device needs the whole footprint
+
+  topo_file = tmp_path / "two.json"
+  preset("nvlink2").to_json(str(topo_file))
+  FLAGS.unparse_flags()
+  run_launcher("--graph=chain:n=12,seed=0", f"--topology={topo_file}@mem=2e9", f"--out={out}")
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["topology"]["preset"] == str(topo_file)
+  assert [d["mem_capacity_bytes"] for d in summary["devices"]] == [2e9, 2e9]
+
+  FLAGS.unparse_flags()
+  run_launcher("--graph=alexnet", "--topology=nvlink2", f"--out={out}")  # a bare model name
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["graph"]["name"] == "pipedream_alexnet_train"
 
 
 def test_default_flags(tmp_path, monkeypatch):
-  monkeypatch.chdir(tmp_path)  # default --out is ./go_jax_out
+  monkeypatch.chdir(tmp_path)  # default --out is results/simulate, as results/place etc.
   run_launcher()
-  summary = json.loads((tmp_path / "go_jax_out" / "summary.json").read_text())
+  out = tmp_path / "results" / "simulate"
+  summary = json.loads((out / "summary.json").read_text())
   assert summary["graph"]["spec"] == launcher.DEFAULT_GRAPH
   assert summary["topology"]["preset"] == "nvlink4"
   assert summary["makespans_agree"]
-  assert (tmp_path / "go_jax_out" / "schedule.png").stat().st_size > 0
+  assert (out / "schedule.png").stat().st_size > 0

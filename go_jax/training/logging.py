@@ -8,7 +8,8 @@
 * TensorBoard: scalar event files under `<workdir>/tensorboard` written with tensorboardX
   (imported lazily; a clear error says how to install it). On resume the writer is opened with
   `purge_step = s`, which tells TensorBoard to discard events of steps >= s from earlier files.
-* `Progress`: a log line per call with updates/s, simulated placements/s and the ETA.
+* `Progress`: a log line per call in tqdm's format: updates done, elapsed and remaining time,
+  updates/s, simulated placements/s and the latest metrics.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
+import tqdm
 from absl import logging as absl_logging
 
 from simulator import fileio
@@ -109,18 +111,27 @@ class MetricsLogger:
     self.close()
 
 
-class Progress:
-  """Throughput and ETA of a run, reported as log lines (absl logging).
+# tqdm's meter without the bar itself (these are log lines, not a redrawn terminal line).
+BAR_FORMAT = ("{desc} {n_fmt}/{total_fmt} ({percentage:.0f}%) [{elapsed}<{remaining}, "
+              "{rate_fmt}{postfix}]")
 
-  The first call of a process includes compilation, so the ETA uses the calls after it once
-  there are any."""
+
+class Progress:
+  """Throughput and ETA of a run, one absl log line per call in tqdm's format.
+
+  The line is `tqdm.format_meter`'s without the bar ("update 40/100 (40%) [00:12<00:18,
+  3.30update/s, ...]"), with the placements/s and the given metrics as its postfix. The first
+  call of a process includes compilation, so the rate behind the ETA is that of the calls after
+  it once there are any."""
 
   def __init__(self, start_step: int, total: int, placements_per_update: int,
                enabled: bool = True):
     self.total = int(total)
+    self.start = int(start_step)
     self.per_update = int(placements_per_update)
     self.enabled = enabled
-    self.t_last, self.step_last = time.perf_counter(), int(start_step)
+    self.t_start = self.t_last = time.perf_counter()
+    self.step_last = int(start_step)
     self.calls, self.steady_updates, self.steady_seconds = 0, 0, 0.0
 
   def update(self, step: int, summary: Mapping[str, float]) -> Dict[str, float]:
@@ -137,16 +148,15 @@ class Progress:
     eta = (self.total - step) / steady if steady > 0 else float("inf")
     out = {"updates_per_s": rate, "placements_per_s": rate * self.per_update, "eta_s": eta}
     if self.enabled:
-      extra = " ".join(f"{k}={v:.4g}" for k, v in summary.items())
-      absl_logging.info("update %d/%d  %.3g updates/s  %.4g placements/s  ETA %s  %s", step,
-                        self.total, rate, rate * self.per_update, _eta(eta), extra)
+      absl_logging.info("%s", self.line(step, steady, summary))
     return out
 
-
-def _eta(seconds: float) -> str:
-  if not math.isfinite(seconds):
-    return "?"
-  seconds = int(round(seconds))
-  h, rem = divmod(seconds, 3600)
-  m, s = divmod(rem, 60)
-  return f"{h}:{m:02d}:{s:02d}"
+  def line(self, step: int, rate: float, summary: Mapping[str, float]) -> str:
+    """tqdm's meter for `step` of `total` at `rate` updates/s (behind the ETA), with the
+    placements/s and `summary` as postfix."""
+    postfix = ", ".join([f"{rate * self.per_update:.4g} placements/s"] +
+                        [f"{k}={v:.4g}" for k, v in summary.items()])
+    return tqdm.tqdm.format_meter(step, self.total, time.perf_counter() - self.t_start,
+                                  prefix="update", unit="update",
+                                  rate=rate if rate > 0 else None, postfix=postfix,
+                                  initial=self.start, bar_format=BAR_FORMAT)

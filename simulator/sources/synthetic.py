@@ -95,7 +95,7 @@ def _edges(pairs) -> tuple:
   return arr[:, 0], arr[:, 1]
 
 
-def layered_dag(num_nodes: int, width: int, *, avg_degree: Optional[float] = None,
+def layered_dag(num_nodes: int, width: Optional[int] = None, *, avg_degree: Optional[float] = None,
                 edge_prob: Optional[float] = None, skip_prob: float = 0.1, seed: int = 0,
                 integer_costs: bool = False, colocation_groups: int = 0,
                 colocation_size: int = 2, name: Optional[str] = None) -> CompGraph:
@@ -109,7 +109,8 @@ def layered_dag(num_nodes: int, width: int, *, avg_degree: Optional[float] = Non
 
   Args:
     num_nodes: number of ops (>= 1).
-    width: nodes per layer (>= 1); width 1 gives a chain plus skip edges.
+    width: nodes per layer (>= 1); width 1 gives a chain plus skip edges. Required; None
+      (the default, so that a bad `num_nodes` is reported first) raises ValueError.
     avg_degree: mean number of predecessors of a non-first-layer node (>= 1, default 2):
       1 + Poisson(avg_degree - 1), capped by the number of candidates.
     edge_prob: instead of `avg_degree`, connect each (previous-layer node, node) pair with this
@@ -122,6 +123,9 @@ def layered_dag(num_nodes: int, width: int, *, avg_degree: Optional[float] = Non
     name: graph name (default describes the arguments).
   """
   n = _check_int("num_nodes", num_nodes, 1)
+  if width is None:
+    raise ValueError("layered requires width (nodes per layer, >= 1), e.g. "
+                     "'layered:n=200,width=16'")
   width = _check_int("width", width, 1)
   skip_prob = _check_float("skip_prob", skip_prob, 0.0, 1.0)
   if avg_degree is not None and edge_prob is not None:

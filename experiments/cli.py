@@ -1,0 +1,247 @@
+"""What every go-jax launcher shares: entry point, help, one-line errors and the --out check.
+
+A launcher (experiments/NAME.py) ends with
+
+  def run():
+    cli.run(main, __doc__)
+
+and `cli.run` then, for a console script (`go-jax-place`) exactly as for `python -m`:
+
+* `--help` prints the launcher's module docstring (its examples) and its own flags with their
+  help text. absl shows the `__main__` module's docstring and key flags, and under a console
+  script `__main__` is the generated wrapper, so the launcher's are installed there.
+* The working directory goes first on the import path, as `python -m` does, so that
+  `--graph=my_module:fn` finds `my_module.py` in the folder the command is started from.
+* Bad input ends the command with ONE line on stderr, `<prog>: error: <what is wrong>`, and exit
+  status 1: a `ValueError`, `app.UsageError` or `OSError` from `main`, a flag that does not
+  parse, a typo in a config override (`--config.nosuch=3`). `--v=1` adds the traceback.
+* Third-party chatter is held back: orbax's INFO lines and JAX's "Unable to initialize backend"
+  line (both below WARNING); warnings and errors still show. JAX_PLATFORMS is left to the user
+  (setting it would hide a GPU).
+
+`check_out` (call it first in `main`) finds an unusable output folder or file before any work.
+"""
+
+from __future__ import annotations
+
+import logging as std_logging
+import os
+import re
+import sys
+import tempfile
+from typing import Callable, List, Optional, Sequence
+
+from absl import app, flags
+from absl import logging
+
+FLAGS = flags.FLAGS
+
+# Loggers whose records below WARNING are dropped (by logger-name prefix).
+QUIET_LOGGERS = ("jax._src.xla_bridge", "orbax")
+# Packages whose absl-logged records below WARNING are dropped (by source path): orbax logs
+# through absl's logger, so its records carry absl's name and only the path says where they are
+# from.
+QUIET_PACKAGES = ("orbax",)
+
+GRAPH_IMPORT_HELP = (
+    "A 'package.module:function' graph is imported with the working directory first on the "
+    "import path (as `python -m` does), so a module beside you needs no PYTHONPATH.")
+
+# Flag-parse and override errors of ml_collections config files found while a launcher is
+# imported (config_flags reads sys.argv when the flag is defined); reported by `run`.
+_DEFERRED_ERRORS: List[str] = []
+
+
+def prog_name(argv0: Optional[str] = None) -> str:
+  """The command's name as the user typed it (go-jax-place, or the launcher module)."""
+  name = os.path.basename(argv0 if argv0 is not None else (sys.argv[0] if sys.argv else ""))
+  return name or "go-jax"
+
+
+def one_line(error: BaseException) -> str:
+  """The error's text on one line (whitespace runs collapsed), its type when it has no text."""
+  text = " ".join(str(error).split())
+  if isinstance(error, KeyError) and len(error.args) == 1:
+    text = str(error.args[0])
+  return text or type(error).__name__
+
+
+def fail(message: str, exitcode: int = 1) -> None:
+  """Prints `<prog>: error: <message>` as one line on stderr and exits with `exitcode`."""
+  message = " ".join(message.split())
+  message = _config_file_error(message) or message
+  print(f"{prog_name()}: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(exitcode)
+
+
+# ------------------------------------------------------------------ help
+def topology_help(text: str) -> str:
+  """`text` followed by the topology preset names (for a --topology flag's help)."""
+  from simulator import topology  # pylint: disable=g-import-not-at-top
+  return f"{text} Presets: {', '.join(sorted(topology.available_presets()))}."
+
+
+def _install_help(module_name: str, doc: Optional[str]) -> None:
+  """Makes absl's --help show `doc` and the flags of `module_name` when `__main__` is not it."""
+  main_module = sys.modules.get("__main__")
+  if doc and main_module is not None and main_module.__name__ != module_name:
+    main_module.__doc__ = doc
+  key = sys.argv[0] if sys.argv else module_name
+  owned = list(FLAGS.flags_by_module_dict().get(module_name, ()))
+  for flag in owned + _config_flags():
+    FLAGS.register_key_flag_for_module(key, flag)
+
+
+def _config_flags() -> list:
+  """The config-file flags of `define_config_file` (registered under this module's name)."""
+  return list(FLAGS.flags_by_module_dict().get(__name__, ()))
+
+
+# ------------------------------------------------------------------ config files
+def define_config_file(name: str, default: str, help_string: str):
+  """`config_flags.DEFINE_config_file`, but a bad `--NAME.FIELD=VALUE` override on the command
+  line (read by ml_collections while the launcher is imported) becomes a one-line error of
+  `run` instead of a traceback at import."""
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  try:
+    return config_flags.DEFINE_config_file(name, default=default, help_string=help_string)
+  except Exception as e:  # pylint: disable=broad-except
+    # What ml_collections raises for a bad override varies (AttributeError for an unknown field,
+    # KeyError, TypeError, ValueError, FlagOrderError); the flag is then redefined without the
+    # command line and the error reported, naming the override, once flags are parsed.
+    _DEFERRED_ERRORS.append(_override_error(name, sys.argv, e))
+    return config_flags.DEFINE_config_file(name, default=default, help_string=help_string,
+                                           sys_argv=[sys.argv[0] if sys.argv else name])
+
+
+def _override_error(name: str, argv: Sequence[str], error: Exception) -> str:
+  """One line naming the `--NAME.FIELD=VALUE` override of `argv` that `error` is about."""
+  overrides = [a for a in argv[1:] if a.lstrip("-").startswith(f"{name}.")]
+  if isinstance(error, (AttributeError, KeyError)):  # an unknown field
+    field = one_line(error).strip("\"'")
+    bad = [a for a in overrides if a.lstrip("-").split("=", 1)[0].split(".")[-1] == field]
+    return f"{(bad or overrides or ['--' + name])[0]}: the config has no field {field!r}"
+  return f"{' '.join(overrides) or '--' + name}: {type(error).__name__}: {one_line(error)}"
+
+
+def _parse_flags(argv: Sequence[str]) -> List[str]:
+  """absl's flag parsing, every error one line (--help and --helpfull still print and exit)."""
+  if _DEFERRED_ERRORS:
+    fail(_DEFERRED_ERRORS[0])
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    fail(one_line(e))
+  except Exception as e:  # pylint: disable=broad-except
+    # A config file's own error (a SyntaxError, or anything its get_config raises) or a bad
+    # override parsed with an explicit --config=FILE: any type, reported on one line.
+    names = [f.name for f in _config_flags()]
+    overridden = [n for n in names if any(a.lstrip("-").startswith(f"{n}.") for a in argv[1:])]
+    if overridden and isinstance(e, (AttributeError, KeyError)):
+      fail(_override_error(overridden[0], argv, e))
+    fail(f"bad flag value: {type(e).__name__}: {one_line(e)}")
+  return []  # not reached: fail exits
+
+
+def _config_file_error(text: str) -> Optional[str]:
+  """ml_collections' long message for a config file that does not load, as '--config=PATH:
+  cannot load the config file: WHY'; None for other messages."""
+  match = re.search(r"Attempted \[[^\]]*\]:\s*(\S+)\s+(.*?)(?=\s*Attempted \[|$)", text)
+  if "Failed loading config file" not in text or not match:
+    return None
+  return f"--config={match.group(1)}: cannot load the config file: {match.group(2)}"
+
+
+# ------------------------------------------------------------------ noise
+class _BelowWarningFrom(std_logging.Filter):
+  """Drops records below WARNING that come from files of the given packages."""
+
+  def __init__(self, packages: Sequence[str]):
+    super().__init__()
+    self._parts = tuple(f"{os.sep}{p}{os.sep}" for p in packages)
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.levelno >= std_logging.WARNING:
+      return True
+    return not any(p in (record.pathname or "") for p in self._parts)
+
+
+def quiet_third_party() -> None:
+  """Holds back the INFO chatter of orbax and JAX's backend probing (warnings still show)."""
+  for name in QUIET_LOGGERS:
+    std_logging.getLogger(name).setLevel(std_logging.WARNING)
+  absl_logger = logging.get_absl_logger()
+  if not any(isinstance(f, _BelowWarningFrom) for f in absl_logger.filters):
+    absl_logger.addFilter(_BelowWarningFrom(QUIET_PACKAGES))
+
+
+# ------------------------------------------------------------------ output check
+def check_out(path: str, *, flag: str = "out", is_file: bool = False) -> str:
+  """Checks that an output folder (or, with is_file, an output file's folder) can be written:
+  creates the folder and writes and removes a probe file in it. Call it before any work.
+
+  Returns the absolute path. Raises app.UsageError naming the flag: the path is an existing
+  file (a folder is wanted) or an existing folder (a file is wanted), or it cannot be created or
+  written.
+  """
+  if not path:
+    raise app.UsageError(f"--{flag} is empty")
+  path = os.path.abspath(os.path.expanduser(path))
+  if is_file:
+    if os.path.isdir(path):
+      raise app.UsageError(f"--{flag}={path}: is a folder; give a file path")
+    folder = os.path.dirname(path)
+  else:
+    if os.path.exists(path) and not os.path.isdir(path):
+      raise app.UsageError(f"--{flag}={path}: exists and is not a folder")
+    folder = path
+  try:
+    os.makedirs(folder, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".go_jax_probe_", dir=folder)
+    os.close(fd)
+    os.remove(probe)
+  except OSError as e:
+    raise app.UsageError(f"--{flag}={path}: cannot write there ({e.strerror or e})") from e
+  return path
+
+
+# ------------------------------------------------------------------ entry point
+def _verbose() -> bool:
+  try:
+    return FLAGS["verbosity"].value >= 1
+  except (KeyError, flags.UnparsedFlagAccessError):
+    return False
+
+
+def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
+  """`main` with its bad-input errors turned into one line and exit status 1."""
+
+  def wrapped(argv: List[str]) -> None:
+    try:
+      main(argv)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      sys.exit(1)
+    except (app.UsageError, ValueError, OSError) as e:
+      if _verbose():
+        logging.exception("%s failed", prog_name())
+      fail(one_line(e))
+
+  return wrapped
+
+
+def prepare(module_name: str, doc: Optional[str] = None) -> None:
+  """Everything `run` sets up before parsing flags (import path, help, noise)."""
+  cwd = os.getcwd()
+  if cwd not in sys.path and "" not in sys.path[:1]:
+    sys.path.insert(0, cwd)
+  _install_help(module_name, doc)
+  quiet_third_party()
+
+
+def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
+        argv: Optional[Sequence[str]] = None) -> None:
+  """Console-script and `python -m` entry point of a launcher (module docstring)."""
+  prepare(main.__module__ if main.__module__ != "__main__" else sys.argv[0], doc)
+  app.run(wrap_main(main), argv=list(argv) if argv is not None else None,
+          flags_parser=_parse_flags)
