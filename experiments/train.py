@@ -11,6 +11,8 @@ command after an interruption continues from the newest checkpoint.
   python -m experiments.train --config=experiments/configs/train_go.py --workdir=runs/go
   python -m experiments.train --config=experiments/configs/train_ablation.py:no_gnn \
       --workdir=runs/no_gnn --config.updates=500
+  go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \
+      --export=go --export_dir=runs/pretrained     # then --checkpoint=runs/pretrained/go
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ _CONFIG = cli.define_config_file(
 flags.DEFINE_string("workdir", "runs/train", "Folder for checkpoints, logs and the summary; "
                     "a checkpoint there is resumed.")
 flags.DEFINE_string("export", None, "After training, copy the run's config and final "
-                    "parameters into the package as pretrained checkpoint NAME "
-                    "(go_jax/pretrained/NAME, what go-jax-place loads).")
+                    "parameters to --export_dir/NAME, a checkpoint folder that go-jax-place "
+                    "--checkpoint=PATH and methods.solve(..., checkpoint=PATH) load.")
+flags.DEFINE_string("export_dir", "runs/pretrained", "Folder --export writes NAME/ into (never "
+                    "the installed package).")
+flags.DEFINE_bool("export_to_package", False, "Developers: allow --export_dir to be the "
+                  "package's go_jax/pretrained of a source checkout (shipping a checkpoint).")
 flags.DEFINE_bool("progress", True, "Log a progress line (updates/s, placements/s, ETA) per "
                   "jitted call.")
 
@@ -44,6 +50,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   cli.check_out(FLAGS.workdir, flag="workdir")
+  if FLAGS.export:
+    cli.check_out(FLAGS.export_dir, flag="export_dir")
   try:
     result = training.train(_CONFIG.value, FLAGS.workdir, progress=FLAGS.progress)
   except ValueError as e:
@@ -54,7 +62,9 @@ def main(argv: Sequence[str]) -> None:
   print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
         f"{os.path.abspath(FLAGS.workdir)}")
   if FLAGS.export:
-    print(f"exported the policy to {pretrained.export(FLAGS.workdir, FLAGS.export)}")
+    folder = pretrained.export(FLAGS.workdir, FLAGS.export, FLAGS.export_dir,
+                               allow_package=FLAGS.export_to_package)
+    print(f"exported the policy to {folder}")
 
 
 def run():

@@ -1,7 +1,7 @@
 """Pretraining of GO policies for transfer (issue 5): the shipped checkpoint and the sweep rows.
 
   go-jax-train --config=experiments/configs/pretrain.py --workdir=runs/pretrain/go_hint \\
-      --export=go_hint                                   # the checkpoint go-jax-place ships
+      --export=go_hint --export_dir=go_jax/pretrained --export_to_package   # shipping it
   go-jax-train --config=experiments/configs/pretrain.py:no_gnn --workdir=runs/pretrain/no_gnn
 
 The argument names the row (`ROWS`): "go_hint" (default: GO with the best list scheduler's
