@@ -1,4 +1,4 @@
-"""Tests of the population searches in go_jax.methods.evolution (BRKGA and SA).
+"""Tests of the population searches in go_jax.methods.evolution (BRKGA, seeded BRKGA, SA).
 
 Budgets are tiny (a few hundred evaluations, population 20 / 16 chains) and the graphs are
 chosen so that tests share compiled executables (compile time dominates here): the toy, the
@@ -6,6 +6,7 @@ chosen so that tests share compiled executables (compile time dominates here): t
 every call of a method uses the same population and budget.
 """
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -121,3 +122,51 @@ def test_sa_deterministic_and_consistent():
 def test_bad_options_raise(method, options):
   with pytest.raises(ValueError):
     solve(method, toy(), TOPO4, **options)
+
+
+# ------------------------------------------------------------------ seeded BRKGA
+SEEDS = ("heft", "m_etf", "m_sct")
+
+
+@pytest.fixture(scope="module")
+def tight(dag):
+  """The random DAG on 4 devices with 40% of its bytes each: memory matters."""
+  total = float((dag.param_bytes + dag.out_bytes + dag.temp_bytes).sum())
+  return TOPO4.with_memory(0.4 * total)
+
+
+def test_encoded_seeds_decode_to_the_seeds_objective(dag, tight):
+  np_ = 32
+  for name in SEEDS:
+    seed = solve(name, dag, tight)
+    keys = evolution.encode_action(seed.placement, seed.priority, 4, np_)
+    assert keys.shape == (np_, 5) and np.all((keys >= 0) & (keys < 1))
+    place, prio = evolution._decode(jnp.asarray(keys)[None], 4)
+    place, prio = np.asarray(place)[0, :dag.num_nodes], np.asarray(prio)[0, :dag.num_nodes]
+    np.testing.assert_array_equal(place, seed.placement)
+    again = evaluate(dag, tight, place, prio)
+    assert again["objective"] == seed.objective, name
+  # Order and ties of the priorities are kept exactly.
+  keys = evolution.encode_action([0, 1, 0, 1], [5.0, -2.0, 5.0, 1e9], 2, 4)
+  assert keys[0, 2] == keys[2, 2] and keys[1, 2] < keys[0, 2] < keys[3, 2]
+  with pytest.raises(ValueError, match="device ids"):
+    evolution.encode_action([0, 2], [0.0, 0.0], 2, 4)
+
+
+def test_brkga_seeded_never_worse_than_its_best_seed(dag, tight):
+  best_seed = min(solve(name, dag, tight).objective for name in SEEDS)
+  sol = solve("brkga_seeded", dag, tight, seed=0, budget=BRKGA_BUDGET, **BRKGA)
+  assert sol.objective <= best_seed * (1 + 1e-6), (sol.objective, best_seed)
+  assert sol.info["seeds"] == list(SEEDS)
+  assert sol.evaluations == 30 * 16
+  best = np.asarray(sol.info["best_per_generation"])
+  assert best[0] <= best_seed * (1 + 1e-6) and np.all(np.diff(best) <= 0)
+  np.testing.assert_allclose(sol.objective, best[-1], rtol=1e-5)
+
+
+@pytest.mark.parametrize("options", [dict(seed_methods="nosuch"), dict(seed_methods=""),
+                                     dict(seed_methods="brkga"), dict(population=20,
+                                                                      evaluations=5)])
+def test_brkga_seeded_bad_options(options):
+  with pytest.raises(ValueError, match="seed|budget"):
+    solve("brkga_seeded", toy(), TOPO4, **options)

@@ -1,7 +1,8 @@
 """Tests of the list-scheduling placements: HEFT, m-TOPO, m-ETF, m-SCT.
 
 Toy instances with hand-computed answers, memory awareness (split when one device is too small,
-feasible=False with a reason when nothing fits), agreement of each Solution with a fresh
+feasible=False with a reason when nothing fits; the live-interval model keeping what really
+fits, and agreeing with the simulator on random instances), agreement of each Solution with a fresh
 simulation, degenerate inputs (one device, one op, no edges, zero costs) and determinism.
 Graphs have at most 8 ops and 8 edges and topologies 1 or 2 devices, so that every `solve`
 reuses one of two compiled simulators (the padding buckets) and the file stays fast.
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 import go_jax.methods.list_scheduling as ls  # registers the methods
-from go_jax.methods import evaluate, solve
-from simulator import CompGraph, Topology
+from go_jax.methods import METHODS as METHODS_REGISTRY
+from go_jax.methods import Problem, evaluate, solve
+from simulator import CompGraph, Topology, reference_simulate
 from simulator.sources import load_graph
 
 METHODS = ("heft", "m_topo", "m_etf", "m_sct")
@@ -166,3 +168,115 @@ def test_bad_options():
     solve("m_sct", g, topo, lp_time_limit=0.0)
   with pytest.raises(ValueError, match="no option"):
     solve("heft", g, topo, balance=True)
+
+
+# ------------------------------------------------------------------ live-interval memory model
+@pytest.mark.parametrize("method, options", [
+    ("heft", {}), ("m_etf", {}), ("m_sct", {}),
+    ("m_topo", dict(balance=False, memory_model="live"))])
+def test_live_model_keeps_a_chain_whose_outputs_die_young(method, options):
+  """Chain a->b->c->d of unit ops with 10-byte outputs, 25 bytes per device, 100 s latency.
+
+  The static count needs 40 bytes on one device, so it splits the chain and pays the latency.
+  Live: a's output dies when b finishes, so at most two outputs (20 bytes) are ever held; the
+  whole chain fits device 0 (makespan 4), and the estimate is the simulated peak exactly.
+  """
+  g = _chain(4, out_bytes=np.full(4, 10.0))
+  topo = Topology.uniform(2, bandwidth=1.0, latency=100.0, mem_capacity=25.0)
+  sol = solve(method, g, topo, **options)
+  np.testing.assert_array_equal(sol.placement, [0, 0, 0, 0])
+  assert sol.feasible and not sol.reason and sol.makespan == pytest.approx(4.0)
+  np.testing.assert_allclose(sol.info["estimated_bytes"], sol.peak_memory)
+  np.testing.assert_allclose(sol.peak_memory, [20.0, 0.0])
+  old = solve(method, g, topo, **dict(options, memory_model="static"))
+  assert len(set(old.placement.tolist())) == 2 and old.makespan > 100.0
+
+
+@pytest.mark.parametrize("method", ("heft", "m_etf", "m_sct"))
+def test_live_model_refuses_a_device_at_the_time_it_would_overflow(method):
+  """Fork a->b, a->c (costs 1, 2, 3), 10-byte outputs, 25 bytes per device, free links.
+
+  c, the longer branch (higher level; m-SCT's favourite child), follows a on device 0. b
+  would hold its output from its start while a's (until b finishes) and c's are live: 30
+  bytes on device 0 at any time b could run there, so b goes to device 1, where its copy of
+  a's output and its own make 20 bytes. Makespan 4.
+  """
+  g = CompGraph(cost=[1, 2, 3], senders=[0, 0], receivers=[1, 2], out_bytes=[10, 10, 10],
+                name="fork")
+  topo = Topology.uniform(2, bandwidth=np.inf, latency=0.0, mem_capacity=25.0)
+  sol = solve(method, g, topo)
+  np.testing.assert_array_equal(sol.placement, [0, 1, 0])
+  assert sol.feasible and not sol.reason and sol.makespan == pytest.approx(4.0)
+  np.testing.assert_allclose(sol.info["estimated_bytes"], sol.peak_memory)
+  np.testing.assert_allclose(sol.peak_memory, [20.0, 20.0])
+
+
+@pytest.mark.parametrize("model", ls.MEMORY_MODELS)
+@pytest.mark.parametrize("method", METHODS)
+def test_feasible_when_capacity_is_ample(method, model, random_case):
+  g, topo = random_case
+  ample = topo.with_memory(float((g.param_bytes + g.out_bytes + g.temp_bytes).sum()) + 1.0)
+  sol = solve(method, g, ample, memory_model=model)
+  assert sol.feasible and not sol.reason
+  assert np.all(np.asarray(sol.info["estimated_bytes"]) <= ample.mem_capacity)
+
+
+def _random_instance(rng, free_links: bool):
+  """4-14 ops, 2-3 devices, random costs / bytes / links, capacity 25-80% of all bytes."""
+  n, d = int(rng.integers(4, 15)), int(rng.integers(2, 4))
+  edges = [(i, j) for j in range(1, n) for i in range(j) if rng.random() < 0.3]
+  g = CompGraph(cost=rng.uniform(0.5, 2, n), senders=[e[0] for e in edges],
+                receivers=[e[1] for e in edges],
+                out_bytes=rng.integers(0, 10, n).astype(float),
+                param_bytes=rng.integers(0, 6, n) * (rng.random(n) < 0.5).astype(float),
+                temp_bytes=rng.integers(0, 5, n) * (rng.random(n) < 0.3).astype(float))
+  bw = np.full((d, d), np.inf) if free_links else rng.uniform(1, 20, (d, d))
+  lat = np.zeros((d, d)) if free_links else rng.uniform(0, 0.5, (d, d))
+  cap = (g.param_bytes + g.out_bytes + g.temp_bytes).sum() * rng.uniform(0.25, 0.8)
+  return g, Topology.create(speed=rng.uniform(0.5, 2, d), overhead=[0.0] * d,
+                            mem_capacity=[cap] * d, bandwidth=bw, latency=lat)
+
+
+def test_live_estimate_agrees_with_the_simulator_on_random_instances():
+  """50 small random instances: a placement the live model calls feasible simulates feasible.
+
+  Exactly so for HEFT, m-ETF and m-SCT when transfers take no time (their plan is then the
+  simulated schedule). Known gap otherwise: send-channel contention delays transfers in the
+  simulator (the sender holds its output longer), which the plans ignore; measured 3, 2 and 8
+  of ~160 placements (m-ETF, m-SCT, HEFT) on 300 such instances; here at most 10%. m-TOPO's
+  plan is not the simulated order (see m_topo), so its live model is only counted. The live
+  model calls feasible more placements than the static one, which never errs.
+  """
+  rng = np.random.default_rng(0)
+  claims = {m: [0, 0] for m in METHODS}  # claimed feasible, of which simulated out of memory
+  static_claims = 0
+  for k in range(50):
+    g, topo = _random_instance(rng, free_links=k % 2 == 0)
+    problem = Problem(g, topo, "makespan", 0, None, None)
+    for m in METHODS:
+      prop = METHODS_REGISTRY[m].fn(problem, dict(METHODS_REGISTRY[m].defaults,
+                                                  memory_model="live"))
+      if "reason" in prop.info:
+        continue
+      oom = reference_simulate(g, topo, prop.placement, prop.priority).oom
+      claims[m][0] += 1
+      claims[m][1] += oom
+      if k % 2 == 0 and m != "m_topo":
+        assert not oom, (k, m)
+      static = METHODS_REGISTRY[m].fn(problem, dict(METHODS_REGISTRY[m].defaults,
+                                                    memory_model="static"))
+      if "reason" not in static.info:
+        static_claims += 1
+        assert not reference_simulate(g, topo, static.placement, static.priority).oom
+  for m in LIST_SCHEDULERS:
+    assert claims[m][1] <= 0.1 * claims[m][0], claims
+  assert sum(c[0] for c in claims.values()) > static_claims, (claims, static_claims)
+
+
+def test_bad_memory_options():
+  g = _chain(2)
+  topo = Topology.uniform(2, bandwidth=1.0)
+  with pytest.raises(ValueError, match="memory_model"):
+    solve("m_sct", g, topo, memory_model="peak")
+  with pytest.raises(ValueError, match="priority"):
+    solve("m_topo", g, topo, priority="level")

@@ -38,6 +38,16 @@ methods are compared with): when True the first batch also holds the expert cont
 round-robin and the fastest single device, all with critical-path (upward rank) priority;
 BRKGA encodes them as keys (affinity 0.75 on the chosen device, 0.25 elsewhere).
 
+brkga_seeded: BRKGA whose first generation also holds the answers of other methods (option
+  `seed_methods`, default "heft,m_etf,m_sct": the list schedulers), computed host-side before
+  the one jitted search. Each answer is encoded so that decoding gives it back exactly: affinity
+  0.75 on its device and 0.25 elsewhere; its priority replaced by its dense rank among the
+  answer's distinct priorities, scaled into [0, 1) (order and ties kept, so the simulator runs
+  the same schedule). The seeds are evaluated in generation 0 and the elites keep the best, so
+  the result is never worse than the best seed. Same budget semantics as brkga; the seeding
+  methods' own time counts in its search time, their evaluations (none for the list
+  schedulers) in its evaluations.
+
 Compilation: one executable per (graph bucket, topology size, population or chain count, step
 bucket, objective, options). The graph, topology, upper bound, PRNG key and the number of steps
 are traced arguments, and the scan length is the number of steps rounded up to a power of two
@@ -63,8 +73,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import go_jax.methods as registry
 from go_jax import objectives, placements
 from go_jax.methods import Problem, Proposal, register
+from go_jax.methods import list_scheduling  # noqa: F401  registers brkga_seeded's default seeds
 from go_jax.methods.simple import contiguous_split
 from simulator.padding import PaddedGraph, bucket
 from simulator.simulate import batch_sharding, padded, simulate_padded
@@ -159,9 +171,9 @@ def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, se
                scan_len: int, sharding=None):
   """The whole BRKGA run: `num_gens` generations (traced) in a scan of `scan_len` steps.
 
-  seed_keys (NUM_SEEDS, Np, D + 1) replace the first chromosomes of the first generation where
-  seed_mask (NUM_SEEDS,) is set. Returns the final sorted population and the best objective
-  after each scan step (scan_len,).
+  seed_keys (S, Np, D + 1) replace the first chromosomes of the first generation where
+  seed_mask (S,) is set (S = NUM_SEEDS for brkga, the number of seeds for brkga_seeded).
+  Returns the final sorted population and the best objective after each scan step (scan_len,).
   """
   TRACES["brkga"] += 1
   np_, d = pg.cost.shape[0], topo.speed.shape[0]
@@ -190,7 +202,7 @@ def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, se
     child_keys = jnp.where(take_elite, pop.keys[e_par], pop.keys[n_par])
     bred = jnp.concatenate([mutant_keys, child_keys])  # (M, Np, D + 1)
     # First generation: the random initial population, with the heuristics seeded.
-    m = min(NUM_SEEDS, new_n)
+    m = min(seed_keys.shape[0], new_n)
     first = pop.keys[elites:].at[:m].set(
         jnp.where(seed_mask[:m, None, None], seed_keys[:m], pop.keys[elites:elites + m]))
     new = jnp.where(t == 0, first, bred)
@@ -223,30 +235,53 @@ def _fraction_count(frac: float, population: int, name: str) -> int:
   return int(round(frac * population))
 
 
-@register("brkga", "joint",
-          "biased random-key genetic algorithm over device + priority keys (REGAL's BRKGA 5K)",
-          population=100, elite_frac=0.2, mutant_frac=0.1, elite_bias=0.7, evaluations=5000,
-          seed_heuristics=False)
-def brkga(problem: Problem, config) -> Proposal:
-  """See the module docstring; info holds the best objective after every generation."""
+def encode_action(placement, priority, num_devices: int, np_: int) -> np.ndarray:
+  """(Np, D + 1) float32 chromosome that `_decode` maps back to the same action.
+
+  Affinity 0.75 on the op's device, 0.25 elsewhere (padded ops: device 0); the priority key is
+  the dense rank of the op's priority among the distinct values, (rank + 0.5) / K in [0, 1), so
+  the order and the ties (broken by op id in the simulator) are exactly those of `priority`.
+  """
+  placement = np.asarray(placement, np.int64)
+  n = placement.shape[0]
+  if n > np_ or np.any((placement < 0) | (placement >= num_devices)):
+    raise ValueError(f"encode_action: placement must hold {n} <= {np_} device ids in "
+                     f"[0, {num_devices})")
+  place = np.zeros(np_, np.int64)
+  place[:n] = placement
+  keys = np.where(np.arange(num_devices) == place[:, None], 0.75, 0.25).astype(np.float32)
+  values, rank = np.unique(np.asarray(priority, np.float64), return_inverse=True)
+  prio = np.zeros((np_, 1), np.float32)
+  prio[:n, 0] = (rank.reshape(-1) + 0.5) / values.size
+  return np.concatenate([keys, prio], -1)
+
+
+def _brkga_counts(config, name: str):
+  """(population, elites, mutants, elite_bias) of a BRKGA config; ValueError if bad."""
   p = int(config["population"])
   e = max(1, _fraction_count(float(config["elite_frac"]), p, "elite_frac"))
   mu = _fraction_count(float(config["mutant_frac"]), p, "mutant_frac")
   bias = float(config["elite_bias"])
   if p < 2 or e + mu >= p:
-    raise ValueError(f"brkga: population {p} must exceed elites ({e}) + mutants ({mu}); "
+    raise ValueError(f"{name}: population {p} must exceed elites ({e}) + mutants ({mu}); "
                      "lower elite_frac / mutant_frac or raise population")
   if not 0.0 <= bias <= 1.0:
-    raise ValueError(f"brkga: elite_bias must be in [0, 1], got {bias}")
+    raise ValueError(f"{name}: elite_bias must be in [0, 1], got {bias}")
+  return p, e, mu, bias
+
+
+def _brkga_search(problem: Problem, config, name: str, seeds) -> Proposal:
+  """Runs the jitted BRKGA with first-generation `seeds(np_) -> (keys (S, Np, D + 1), mask
+  (S,), evaluations spent making them, info)`; info holds the best objective per generation."""
+  p, e, mu, bias = _brkga_counts(config, name)
   budget = _budget(problem, config)
   per_gen = p - e
   if budget < per_gen:
-    raise ValueError(f"brkga: budget {budget} is below one generation ({per_gen} = "
+    raise ValueError(f"{name}: budget {budget} is below one generation ({per_gen} = "
                      f"population - elites evaluations); lower population or raise the budget")
   gens = budget // per_gen
   pg = padded(problem.graph)
-  seed_keys, seed_mask = _seed_keys(problem, pg.num_nodes_padded,
-                                    bool(config["seed_heuristics"]))
+  seed_keys, seed_mask, seed_evals, seed_info = seeds(pg.num_nodes_padded)
   ub = jnp.float32(problem.upper_bound())
   pop, best = _brkga_run(pg, problem.topology, _loop_key(problem), ub, jnp.int32(gens),
                          seed_keys, seed_mask, kind=problem.objective,
@@ -257,10 +292,72 @@ def brkga(problem: Problem, config) -> Proposal:
   place = np.argmax(keys[:n, :d], axis=-1)
   best = np.asarray(best, np.float64)[:gens]
   return Proposal(placement=place, priority=keys[:n, d].astype(np.float64),
-                  evaluations=gens * per_gen,
-                  info={"best_per_generation": best.tolist(), "generations": gens,
-                        "best_objective": float(best[-1]), "population": p, "elites": e,
-                        "mutants": mu})
+                  evaluations=gens * per_gen + seed_evals,
+                  info=dict(seed_info, best_per_generation=best.tolist(), generations=gens,
+                            best_objective=float(best[-1]), population=p, elites=e,
+                            mutants=mu))
+
+
+@register("brkga", "joint",
+          "biased random-key genetic algorithm over device + priority keys (REGAL's BRKGA 5K)",
+          population=100, elite_frac=0.2, mutant_frac=0.1, elite_bias=0.7, evaluations=5000,
+          seed_heuristics=False)
+def brkga(problem: Problem, config) -> Proposal:
+  """See the module docstring; info holds the best objective after every generation."""
+  def seeds(np_):
+    keys, mask = _seed_keys(problem, np_, bool(config["seed_heuristics"]))
+    return keys, mask, 0, {}
+  return _brkga_search(problem, config, "brkga", seeds)
+
+
+def seed_proposals(problem: Problem, names) -> Dict[str, Proposal]:
+  """Host-side answers of the registered methods `names` on `problem` (their defaults)."""
+  registry.available()  # every built-in method registered (a no-op once done)
+  out = {}
+  for name in names:
+    spec = registry.METHODS.get(name)
+    if spec is None or spec.kind == "schedule" or name in ("brkga", "brkga_seeded"):
+      choices = sorted(k for k, v in registry.METHODS.items()
+                       if v.kind != "schedule" and k not in ("brkga", "brkga_seeded"))
+      raise ValueError(f"brkga_seeded: seed method {name!r} is not a registered placement or "
+                       f"joint method; choices: {choices}")
+    sub = Problem(problem.graph, problem.topology, problem.objective, problem.seed, None, None)
+    out[name] = spec.fn(sub, dict(spec.defaults))
+  return out
+
+
+def _seed_names(value) -> Tuple[str, ...]:
+  names = tuple(x.strip() for x in (value.split(",") if isinstance(value, str) else value)
+                if x.strip())
+  if not names:
+    raise ValueError("brkga_seeded: seed_methods must name at least one method, e.g. "
+                     "'heft,m_etf,m_sct'")
+  return names
+
+
+@register("brkga_seeded", "joint",
+          "BRKGA whose first population holds HEFT's, m-ETF's and m-SCT's answers",
+          population=100, elite_frac=0.2, mutant_frac=0.1, elite_bias=0.7, evaluations=5000,
+          seed_methods="heft,m_etf,m_sct", seed_heuristics=False)
+def brkga_seeded(problem: Problem, config) -> Proposal:
+  """BRKGA seeded with other methods' answers (module docstring); info["seeds"] names them."""
+  names = _seed_names(config["seed_methods"])
+  _brkga_counts(config, "brkga_seeded")  # bad options fail before the seeds are computed
+
+  def seeds(np_):
+    props = seed_proposals(problem, names)
+    d = problem.topology.num_devices
+    keys = [encode_action(prop.placement,
+                          placements.upward_rank(problem.graph) if prop.priority is None
+                          else prop.priority, d, np_) for prop in props.values()]
+    mask = [True] * len(keys)
+    if config["seed_heuristics"]:
+      heur, heur_mask = _seed_keys(problem, np_, True)
+      keys += list(heur)
+      mask += heur_mask.tolist()
+    evals = sum(int(prop.evaluations) for prop in props.values())
+    return np.stack(keys), np.asarray(mask), evals, {"seeds": list(props)}
+  return _brkga_search(problem, config, "brkga_seeded", seeds)
 
 
 # ------------------------------------------------------------------ simulated annealing

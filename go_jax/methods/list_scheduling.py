@@ -13,27 +13,55 @@ devices, no send-channel contention), keeps the placement and turns its order in
     Graphs", SoCC 2020: topological chunks, earliest-task-first and small-communication-time
     list scheduling, each refusing a device whose memory would overflow.
 
-Memory model (shared by all four). A device must hold, for every op placed on it, the op's
-`param_bytes + out_bytes + temp_bytes`, plus one received copy of every remote input (once per
-(tensor, device)). That sum is every byte the simulator ever allocates on the device (DESIGN
-section 4 rule 7), so it bounds the device's peak from above: a placement whose estimate fits is
-never out of memory. It is conservative (outputs and scratch are transient), which is the price
-of that guarantee. `mem_fraction` scales the capacities used by the methods. A colocation group
-reserves the static bytes of all its ops when its first op is placed, and every later op of the
-group follows it. When an op fits on no allowed device it goes to the one with the most free
-memory and `info["reason"]` says so; the methods never raise on infeasible memory.
+Memory models (option `memory_model`, shared by all four; `mem_fraction` scales the capacities
+the methods plan with):
+
+  "live" (the default of HEFT, m-ETF and m-SCT; an option of m-TOPO, see m_topo): each
+    device's planned memory over time, by the live intervals of DESIGN section 4 rule 7
+    applied to the method's own schedule: `param_bytes` for the whole step; an op's output
+    from its planned start until its last consumer on that device finishes and its transfers
+    arrive (held open, i.e. to the end of the step, while some consumer is not yet placed,
+    and for good when it has none); a received copy from the producer's finish (when the
+    transfer starts without contention) until the last consumer on the receiver finishes;
+    `temp_bytes` while the op runs. Op u fits device d at its planned start s when that
+    profile plus what u adds (its output from s on, its scratch during [s, finish), copies of
+    its remote inputs not yet on d from their producers' finish on, its colocation group's
+    parameters for the whole step) stays within capacity at every instant. A device is
+    refused only when the op would really overflow it at the time it would run there; list
+    schedulers (m-ETF, m-SCT) keep such an op waiting for that device until memory there is
+    released or the device's queue moves past the overflow. The estimate matches the
+    simulator wherever the simulated schedule follows the planned one (always, on 200 small
+    random instances with free transfers); it differs where send-channel contention delays
+    transfers (a transfer's copy then lives shorter, the sender's output longer) or where the
+    simulator's order differs from the plan: on 300 small random instances with slow links,
+    3, 2 and 8 of ~160 placements that m-ETF, m-SCT and HEFT estimated to fit simulated out
+    of memory; on the 21 memory-constrained instances of bench_memory_baselines.py, none.
+  "static" (the previous model, kept for comparison): a device must hold, for every op placed
+    on it, `param_bytes + out_bytes + temp_bytes`, plus one received copy of every remote input
+    (once per (tensor, device)) for the whole step. That bounds the simulated peak from above
+    (a placement whose estimate fits is never out of memory) but refuses devices that would
+    really fit, so under tight memory it ends far behind (bench_memory_baselines.py).
+
+A colocation group reserves the parameters (static: all bytes) of all its ops when its first op
+is placed, and every later op of the group follows it. When an op fits on no allowed device it
+goes to the one with the most free memory at the time it would run there and `info["reason"]`
+says so; the methods never raise on infeasible memory.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from typing import Dict, List, Optional
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from go_jax import objectives, placements
 from go_jax.methods import Problem, Proposal, register
+
+MEMORY_MODELS = ("live", "static")
+_INF = math.inf
 
 
 # ------------------------------------------------------------------ shared helpers
@@ -51,32 +79,111 @@ def _check_config(name: str, config) -> float:
   frac = float(config.get("mem_fraction", 1.0))
   if not (np.isfinite(frac) and frac > 0):
     raise ValueError(f"{name}: mem_fraction must be a finite number > 0, got {frac}")
+  model = config.get("memory_model", "live")
+  if model not in MEMORY_MODELS:
+    raise ValueError(f"{name}: memory_model must be one of {list(MEMORY_MODELS)}, got "
+                     f"{model!r}")
   return frac
 
 
-class _Memory:
-  """Per-device byte estimate (see the module docstring) and colocation bookkeeping."""
+def _memory(name: str, graph, topology, config):
+  """The memory model of `config` for method `name` (see the module docstring)."""
+  frac = _check_config(name, config)
+  if config.get("memory_model", "live") == "static":
+    return _StaticMemory(graph, topology, frac)
+  return _LiveMemory(graph, topology, frac)
+
+
+class _MemoryBase:
+  """What both memory models share: capacities, colocation binding and fallback reasons."""
+
+  releases = False  # whether committing an op can free memory planned before
 
   def __init__(self, graph, topology, mem_fraction: float):
-    n, d = graph.num_nodes, topology.num_devices
+    n = graph.num_nodes
     self.graph = graph
     self.capacity = np.asarray(topology.mem_capacity, np.float64) * mem_fraction  # (D,)
-    self.used = np.zeros(d)  # (D,) bytes
-    self.copied = np.zeros((n, d), bool)  # (N, D) tensor i already has a copy on device d
+    self.unbounded = bool(np.all(np.isinf(self.capacity)))
     self.place = np.full(n, -1, np.int64)  # (N,)
-    static = graph.param_bytes + graph.out_bytes + graph.temp_bytes
     self.root = graph.colocation_root()  # (N,)
-    self.group_static = np.zeros(n)  # (N,) indexed by root
-    np.add.at(self.group_static, self.root, static)
     self.group_device = np.full(n, -1, np.int64)  # (N,) indexed by root
     ptr, pred = graph.predecessor_csr()
     self.preds = [pred[ptr[v]:ptr[v + 1]].tolist() for v in range(n)]
     self.out = graph.out_bytes.tolist()
     self.reasons: List[str] = []
 
+  def _group_bytes(self, static) -> np.ndarray:
+    total = np.zeros(self.graph.num_nodes)
+    np.add.at(total, self.root, static)
+    return total
+
   def bound_device(self, j: int) -> int:
     """The device j's colocation group is already on, or -1."""
     return int(self.group_device[self.root[j]])
+
+  def peak_with(self, j: int, d: int, start: float, finish: float) -> float:
+    """Estimated peak bytes of d, over the times placing j on d at [start, finish) touches."""
+    raise NotImplementedError
+
+  def fits(self, j: int, d: int, start: float = 0.0, finish: float = 0.0) -> bool:
+    if self.unbounded:
+      return True
+    return self.peak_with(j, d, start, finish) <= self.capacity[d]
+
+  def most_free(self, j: int, devices: Sequence[int], slots) -> int:
+    """The device of `devices` with the most free bytes after placing j at its slot
+    (`slots[d]` = (start, finish)); ties: lowest id."""
+    return max(devices, key=lambda d: (self.capacity[d] - self.peak_with(j, d, *slots[d]), -d))
+
+  def choose_fallback(self, j: int, devices: Sequence[int], slots) -> int:
+    """Most-free device for an op that fits nowhere; records the reason (5 shown)."""
+    d = self.most_free(j, devices, slots)
+    if len(self.reasons) < 5:
+      self.reasons.append(
+          f"op {self.graph.node_label(j)} fits on no device (would need "
+          f"{self.peak_with(j, d, *slots[d]):.4g} bytes on device {d} at its planned start "
+          f"{slots[d][0]:.4g} s, capacity {self.capacity[d]:.4g}); placed on the device with "
+          f"the most free memory")
+    else:
+      self.reasons.append("")
+    return d
+
+  def _bind(self, j: int, d: int) -> bool:
+    """Records j on d; True when j is the first op of its colocation group."""
+    r = self.root[j]
+    first = self.group_device[r] < 0
+    if first:
+      self.group_device[r] = d
+    self.place[j] = d
+    return bool(first)
+
+  def commit(self, j: int, d: int, start: float = 0.0, finish: float = 0.0) -> Sequence[int]:
+    """Places j on d at [start, finish); returns the devices whose planned memory shrank."""
+    raise NotImplementedError
+
+  def estimated_peak(self) -> np.ndarray:
+    raise NotImplementedError
+
+  def info(self) -> Dict:
+    out = {"estimated_bytes": self.estimated_peak().tolist()}
+    if self.reasons:
+      shown = [r for r in self.reasons if r]
+      more = len(self.reasons) - len(shown)
+      out["reason"] = "memory: " + "; ".join(shown) + (f"; and {more} more op(s)" if more
+                                                          else "")
+    return out
+
+
+class _StaticMemory(_MemoryBase):
+  """memory_model="static": every byte a device could ever hold (module docstring)."""
+
+  def __init__(self, graph, topology, mem_fraction: float):
+    super().__init__(graph, topology, mem_fraction)
+    n, d = graph.num_nodes, topology.num_devices
+    self.used = np.zeros(d)  # (D,) bytes
+    self.copied = np.zeros((n, d), bool)  # (N, D) tensor i already has a copy on device d
+    self.group_static = self._group_bytes(graph.param_bytes + graph.out_bytes +
+                                          graph.temp_bytes)  # (N,) indexed by root
 
   def need(self, j: int, d: int) -> float:
     """Bytes that placing j on d adds to d (its group's static bytes if first, remote inputs)."""
@@ -87,43 +194,157 @@ class _Memory:
         add += self.out[i]
     return add
 
-  def fits(self, j: int, d: int) -> bool:
-    return self.used[d] + self.need(j, d) <= self.capacity[d]
+  def peak_with(self, j, d, start=0.0, finish=0.0):
+    return self.used[d] + self.need(j, d)
 
-  def most_free(self, j: int, devices) -> int:
-    """The device of `devices` with the most free bytes after placing j (ties: lowest id)."""
-    return max(devices, key=lambda d: (self.capacity[d] - self.used[d] - self.need(j, d), -d))
-
-  def choose_fallback(self, j: int, devices) -> int:
-    """Most-free device for an op that fits nowhere; records the reason once per op."""
-    d = self.most_free(j, devices)
-    if len(self.reasons) < 5:
-      self.reasons.append(
-          f"op {self.graph.node_label(j)} fits on no device (needs {self.need(j, d):.4g} bytes "
-          f"on device {d}, {self.capacity[d] - self.used[d]:.4g} free); placed on the device "
-          f"with the most free memory")
-    else:
-      self.reasons.append("")
-    return d
-
-  def commit(self, j: int, d: int):
+  def commit(self, j, d, start=0.0, finish=0.0):
     self.used[d] += self.need(j, d)
     for i in self.preds[j]:
       if self.place[i] != d:
         self.copied[i, d] = True
-    r = self.root[j]
-    if self.group_device[r] < 0:
-      self.group_device[r] = d
-    self.place[j] = d
+    self._bind(j, d)
+    return ()
 
-  def info(self) -> Dict:
-    out = {"estimated_bytes": self.used.tolist()}
-    if self.reasons:
-      shown = [r for r in self.reasons if r]
-      more = len(self.reasons) - len(shown)
-      out["reason"] = "memory: " + "; ".join(shown) + (f"; and {more} more op(s)" if more
-                                                          else "")
-    return out
+  def estimated_peak(self):
+    return self.used.copy()
+
+
+class _Profile:
+  """One device's planned bytes over time: level `vals[k]` on [times[k], times[k + 1]), the
+  last level to the end of the step. Half-open intervals, as in the simulator's rule 7."""
+
+  __slots__ = ("times", "vals")
+
+  def __init__(self):
+    self.times = np.zeros(1)  # (K,) ascending, times[0] = 0
+    self.vals = np.zeros(1)  # (K,) bytes
+
+  def _cut(self, t: float) -> int:
+    """Index of the piece starting at t (split there if needed); t >= 0."""
+    k = int(np.searchsorted(self.times, t))
+    if k < self.times.size and self.times[k] == t:
+      return k
+    self.times = np.insert(self.times, k, t)
+    self.vals = np.insert(self.vals, k, self.vals[k - 1])
+    return k
+
+  def add(self, t0: float, t1: float, nbytes: float):
+    """Adds nbytes on [t0, t1) (t1 may be inf); empty intervals and 0 bytes change nothing."""
+    if not t1 > t0 or nbytes == 0:
+      return
+    k0 = self._cut(t0)
+    if t1 == _INF:
+      self.vals[k0:] += nbytes
+    else:
+      k1 = self._cut(t1)
+      self.vals[k0:k1] += nbytes
+
+  def window(self, t0: float, t1: float) -> Tuple[int, int]:
+    """Index range of the pieces meeting [t0, t1) (t1 > t0)."""
+    k0 = int(np.searchsorted(self.times, t0, side="right")) - 1
+    k1 = self.times.size if t1 == _INF else int(np.searchsorted(self.times, t1))
+    return max(k0, 0), max(k1, k0 + 1)
+
+
+class _LiveMemory(_MemoryBase):
+  """memory_model="live": live intervals of the planned schedule (module docstring)."""
+
+  releases = True
+
+  def __init__(self, graph, topology, mem_fraction: float):
+    super().__init__(graph, topology, mem_fraction)
+    n, d = graph.num_nodes, topology.num_devices
+    self.profiles = [_Profile() for _ in range(d)]
+    self.base = np.zeros(d)  # (D,) parameter bytes (live for the whole step)
+    self.group_param = self._group_bytes(graph.param_bytes)  # (N,) indexed by root
+    self.temp = graph.temp_bytes.tolist()
+    self.remaining = graph.out_degree().tolist()  # consumers of each op not yet placed
+    self.last_use: List[Dict[int, float]] = [dict() for _ in range(n)]  # device -> last finish
+    self.start = [0.0] * n
+    self.finish = [0.0] * n
+    lat, inv_bw = topology.link_tables()
+    self.lat, self.inv_bw = lat.tolist(), inv_bw.tolist()
+
+  def _steps(self, j: int, d: int, start: float, finish: float):
+    """What j on d at [start, finish) adds over time: sorted (time, delta bytes) steps."""
+    steps = []
+    for i in self.preds[j]:
+      e = self.place[i]
+      if e >= 0 and e != d and d not in self.last_use[i]:
+        steps.append((self.finish[i], self.out[i]))
+    steps.append((start, self.out[j] + (self.temp[j] if finish > start else 0.0)))
+    if finish > start and self.temp[j]:
+      steps.append((finish, -self.temp[j]))
+    steps.sort()
+    return steps
+
+  def check(self, j: int, d: int, start: float, finish: float) -> Tuple[float, float]:
+    """(estimated peak bytes on d over the times j touches, the time after which the overflow
+    found would be over, inf where it is open-ended: see `_list_schedule`)."""
+    prof = self.profiles[d]
+    const = self.group_param[self.root[j]] if self.group_device[self.root[j]] < 0 else 0.0
+    base = self.base[d] + const
+    cap = self.capacity[d]
+    steps = self._steps(j, d, start, finish)
+    segments = []
+    if const > 0 and steps[0][0] > 0:
+      segments.append((0.0, steps[0][0], 0.0))
+    level = 0.0
+    for k, (t, delta) in enumerate(steps):
+      level += delta
+      t_next = steps[k + 1][0] if k + 1 < len(steps) else _INF
+      if t_next > t and (level > 0 or const > 0):
+        segments.append((t, t_next, level))
+    peak, t_ok = base, -_INF
+    for t0, t1, level in segments:
+      k0, k1 = prof.window(t0, t1)
+      piece = prof.vals[k0:k1]
+      top = float(piece.max()) + level + base
+      peak = max(peak, top)
+      if top > cap:
+        last = k0 + int(np.flatnonzero(piece + (level + base) > cap)[-1])
+        t_ok = max(t_ok, min(float(prof.times[last + 1]) if last + 1 < prof.times.size
+                             else _INF, t1))
+    return peak, t_ok
+
+  def peak_with(self, j, d, start=0.0, finish=0.0):
+    return self.check(j, d, start, finish)[0]
+
+  def commit(self, j, d, start=0.0, finish=0.0):
+    if self._bind(j, d):
+      self.base[d] += self.group_param[self.root[j]]
+    prof = self.profiles[d]
+    released = []
+    for i in self.preds[j]:
+      uses = self.last_use[i]
+      e = self.place[i]
+      if e != d and d not in uses:
+        prof.add(self.finish[i], _INF, self.out[i])  # the received copy, open until closed
+      uses[d] = max(uses.get(d, -_INF), finish)
+      self.remaining[i] -= 1
+      if self.remaining[i] == 0:
+        released += self._close(i)
+    prof.add(start, _INF, self.out[j])  # open until its last consumer is placed
+    prof.add(start, finish, self.temp[j])
+    self.start[j], self.finish[j] = start, finish
+    return released
+
+  def _close(self, i: int) -> List[int]:
+    """Every consumer of i is placed: its output and copies end (rule 7). Returns devices."""
+    e, f, nbytes = int(self.place[i]), self.finish[i], self.out[i]
+    if nbytes == 0:
+      return []
+    uses = self.last_use[i]
+    end = max(f, uses.get(e, -_INF))
+    for x, last in uses.items():
+      if x != e:
+        end = max(end, f + self.lat[e][x] + nbytes * self.inv_bw[e][x])
+        self.profiles[x].add(last, _INF, -nbytes)
+    self.profiles[e].add(end, _INF, -nbytes)
+    return list(set(uses) | {e})
+
+  def estimated_peak(self):
+    return self.base + np.array([p.vals.max() for p in self.profiles])
 
 
 def _ready_vector(j: int, preds, place, finish, out, lat, inv_bw, d: int) -> np.ndarray:
@@ -178,45 +399,53 @@ def _insert_start(starts, finishes, ready: float, dur: float):
 
 @register("heft", "placement",
           "HEFT: upward-rank order, insertion-based earliest finish time, memory-aware",
-          mem_fraction=1.0)
+          mem_fraction=1.0, memory_model="live")
 def heft(problem: Problem, config) -> Proposal:
   """HEFT with colocation and the memory model of the module docstring.
 
-  Devices that would exceed their (scaled) capacity are skipped while any allowed device fits.
-  The priority is the upward rank, so the simulator prefers ops in HEFT's order.
+  Devices that would exceed their (scaled) capacity at the op's slot are skipped while any
+  allowed device fits; with the live model a device whose idle gap would overflow is tried
+  once more after its last scheduled op. The priority is the upward rank, so the simulator
+  prefers ops in HEFT's order.
   """
-  frac = _check_config("heft", config)
   g, topo = problem.graph, problem.topology
   n, d = g.num_nodes, topo.num_devices
+  mem = _memory("heft", g, topo, config)
   rank = heft_rank(g, topo)
   topo_pos = np.empty(n, np.int64)
   topo_pos[g.topological_order()] = np.arange(n)
   order = np.lexsort((topo_pos, -rank)).tolist()
-  dur = objectives.durations(g, topo)
+  dur = objectives.durations(g, topo).tolist()
   lat, inv_bw = topo.link_tables()
-  mem = _Memory(g, topo, frac)
   finish = np.zeros(n)
   starts: List[List[float]] = [[] for _ in range(d)]
   finishes: List[List[float]] = [[] for _ in range(d)]
   every = list(range(d))
   for j in order:
-    ready = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d)
+    ready = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d).tolist()
     bound = mem.bound_device(j)
     allowed = [bound] if bound >= 0 else every
-    fitting = [e for e in allowed if mem.fits(j, e)] if bound < 0 else allowed
-    if not fitting:
-      fitting = [mem.choose_fallback(j, allowed)]
-    best = None
-    for e in fitting:
-      t, k = _insert_start(starts[e], finishes[e], float(ready[e]), float(dur[j, e]))
-      key = (t + dur[j, e], e)
-      if best is None or key < best[0]:
-        best = (key, t, k)
-    (end, e), t, k = best
+    slots = {}  # device -> (start, list index) of the slots that fit
+    first = {}  # device -> its insertion slot, for the fallback
+    for e in allowed:
+      w = dur[j][e]
+      t, k = _insert_start(starts[e], finishes[e], ready[e], w)
+      first[e] = (t, t + w)
+      if bound >= 0 or mem.fits(j, e, t, t + w):
+        slots[e] = (t, k)
+      elif mem.releases and k < len(starts[e]):
+        t = max(ready[e], finishes[e][-1])
+        if mem.fits(j, e, t, t + w):
+          slots[e] = (t, len(starts[e]))
+    if not slots:
+      e = mem.choose_fallback(j, allowed, first)
+      slots[e] = _insert_start(starts[e], finishes[e], ready[e], dur[j][e])
+    end, e = min((t + dur[j][e], e) for e, (t, _) in slots.items())
+    t, k = slots[e]
     starts[e].insert(k, t)
     finishes[e].insert(k, end)
     finish[j] = end
-    mem.commit(j, e)
+    mem.commit(j, e, t, end)
   info = dict(mem.info(), estimated_makespan=float(finish.max()))
   return Proposal(mem.place.copy(), rank, info=info)
 
@@ -224,47 +453,80 @@ def heft(problem: Problem, config) -> Proposal:
 # ------------------------------------------------------------------ m-TOPO
 @register("m_topo", "placement",
           "Baechi m-TOPO: topological order cut into contiguous per-device chunks by memory",
-          balance=True, mem_fraction=1.0)
+          balance=True, mem_fraction=1.0, memory_model="static", priority="rank")
 def m_topo(problem: Problem, config) -> Proposal:
   """Baechi's m-TOPO: walk the ops in topological order and fill device 0, then 1, ...
 
-  A device is left for the next one when the op would push its estimated bytes past its limit:
-  with `balance=True` (Baechi) the limit is min(capacity, total static bytes / D), so the chunks
-  spread over all devices; with `balance=False` it is the capacity itself (a device is filled
-  completely before the next is used). The last device, and any op that no longer fits its
-  chunk's device, falls back to any device that fits (most free first), else to the one with the
-  most free memory. Priority: the upward rank (critical path first), since m-TOPO places but
-  does not schedule; on layered:n=1000,width=32 on nvlink8 it gives a 14% lower makespan than
-  running the ops in m-TOPO's topological order.
+  A device is left for the next one when the op does not fit it by the memory model, or would push
+  its byte count (the static model's count, with either model) past the total static bytes / D
+  with `balance=True` (Baechi: the chunks spread over all devices; the static model also stops at
+  its capacity); with `balance=False` a device is filled until nothing fits. The live model plans
+  the ops' times as a list schedule in topological order (each op as soon as its inputs are there,
+  in the first idle gap of its device, as HEFT does). The last device, and any op that no longer
+  fits its chunk's device, falls back to any device that fits (most free first), else to the one
+  with the most free memory. Priority (`priority`): "rank", the upward rank (critical path first),
+  since m-TOPO places but does not schedule (on layered:n=1000,width=32 on nvlink8 a 14% lower
+  makespan than running the ops in m-TOPO's topological order), or "plan", the order of the
+  planned start times. Neither makes the simulator run the planned order everywhere, so m-TOPO's
+  live estimate is looser than the list schedulers': on 200 small random instances with free
+  transfers, 7 ("rank") and 3 ("plan") of its ~110 placements estimated to fit simulated out of
+  memory, against none of HEFT's, m-ETF's and m-SCT's; and on the 21 memory-constrained instances
+  of experiments/bench_memory_baselines.py it did worse than the static count (17 vs 18 feasible,
+  geometric-mean objective 2.74 vs 2.24 times the best method's). So m-TOPO, which places without
+  scheduling, keeps `memory_model="static"` by default; the live model is an option.
   """
-  frac = _check_config("m_topo", config)
   g, topo = problem.graph, problem.topology
-  d = topo.num_devices
-  mem = _Memory(g, topo, frac)
-  limit = mem.capacity.copy()
-  if config.get("balance", True):
-    static = float((g.param_bytes + g.out_bytes + g.temp_bytes).sum())
-    limit = np.minimum(limit, static / d)
-  order = g.topological_order().tolist()
-  k = 0
+  n, d = g.num_nodes, topo.num_devices
+  mem = _memory("m_topo", g, topo, config)
+  balance = bool(config.get("balance", True))
+  static = g.param_bytes + g.out_bytes + g.temp_bytes
+  dur = objectives.durations(g, topo).tolist()
+  lat, inv_bw = topo.link_tables()
+  finish = np.zeros(n)
+  start = np.zeros(n)
+  starts: List[List[float]] = [[] for _ in range(d)]
+  finishes: List[List[float]] = [[] for _ in range(d)]
+  # The chunks' byte count: the static model's (its own, or beside the live model's).
+  tally = mem if not mem.releases else _StaticMemory(g, topo, 1.0)
+  limit = mem.capacity.copy() if not mem.releases else np.full(d, _INF)
+  if balance:
+    limit = np.minimum(limit, float(static.sum()) / d)
   every = list(range(d))
-  for j in order:
-    bound = mem.bound_device(j)
-    if bound >= 0:
-      mem.commit(j, bound)
-      continue
-    while k < d - 1 and mem.used[k] + mem.need(j, k) > limit[k] and mem.used[k] > 0:
-      k += 1
-    e = k
-    if not mem.fits(j, e):
-      fitting = [x for x in every if mem.fits(j, x)]
-      e = mem.most_free(j, fitting) if fitting else mem.choose_fallback(j, every)
-    mem.commit(j, e)
-  return Proposal(mem.place.copy(), placements.upward_rank(g), info=mem.info())
+  k = 0
+  for j in g.topological_order().tolist():
+    ready = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d)
+    slots = {}
+    for x in every:
+      t, _ = _insert_start(starts[x], finishes[x], float(ready[x]), dur[j][x])
+      slots[x] = (t, t + dur[j][x])
+    e = mem.bound_device(j)
+    if e < 0:
+      while k < d - 1 and tally.used[k] > 0 and (
+          tally.used[k] + tally.need(j, k) > limit[k] or not mem.fits(j, k, *slots[k])):
+        k += 1
+      e = k
+      if not mem.fits(j, e, *slots[e]):
+        fitting = [x for x in every if mem.fits(j, x, *slots[x])]
+        e = (mem.most_free(j, fitting, slots) if fitting
+             else mem.choose_fallback(j, every, slots))
+    t, end = slots[e]
+    i = bisect.bisect_right(starts[e], t)
+    starts[e].insert(i, t)
+    finishes[e].insert(i, end)
+    mem.commit(j, e, t, end)
+    if tally is not mem:
+      tally.commit(j, e)
+    start[j], finish[j] = t, end
+  prio = placements.upward_rank(g)
+  if config.get("priority", "rank") not in ("rank", "plan"):
+    raise ValueError(f"m_topo: priority must be 'rank' or 'plan', got {config['priority']!r}")
+  if config["priority"] == "plan":
+    prio = _order_priority(np.lexsort((-prio, start)))
+  return Proposal(mem.place.copy(), prio, info=mem.info())
 
 
 # ------------------------------------------------------------------ m-ETF / m-SCT engine
-def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.ndarray]):
+def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]):
   """Earliest-task-first list scheduling with memory; returns (placement, order, info).
 
   Each step commits the (ready op, device) pair with the earliest start time (ties: higher
@@ -275,25 +537,33 @@ def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.
   an op's commit makes its favourite child ready, and the child's inputs are all on that device
   by the time the op finishes, and it fits there, the child is committed next on the same
   device, right after its parent; otherwise the child is scheduled like any other op.
+
+  Memory: a pair (j, e) whose op would overflow e at its start is set aside. With the static
+  model it stays refused, and an op that fits on no remaining device goes to the device with the
+  most free memory at once. With the live model the op waits for e: it is offered to e again
+  when memory planned on e is released (a buffer's last consumer placed) or when e's queue
+  has moved past the overflow; only when every ready op waits does the one with the highest
+  level go to the device with the most free memory at the time it would start there.
   """
   g, topo = problem.graph, problem.topology
   n, d = g.num_nodes, topo.num_devices
   dur = objectives.durations(g, topo)
   lat, inv_bw = topo.link_tables()
   level = placements.upward_rank(g).tolist()
-  mem = _Memory(g, topo, frac)
   ptr, succ = g.successor_csr()
   ptr, succ = ptr.tolist(), succ.tolist()
   indeg = g.in_degree().tolist()
   finish = np.zeros(n)
   free = [0.0] * d
   ready_at = np.zeros((n, d))
-  dropped = np.zeros((n, d), bool)  # (j, e) would overflow e while j fits elsewhere
+  dropped = np.zeros((n, d), bool)  # (j, e) would overflow e (set aside, see above)
   only = np.full(n, -1, np.int64)  # the single device j is offered on (group, favourite, forced)
   forced = np.zeros(n, bool)  # j fits nowhere: `only` is its most-free fallback device
   done = np.zeros(n, bool)
   waiting = [[] for _ in range(d)]  # heaps of (ready time, -level, op)
   arrived = [[] for _ in range(d)]  # heaps of (-level, op)
+  blocked = [[] for _ in range(d)]  # live model: heaps of (time the overflow ends, op)
+  pending = set()  # ready ops not yet committed
   every = list(range(d))
 
   members: Dict[int, List[int]] = {}  # colocation root -> ops of its group (groups of 2+)
@@ -315,14 +585,16 @@ def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.
   def make_ready(j, parent=-1):
     """Offers newly ready j; True when j is `parent`'s favourite child to run right after it."""
     ready_at[j] = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d)
+    pending.add(j)
     bound = mem.bound_device(j)
     urgent = False
     if bound >= 0:
       only[j] = bound
     elif favourite_parent is not None and favourite_parent[j] >= 0:
       e = int(mem.place[parent]) if parent >= 0 else -1
+      s = max(free[e], float(ready_at[j, e])) if e >= 0 else 0.0
       if (favourite_parent[j] == parent and ready_at[j, e] <= finish[parent] and
-          mem.fits(j, e)):
+          mem.fits(j, e, s, s + dur[j, e])):
         only[j] = e
         urgent = True
     offer(j, every)
@@ -342,6 +614,19 @@ def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.
       return (w[0][0], w[0][1], w[0][2], e)
     return None
 
+  def unblock(e, everything):
+    """Offers e again to the ops waiting for its memory (all, or those whose overflow ended)."""
+    b = blocked[e]
+    while b and (everything or b[0][0] <= free[e]):
+      _, j = heapq.heappop(b)
+      if not done[j] and dropped[j, e]:
+        dropped[j, e] = False
+        offer(j, [e])
+
+  def slot(j, e):
+    s = max(free[e], float(ready_at[j, e]))
+    return s, s + float(dur[j, e])
+
   for j in range(n):
     if indeg[j] == 0:
       make_ready(j)
@@ -353,24 +638,44 @@ def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.
       start, urgent = max(free[e], float(ready_at[j, e])), -1
     else:
       cands = [c for c in (candidate(e) for e in every) if c is not None]
+      if not cands:  # live model: every ready op waits for memory somewhere
+        j = max(pending, key=lambda v: (level[v], -v))
+        slots = {x: slot(j, x) for x in every}
+        e = mem.choose_fallback(j, every, slots)
+        only[j], forced[j], dropped[j, e] = e, True, False
+        cands = [(slots[e][0], -level[j], j, e)]
       start, _, j, e = min(cands)
-    if mem.bound_device(j) < 0 and not forced[j] and not mem.fits(j, e):
-      dropped[j, e] = True
-      if only[j] == e:  # a favourite parent's device that filled up: offer j everywhere
-        only[j] = -1
-        offer(j, every)
-      if not any(mem.fits(j, x) for x in every if not dropped[j, x]):
-        only[j] = mem.choose_fallback(j, every)
-        forced[j] = True
-        dropped[j, only[j]] = False
-        offer(j, [only[j]])
-      continue
+    fin = start + float(dur[j, e])
+    if mem.bound_device(j) < 0 and not forced[j]:
+      if mem.releases:
+        peak, t_ok = mem.check(j, e, start, fin) if not mem.unbounded else (0.0, 0.0)
+        fits = peak <= mem.capacity[e]
+      else:
+        fits = mem.fits(j, e)
+      if not fits:
+        dropped[j, e] = True
+        if only[j] == e:  # a favourite parent's device that filled up: offer j everywhere
+          only[j] = -1
+          offer(j, every)
+        if mem.releases:
+          heapq.heappush(blocked[e], (t_ok, j))
+        elif not any(mem.fits(j, x) for x in every if not dropped[j, x]):
+          only[j] = mem.choose_fallback(j, every, {x: (0.0, 0.0) for x in every})
+          forced[j] = True
+          dropped[j, only[j]] = False
+          offer(j, [only[j]])
+        continue
     first_of_group = mem.bound_device(j) < 0
     done[j] = True
-    finish[j] = start + dur[j, e]
-    free[e] = float(finish[j])
-    mem.commit(j, e)
+    pending.discard(j)
+    finish[j] = fin
+    free[e] = fin
+    released = mem.commit(j, e, start, fin)
     order.append(j)
+    if mem.releases:
+      for x in set(released):
+        unblock(x, True)
+      unblock(e, False)
     if first_of_group:  # ready ops of j's group may have left e's heaps: offer them again
       for v in members.get(int(mem.root[j]), ()):
         if indeg[v] == 0 and not done[v]:
@@ -385,11 +690,11 @@ def _list_schedule(problem: Problem, frac: float, favourite_parent: Optional[np.
 
 @register("m_etf", "placement",
           "Baechi m-ETF: earliest-task-first list scheduling under device memory limits",
-          mem_fraction=1.0)
+          mem_fraction=1.0, memory_model="live")
 def m_etf(problem: Problem, config) -> Proposal:
   """Baechi's m-ETF; priority = its scheduling order (first scheduled runs first)."""
-  frac = _check_config("m_etf", config)
-  place, order, info = _list_schedule(problem, frac, None)
+  mem = _memory("m_etf", problem.graph, problem.topology, config)
+  place, order, info = _list_schedule(problem, mem, None)
   return Proposal(place, _order_priority(order), info=info)
 
 
@@ -470,7 +775,7 @@ def favourite_parents(graph, topology, time_limit: float = 60.0):
 
 @register("m_sct", "placement",
           "Baechi m-SCT: LP favourite children co-located, ETF list scheduling, memory-aware",
-          mem_fraction=1.0, lp_time_limit=60.0)
+          mem_fraction=1.0, memory_model="live", lp_time_limit=60.0)
 def m_sct(problem: Problem, config) -> Proposal:
   """Baechi's m-SCT: `favourite_parents` from the LP, then the m-ETF engine in which a
   favourite child ready when its parent finishes runs next on the parent's device (the edge the
@@ -480,11 +785,11 @@ def m_sct(problem: Problem, config) -> Proposal:
   fits) serialised too much: 18% worse than m-ETF on layered:n=1000,width=32 on nvlink8, where
   this rule is 6% better.
   """
-  frac = _check_config("m_sct", config)
+  mem = _memory("m_sct", problem.graph, problem.topology, config)
   limit = float(config.get("lp_time_limit", 60.0))
   if not limit > 0:
     raise ValueError(f"m_sct: lp_time_limit must be > 0 seconds, got {limit}")
   fav, status = favourite_parents(problem.graph, problem.topology, limit)
-  place, order, info = _list_schedule(problem, frac, fav)
+  place, order, info = _list_schedule(problem, mem, fav)
   info = dict(info, lp=status, favourites=int((fav >= 0).sum()))
   return Proposal(place, _order_priority(order), info=info)
