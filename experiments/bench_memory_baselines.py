@@ -28,6 +28,7 @@ import numpy as np
 from absl import app, flags, logging
 from scipy import stats
 
+from experiments import cli
 from go_jax import methods
 from simulator import fileio
 from simulator.coarsen import coarsen
@@ -146,10 +147,7 @@ def summary_table(summ: Dict[str, Dict]) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  out_dir = os.path.dirname(os.path.abspath(FLAGS.out))
-  os.makedirs(out_dir, exist_ok=True)
-  if not os.access(out_dir, os.W_OK):
-    raise app.UsageError(f"--out {FLAGS.out}: folder {out_dir} is not writable")
+  cli.check_out(FLAGS.out, is_file=True)
   t_start = time.time()
   results = []
   for spec in FLAGS.graphs:
@@ -180,5 +178,10 @@ def main(argv):
   print(f"wrote {FLAGS.out}")
 
 
+def run():
+  """Entry point: `python -m experiments.bench_memory_baselines`."""
+  cli.run(main, __doc__)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  run()
