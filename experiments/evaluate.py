@@ -17,16 +17,16 @@ import os
 from typing import Sequence
 
 from absl import app, flags
-from ml_collections import config_flags
 
-from go_jax import harness
+from go_jax import harness, results
 from simulator import runtime
+from experiments import cli
 
 FLAGS = flags.FLAGS
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
                               "evaluate_test.py")
 
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.define_config_file(
     "config", default=DEFAULT_CONFIG,
     help_string="Harness config file (experiments/configs/evaluate_*.py, suite.py); fields can "
     "be overridden with --config.FIELD=VALUE.")
@@ -43,8 +43,11 @@ flags.DEFINE_integer("cpu_devices", 0, "CPU cores exposed as devices, so that ea
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
-    raise app.UsageError(f"--out={FLAGS.out}: exists and is not a folder")
+  cli.check_out(FLAGS.out)
+  try:
+    results.load(FLAGS.out, harness.LAUNCHER)  # another launcher's results: stop first
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   if FLAGS.cpu_devices < 0:
     raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: must be >= 0")
   runtime.configure_cpu_devices(FLAGS.cpu_devices or None)  # before any JAX computation
@@ -61,7 +64,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run():
   """Console-script entry point (`go-jax-evaluate`)."""
-  app.run(main)
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,13 @@ r"""Places one graph on one topology with GO and the fast baselines and compares
 The `go-jax-place` command, a thin launcher over `go_jax.place`: GO zero-shot from a pretrained
 checkpoint (greedy and best of K), GO fine-tuned for a wall-clock budget, and the baselines
 (heft, m_etf, m_sct, metis, expert, brkga); every action re-simulated. Prints the comparison
-table and which method won, and writes to --out: results.json (rows and settings), results.md
-(the table), placement.npz (the best placement and priority and GO's, on the original nodes when
-the graph was coarsened), gantt_<method>.png (GO and the best baseline) and objective_bars.png.
+table and which method won (or that no method found a feasible placement, and the memory the
+least demanding one needs), and writes to --out: results.json / results.csv (the rows, in the
+format of go-jax-evaluate, and the settings), results.md (the table), placement.npz (the best
+placement and priority and GO's, on the original nodes when the graph was coarsened),
+gantt_<method>.png (GO and the best baseline) and objective_bars.png (feasible methods). Where
+GO cannot serve the topology (more devices than its policy), the baselines run and the header
+says why GO was skipped.
 
 Examples:
   go-jax-place                                 # built-in default, a few minutes on 2 CPU cores
@@ -22,8 +26,9 @@ from typing import Sequence
 
 from absl import app, flags, logging
 
-from go_jax import harness, pretrained
+from go_jax import harness, pretrained, results
 from go_jax import place as place_lib
+from experiments import cli
 
 FLAGS = flags.FLAGS
 
@@ -31,10 +36,12 @@ flags.DEFINE_string(
     "graph", place_lib.DEFAULT_GRAPH,
     "Graph: a source spec ('layered:n=300,width=16,seed=0', 'pipedream:vgg16', "
     "'zoo:gnmt2,size=tiny'), a CompGraph .npz file, a bare model name (PipeDream, else "
-    "model zoo) or 'package.module:function' returning a CompGraph or a JAX program (fn, args).")
-flags.DEFINE_string("topology", place_lib.DEFAULT_TOPOLOGY,
-                    "Topology spec: PRESET or PRESET@mem=VALUE, VALUE bytes per device or a "
-                    "multiple of the graph's single-device footprint ('nvlink8@mem=0.6x').")
+    "model zoo) or 'package.module:function' returning a CompGraph or a JAX program (fn, args). "
+    + cli.GRAPH_IMPORT_HELP)
+flags.DEFINE_string("topology", place_lib.DEFAULT_TOPOLOGY, cli.topology_help(
+    "Topology spec: PRESET or a topology .json file (docs/topology.md), optionally @mem=VALUE, "
+    "VALUE bytes per device or a multiple of the graph's single-device footprint "
+    "('nvlink8@mem=0.6x')."))
 flags.DEFINE_enum("objective", "makespan", ["makespan", "peak_memory"], "What to minimise.")
 flags.DEFINE_integer("seed", 0, "Seed of GO and of the randomised baselines.")
 flags.DEFINE_string("checkpoint", pretrained.DEFAULT,
@@ -72,34 +79,38 @@ def _as_flag_error(flag: str, fn, *args, **kwargs):
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  if os.path.exists(FLAGS.out) and not os.path.isdir(FLAGS.out):
-    raise app.UsageError(f"--out={FLAGS.out}: exists and is not a folder")
+  cli.check_out(FLAGS.out)
+  try:
+    results.load(FLAGS.out, place_lib.LAUNCHER)  # another launcher's results: stop first
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
                          device_spec=FLAGS.device_spec)
   _as_flag_error("topology", harness.parse_topology, FLAGS.topology)
-  config, params, label = _as_flag_error("checkpoint", place_lib.load_policy, FLAGS.checkpoint)
+  if FLAGS.checkpoint != place_lib.NO_CHECKPOINT:
+    _as_flag_error("checkpoint", pretrained.load_config, FLAGS.checkpoint)
   try:
     result = place_lib.place(
-        graph, FLAGS.topology, objective=FLAGS.objective, seed=FLAGS.seed, checkpoint=label,
-        config=config, params=params, finetune_seconds=FLAGS.finetune_seconds,
+        graph, FLAGS.topology, objective=FLAGS.objective, seed=FLAGS.seed,
+        checkpoint=FLAGS.checkpoint, finetune_seconds=FLAGS.finetune_seconds,
         finetune_updates=FLAGS.finetune_updates, learning_rate=FLAGS.learning_rate,
         samples=FLAGS.samples, baselines=FLAGS.baselines, brkga_budget=FLAGS.brkga_budget,
         max_nodes=FLAGS.max_nodes, graph_spec=FLAGS.graph)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  files = place_lib.write_outputs(result, FLAGS.out, plots=FLAGS.plots)
-  print(place_lib.header(result))
+  print(place_lib.header(result))  # the table first: it survives a failed write
   print()
   print(place_lib.markdown_table(result))
   print()
-  print(place_lib.verdict(result))
+  print(place_lib.verdict(result), flush=True)
+  files = place_lib.write_outputs(result, FLAGS.out, plots=FLAGS.plots)
   print(f"\nwrote {FLAGS.out}/: " + ", ".join(sorted(os.path.basename(p)
                                                     for p in files.values())))
 
 
 def run():
   """Console-script entry point (`go-jax-place`)."""
-  app.run(main)
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

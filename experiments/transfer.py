@@ -13,15 +13,15 @@ import os
 from typing import Sequence
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from experiments.configs import pretrain
-from go_jax import transfer
+from go_jax import results, transfer
+from experiments import cli
 
 FLAGS = flags.FLAGS
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
                               "transfer.py")
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.define_config_file(
     "config", default=DEFAULT_CONFIG, help_string="Transfer config (experiments/configs/"
     "transfer.py); fields can be overridden with --config.FIELD=VALUE.")
 flags.DEFINE_string("out", "results/transfer", "Folder for results.json / results.md; an "
@@ -31,6 +31,11 @@ flags.DEFINE_string("out", "results/transfer", "Folder for results.json / result
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  cli.check_out(FLAGS.out)
+  try:
+    results.load(FLAGS.out, transfer.LAUNCHER)  # another launcher's results: stop first
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   try:
     rows = transfer.run(_CONFIG.value, FLAGS.out, pretrain_config=pretrain.get_config)
   except ValueError as e:
@@ -41,7 +46,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run():
   """Console-script entry point (`go-jax-transfer`)."""
-  app.run(main)
+  cli.run(main, __doc__)
 
 
 if __name__ == "__main__":

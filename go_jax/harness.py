@@ -2,36 +2,39 @@
 
   rows = harness.run(config, out="results/evaluate")   # config: see DEFAULTS
 
-Every cell (method, graph spec, topology spec, seed, objective) is one `methods.solve` call;
-its `Solution` becomes one row, which also records whether re-simulating the solution's
-placement and priority with `methods.evaluate` gives exactly the same objective (`agrees`), so
-that no method can report a number the simulator would not give. Results go to `<out>/`:
+Every cell (method, graph spec, topology spec, seed, objective) is one `methods.solve` call
+(`run_cell`, the one cell runner of go-jax-evaluate, go-jax-place and go-jax-transfer); its
+`Solution` becomes one row (`go_jax.results.COLUMNS`), or one row per stage for a method that
+reports stages (the learned methods' "zero-shot greedy", "zero-shot best of K", "fine-tuned").
+Every row records whether re-simulating its placement and priority with `methods.evaluate`
+gives exactly the objective the method reported (`agrees`), so that no method can report a
+number the simulator would not give. Results go to `<out>/`:
 
-  results.json  every row plus the config (the store the run resumes from)
+  results.json  every row plus the config and the launcher that wrote it (the store the run
+                resumes from; another launcher's folder is refused with a ValueError)
   results.csv   the same rows, one line each
-  results.md    a table of the rows, then per graph a pivot of objective by method (rows:
-                topology, best per row in bold)
+  results.md    the leaderboard, a table of the rows, then per graph a pivot of objective by
+                method (rows: topology, best feasible per row in bold; an infeasible cell shows
+                the memory it needs against the capacity, and a topology where no method is
+                feasible says so)
   plots/        with `plots`: a Gantt/memory chart per cell and a bar chart per graph/topology
 
 Resumable: results.json is rewritten atomically after every cell, and a later run with the same
-out folder skips every cell whose key (method, graph, topology, seed, objective) already has a
-row without an error (rows that recorded an error are run again). A cell that raises becomes a
-row with `error` set, unless `fail_fast`.
+out folder skips every cell whose key (method, graph, topology, seed, objective) already has
+rows without an error (rows that recorded an error are run again). A cell that raises becomes a
+row whose `error` is one line (the traceback is logged at --v=1), unless `fail_fast`.
+`method_options` gives a method options of its own (e.g. a smaller BRKGA population for a
+small budget).
 
-Topology specs are `PRESET` or `PRESET@mem=VALUE`: VALUE is bytes per device ("2e9", "inf") or
-a multiple of the graph's single-device footprint ("0.6x"). The footprint is the smallest peak
-memory over devices of the placements that put every op on one device (priority: critical path,
-infinite memory), i.e. what `solve("single")` needs; any factor below 1 therefore makes every
-single-device placement infeasible: the memory-constrained setting in which the model must be
-split.
+Topology specs (`simulator.topology_spec`, re-exported here) are `PRESET`, a topology `.json`
+file, or either with `@mem=VALUE`: VALUE is bytes per device ("2e9", "inf") or a multiple of
+the graph's single-device footprint ("0.6x"); any factor below 1 makes every single-device
+placement infeasible: the memory-constrained setting in which the model must be split.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
-import math
 import os
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -40,10 +43,16 @@ import numpy as np
 from absl import logging
 
 import simulator
-from go_jax import leaderboard, methods, objectives, plotting
-from go_jax.placements import upward_rank
-from simulator import fileio, sources
+from go_jax import leaderboard, methods, objectives, plotting, results
+# The row format and file names (go_jax.results) and the topology specs (simulator.topology_spec)
+# are re-exported here for the modules and tests that use them under harness.
+from go_jax.results import (  # pylint: disable=unused-import
+    COLUMNS, CSV_NAME, JSON_NAME, KEY_FIELDS, MD_NAME, row_key)
+from simulator import sources
+from simulator.topology_spec import (  # pylint: disable=unused-import
+    TOPOLOGY_OPTIONS, TopologySpec, make_topology, parse_topology, single_device_footprint)
 
+LAUNCHER = "evaluate"
 DEFAULTS: Dict[str, Any] = {
     "methods": ["single", "random", "round_robin", "expert"],
     "graphs": ["layered:n=100,width=10,seed=0"],
@@ -51,107 +60,42 @@ DEFAULTS: Dict[str, Any] = {
     "seeds": [0],
     "objective": "makespan",  # or a list of objectives
     "budget": None,  # simulator evaluations per search (None: each method's default)
+    "method_options": {},  # method -> its options (overrides of its registered defaults)
     "schedule_placement": "expert",  # placement method whose result scheduling methods order
     "plots": False,
     "fail_fast": False,
 }
-JSON_NAME, CSV_NAME, MD_NAME = "results.json", "results.csv", "results.md"
-
-# Row fields, in CSV order.
-COLUMNS = (
-    "method", "method_kind", "graph", "graph_name", "nodes", "edges", "topology", "preset",
-    "devices", "mem_capacity", "mem_reference", "seed", "objective_kind", "budget",
-    "placement_from", "objective", "makespan", "peak_memory", "feasible", "reason",
-    "lower_bound", "gap", "search_seconds", "evaluations", "resimulated_objective", "agrees",
-    "error")
-KEY_FIELDS = ("method", "graph", "topology", "seed", "objective_kind")
-
-
-# ------------------------------------------------------------------ topology specs
-def _parse_mem(text: str, spec: str) -> Tuple[Optional[float], Optional[float]]:
-  """'2e9' / 'inf' -> (bytes, None); '0.6x' -> (None, factor)."""
-  relative = text.endswith("x")
-  try:
-    value = float(text[:-1] if relative else text)
-  except ValueError:
-    value = float("nan")
-  if not value >= 0 or (relative and not math.isfinite(value)):
-    raise ValueError(f"topology spec {spec!r}: mem must be bytes >= 0 ('2e9', 'inf') or a "
-                     f"finite factor of the single-device footprint ('0.6x'), got {text!r}")
-  return (None, value) if relative else (value, None)
-
-
-# Option key -> parser of its value: (bytes, factor of the single-device footprint).
-TOPOLOGY_OPTIONS = {"mem": _parse_mem}
-
-
-@dataclasses.dataclass(frozen=True)
-class TopologySpec:
-  """A parsed topology spec: preset name and an optional memory override."""
-  spec: str
-  preset: str
-  mem_bytes: Optional[float] = None  # absolute per-device capacity
-  mem_factor: Optional[float] = None  # capacity = factor * single-device footprint
-
-
-def parse_topology(spec: str) -> TopologySpec:
-  """Parses 'PRESET' or 'PRESET@mem=VALUE' (see the module docstring); ValueError if bad."""
-  if not isinstance(spec, str) or not spec.strip():
-    raise ValueError(f"topology spec must be a non-empty string, got {spec!r}")
-  name, *options = [s.strip() for s in spec.strip().split("@")]
-  if name not in simulator.available_presets():
-    raise ValueError(f"topology spec {spec!r}: unknown preset {name!r}; available: "
-                     f"{sorted(simulator.available_presets())}")
-  parsed = {}
-  for option in options:
-    key, eq, value = option.partition("=")
-    if not eq or key.strip() not in TOPOLOGY_OPTIONS:
-      raise ValueError(f"topology spec {spec!r}: bad option {option!r}; expected one of "
-                       f"{[k + '=VALUE' for k in TOPOLOGY_OPTIONS]}")
-    if key.strip() in parsed:
-      raise ValueError(f"topology spec {spec!r}: option {key.strip()!r} given twice")
-    parsed[key.strip()] = TOPOLOGY_OPTIONS[key.strip()](value.strip(), spec)
-  mem_bytes, mem_factor = parsed.get("mem", (None, None))
-  return TopologySpec(spec.strip(), name, mem_bytes, mem_factor)
-
-
-def single_device_footprint(graph, topology) -> float:
-  """Smallest peak memory (bytes) over devices of 'every op on device d', memory unbounded."""
-  d, n = topology.num_devices, graph.num_nodes
-  free = topology.with_memory(np.inf)
-  place = np.repeat(np.arange(d)[:, None], n, axis=1)
-  prio = np.broadcast_to(upward_rank(graph), (d, n))
-  res = simulator.simulate(graph, free, place, prio)
-  return float(np.asarray(res.peak_memory).max(axis=1).min())
-
-
-def make_topology(spec: TopologySpec, graph) -> Tuple[simulator.Topology, Optional[float]]:
-  """(topology of the spec for this graph, footprint it was scaled from or None)."""
-  topo = simulator.preset(spec.preset)
-  if spec.mem_bytes is not None:
-    return topo.with_memory(spec.mem_bytes), None
-  if spec.mem_factor is not None:
-    ref = single_device_footprint(graph, topo)
-    return topo.with_memory(spec.mem_factor * ref), ref
-  return topo, None
+_finite = results.finite  # the package's one JSON-safe float (kept under its old name)
 
 
 # ------------------------------------------------------------------ cells
 @dataclasses.dataclass(frozen=True)
 class Cell:
+  """One `methods.solve` call: method on (graph, topology) with a seed and an objective.
+
+  label names the row in the tables (default: the method); options are the method's overrides
+  (sorted (name, value) pairs, so that a cell stays hashable).
+  """
   method: str
   graph: str
   topology: str
   seed: int
   objective: str
+  label: Optional[str] = None
+  options: Tuple[Tuple[str, Any], ...] = ()
+
+  @property
+  def name(self) -> str:
+    return self.label or self.method
 
   @property
   def key(self) -> Tuple:
-    return (self.method, self.graph, self.topology, self.seed, self.objective)
+    return (self.name, self.graph, self.topology, self.seed, self.objective)
 
 
-def row_key(row: Mapping[str, Any]) -> Tuple:
-  return tuple(row[k] for k in KEY_FIELDS)
+def cell_key(row: Mapping[str, Any]) -> Tuple:
+  """The key of the cell a row came from (rows of one cell differ only in their stage)."""
+  return row_key(row)[:5]
 
 
 def _as_list(value, field: str) -> List:
@@ -172,7 +116,12 @@ def settings(config) -> Dict[str, Any]:
   for field in ("methods", "graphs", "topologies", "seeds", "objective"):
     out[field] = _as_list(out[field], field)
   out["seeds"] = [int(s) for s in out["seeds"]]
+  out["method_options"] = {str(k): dict(v) for k, v in dict(out["method_options"] or {}).items()}
   return out
+
+
+def _kind(method: str) -> str:
+  return methods.get(method).kind
 
 
 def plan(cfg: Mapping[str, Any]) -> List[Cell]:
@@ -186,25 +135,43 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
   if not names:
     raise ValueError(f"harness config: none of the methods {cfg['methods']} is available; "
                      f"available: {sorted(known)}")
+  options = cfg.get("method_options") or {}
+  stray = sorted(set(options) - set(cfg["methods"]))
+  if stray:
+    raise ValueError(f"harness config: method_options for {stray}, which are not in methods "
+                     f"{list(cfg['methods'])}")
+  for m, opts in options.items():
+    if m in known:
+      bad = sorted(set(opts) - set(methods.get(m).defaults))
+      if bad:
+        raise ValueError(f"harness config: method_options[{m!r}]: no option(s) {bad}; "
+                         f"options: {sorted(methods.get(m).defaults)}")
   for spec in cfg["topologies"]:
     parse_topology(spec)
   for obj in cfg["objective"]:
     objectives.get_objective(obj)
   sp = cfg["schedule_placement"]
-  if any(methods.METHODS[m].kind == "schedule" for m in names) and (
-      sp not in known or methods.METHODS[sp].kind == "schedule"):
+  if any(_kind(m) == "schedule" for m in names) and (sp not in known or _kind(sp) == "schedule"):
     raise ValueError(f"harness config: schedule_placement {sp!r} must name a placement "
                      "method, e.g. 'expert'")
-  return [Cell(m, g, t, s, o) for o in cfg["objective"] for g in cfg["graphs"]
+  return [Cell(m, g, t, s, o, options=tuple(sorted(options.get(m, {}).items())))
+          for o in cfg["objective"] for g in cfg["graphs"]
           for t in cfg["topologies"] for m in names for s in cfg["seeds"]]
 
 
-class _Instances:
-  """Graphs, topologies and fixed placements, built once per spec and cached."""
+class Instances:
+  """Graphs, topologies and fixed placements, built once per spec and cached. `add_graph` /
+  `add_topology` register objects the caller already has (go-jax-place's)."""
 
   def __init__(self, cfg):
     self.cfg = cfg
     self._graphs, self._topos, self._placements = {}, {}, {}
+
+  def add_graph(self, spec: str, graph) -> None:
+    self._graphs[spec] = graph
+
+  def add_topology(self, spec: str, graph_spec: str, topology, footprint=None) -> None:
+    self._topos[(spec, graph_spec)] = (topology, footprint)
 
   def graph(self, spec: str):
     if spec not in self._graphs:
@@ -228,88 +195,181 @@ class _Instances:
     if key not in self._placements:
       topo, _ = self.topology(cell.topology, cell.graph)
       sol = methods.solve(self.cfg["schedule_placement"], self.graph(cell.graph), topo,
-                          objective=cell.objective, seed=cell.seed, budget=self.cfg["budget"])
+                          objective=cell.objective, seed=cell.seed,
+                          budget=self.cfg.get("budget"))
       self._placements[key] = sol.placement
     return self._placements[key]
 
 
-def _finite(x) -> Optional[float]:
-  """JSON-safe float: None for NaN / inf (strict JSON has neither)."""
-  if x is None:
-    return None
-  x = float(x)
-  return x if math.isfinite(x) else None
+_Instances = Instances  # the old private name
+
+
+def _topology_fields(spec: str) -> str:
+  """The preset (or file, or 'custom') a topology spec names."""
+  try:
+    return parse_topology(spec).preset
+  except ValueError:
+    return spec
 
 
 def _base_row(cell: Cell, cfg) -> Dict[str, Any]:
-  row = {c: None for c in COLUMNS}
-  kind = methods.METHODS[cell.method].kind
-  row.update(method=cell.method, method_kind=kind, graph=cell.graph, topology=cell.topology,
-             preset=parse_topology(cell.topology).preset, seed=cell.seed,
-             objective_kind=cell.objective, budget=cfg["budget"],
-             placement_from=cfg["schedule_placement"] if kind == "schedule" else None, error="")
+  try:
+    kind = _kind(cell.method)
+  except ValueError:
+    kind = None
+  return results.empty_row(
+      method=cell.method, label=cell.name, method_kind=kind, graph=cell.graph,
+      topology=cell.topology, preset=_topology_fields(cell.topology), seed=cell.seed,
+      objective_kind=cell.objective, budget=cfg.get("budget"),
+      placement_from=cfg.get("schedule_placement") if kind == "schedule" else None, error="")
+
+
+@dataclasses.dataclass
+class Answer:
+  """One row's action and its re-simulated scores (per-device peak memory)."""
+  placement: np.ndarray
+  priority: np.ndarray
+  scores: Dict[str, Any]
+
+
+def _scored_row(row, graph, topo, footprint, scores, believed=None) -> Dict[str, Any]:
+  cap = np.asarray(topo.mem_capacity, float)
+  lb = row["lower_bound"]
+  row.update(graph_name=graph.name, nodes=graph.num_nodes, edges=graph.num_edges,
+             devices=topo.num_devices, mem_capacity=_finite(cap.min()),
+             mem_capacities=[_finite(c) for c in cap.tolist()], mem_reference=_finite(footprint),
+             objective=_finite(scores["objective"]), makespan=_finite(scores["makespan"]),
+             peak_memory=_finite(np.max(scores["peak_memory"])),
+             feasible=bool(scores["feasible"]),
+             gap=_finite(scores["objective"] / lb - 1.0) if lb and lb > 0 else None,
+             resimulated_objective=_finite(scores["objective"]),
+             agrees=bool(believed is None or believed == scores["objective"]))
+  if not row["feasible"] and not row.get("reason"):
+    row["reason"] = results.infeasible_text(row)
   return row
 
 
-def run_cell(cell: Cell, inst: _Instances, plot_dir: Optional[str] = None):
-  """One solve + re-simulation; returns (row, solution). Exceptions propagate."""
+def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
+             ) -> Tuple[List[Dict[str, Any]], List[Answer]]:
+  """One solve, every answer re-simulated: (rows, answers), one per stage of a method that
+  reports stages (`info["stages"]`: GO's zero-shot and fine-tuned answers), else one.
+  Exceptions propagate."""
   cfg = inst.cfg
-  row = _base_row(cell, cfg)
   graph = inst.graph(cell.graph)
-  row.update(graph_name=graph.name, nodes=graph.num_nodes, edges=graph.num_edges)
   topo, footprint = inst.topology(cell.topology, cell.graph)
-  cap = np.asarray(topo.mem_capacity, float)
-  row.update(devices=topo.num_devices, mem_capacity=_finite(cap.min()),
-             mem_reference=_finite(footprint))
-  fixed = (inst.fixed_placement(cell) if row["method_kind"] == "schedule" else None)
+  fixed = inst.fixed_placement(cell) if _kind(cell.method) == "schedule" else None
   sol = methods.solve(cell.method, graph, topo, objective=cell.objective, seed=cell.seed,
-                      budget=cfg["budget"], placement=fixed)
-  again = methods.evaluate(graph, topo, sol.placement, sol.priority, cell.objective)
-  row.update(objective=_finite(sol.objective), makespan=_finite(sol.makespan),
-             peak_memory=_finite(np.max(sol.peak_memory)), feasible=bool(sol.feasible),
-             reason=sol.reason, lower_bound=_finite(sol.lower_bound), gap=_finite(sol.gap),
-             search_seconds=float(sol.search_seconds), evaluations=int(sol.evaluations),
-             resimulated_objective=_finite(again["objective"]),
-             agrees=bool(again["objective"] == sol.objective))
+                      budget=cfg.get("budget"), placement=fixed, **dict(cell.options))
+  stages = sol.info.get("stages") or []
+  rows, answers = [], []
+  base = _base_row(cell, cfg)
+  base.update(lower_bound=_finite(sol.lower_bound), evaluations=int(sol.evaluations))
+  if not stages:
+    scores = methods.evaluate(graph, topo, sol.placement, sol.priority, cell.objective)
+    row = dict(base, search_seconds=float(sol.search_seconds), reason=sol.reason)
+    rows.append(_scored_row(row, graph, topo, footprint, scores, believed=sol.objective))
+    answers.append(Answer(np.asarray(sol.placement), np.asarray(sol.priority), scores))
+  chosen = sol.info.get("stage")  # the stage the solution is (its objective is checked)
+  for st in stages:
+    place = np.asarray(st["placement"], np.int64)
+    prio = np.asarray(st["priority"], np.float64)
+    scores = methods.evaluate(graph, topo, place, prio, cell.objective)
+    stage = str(st["stage"])
+    if stage.endswith(" of K") and sol.info.get("samples"):
+      stage = stage[:-1] + str(sol.info["samples"])
+    tuned = stage == "fine-tuned"
+    row = dict(base, stage=stage, search_seconds=_finite(st.get("seconds")),
+               reason=sol.reason if st["stage"] == chosen else "",
+               updates=sol.info.get("updates") if tuned else None,
+               budget_seconds=(_finite(dict(cell.options).get("finetune_seconds"))
+                               if tuned else None))
+    rows.append(_scored_row(row, graph, topo, footprint, scores,
+                            believed=sol.objective if st["stage"] == chosen else None))
+    answers.append(Answer(place, prio, scores))
   if plot_dir is not None:
-    ref = simulator.reference_simulate(graph, topo, sol.placement, sol.priority)
-    plotting.plot_schedule(graph, topo, ref, os.path.join(plot_dir, _file_name(cell) + ".png"),
-                           title=f"{cell.method} on {graph.name} / {cell.topology} (seed "
-                           f"{cell.seed}): {cell.objective} {sol.objective:.6g}"
-                           f"{'' if sol.feasible else ', OUT OF MEMORY'}")
-  return row, sol
+    for row, ans in zip(rows, answers):
+      ref = simulator.reference_simulate(graph, topo, ans.placement, ans.priority)
+      plotting.plot_schedule(
+          graph, topo, ref, os.path.join(plot_dir, _file_name(cell, row.get("stage")) + ".png"),
+          title=f"{results.row_name(row)} on {graph.name} / {cell.topology} (seed {cell.seed}): "
+          f"{cell.objective} {results.value_text(row)}")
+  return rows, answers
 
 
-def _file_name(cell: Cell) -> str:
-  parts = (cell.graph, cell.topology, cell.method, f"s{cell.seed}", cell.objective)
+def _file_name(cell: Cell, stage: Optional[str] = None) -> str:
+  parts = (cell.graph, cell.topology, cell.name, f"s{cell.seed}", cell.objective) + (
+      (stage,) if stage else ())
   return "__".join(re.sub(r"[^A-Za-z0-9_.=-]+", "_", p) for p in parts)
+
+
+def error_text(exc: BaseException) -> str:
+  """An exception as the one line a row (or a launcher) reports."""
+  return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _error_row(cell: Cell, cfg, exc: BaseException) -> Dict[str, Any]:
   row = _base_row(cell, cfg)
-  row.update(error=f"{type(exc).__name__}: {exc}", feasible=False, agrees=False)
+  row.update(error=error_text(exc), feasible=False, agrees=False)
   return row
 
 
 # ------------------------------------------------------------------ run
-def load_rows(out: str) -> List[Dict[str, Any]]:
-  """Rows of `<out>/results.json`, or [] where there is none yet."""
-  path = os.path.join(out, JSON_NAME)
-  if not os.path.exists(path):
-    return []
-  with open(path) as fh:
-    data = json.load(fh)
-  if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-    raise ValueError(f"{path}: not a harness result file (expected an object with 'rows')")
-  return data["rows"]
+def load_rows(out: str, launcher: str = LAUNCHER) -> List[Dict[str, Any]]:
+  """Rows of `<out>/results.json` written by `launcher`, or [] where there is none yet;
+  ValueError if another launcher wrote it (`results.load`)."""
+  data = results.load(out, launcher)
+  return [] if data is None else data["rows"]
 
 
-def _ordered(done: Dict[Tuple, Dict], cells: Sequence[Cell]) -> List[Dict[str, Any]]:
+def _ordered(done: Dict[Tuple, List[Dict]], cells: Sequence[Cell]) -> List[Dict[str, Any]]:
   """This config's rows in cell order, then rows of other configs kept from the store."""
   planned = [c.key for c in cells]
   ours = set(planned)
-  return ([done[k] for k in planned if k in done] +
-          [r for k, r in done.items() if k not in ours])
+  return ([r for k in planned if k in done for r in done[k]] +
+          [r for k, rs in done.items() if k not in ours for r in rs])
+
+
+def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
+            config: Mapping[str, Any], fail_fast: bool = False, progress: bool = True,
+            plot_dir: Optional[str] = None, before_cell=None,
+            describe=None) -> List[Dict[str, Any]]:
+  """Runs every cell without rows in `<out>/results.json` (or only error rows), rewriting the
+  file atomically after each; returns every row, in cell order.
+
+  before_cell(cell) runs before a cell is solved (e.g. pretraining a missing checkpoint);
+  describe(cell) -> str is the progress bar's text.
+  """
+  import tqdm  # pylint: disable=g-import-not-at-top
+  os.makedirs(out, exist_ok=True)
+  done: Dict[Tuple, List[Dict]] = {}
+  for r in load_rows(out, launcher):
+    done.setdefault(cell_key(r), []).append(r)
+  ok = lambda k: k in done and not any(r.get("error") for r in done[k])
+  todo = [c for c in cells if not ok(c.key)]
+  bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
+                  disable=not progress, dynamic_ncols=True)
+  payload = lambda: {"config": dict(config), "rows": _ordered(done, cells)}
+  try:
+    for cell in todo:
+      bar.set_postfix_str(describe(cell) if describe else
+                          f"{cell.name} {cell.graph} {cell.topology} s{cell.seed}")
+      try:
+        if before_cell is not None:
+          before_cell(cell)
+        rows, _ = run_cell(cell, inst, plot_dir)
+      except Exception as exc:  # pylint: disable=broad-except
+        if fail_fast:
+          raise
+        logging.warning("%s on %s / %s (seed %d): %s", cell.name, cell.graph, cell.topology,
+                        cell.seed, error_text(exc))
+        logging.debug("traceback of that error:", exc_info=True)  # at --v=1
+        rows = [_error_row(cell, inst.cfg, exc)]
+      done[cell.key] = rows
+      results.write_json(out, launcher, payload())
+      bar.update(1)
+  finally:
+    bar.close()
+  return _ordered(done, cells)
 
 
 def run(config, out: str, *, plots: Optional[bool] = None,
@@ -321,128 +381,106 @@ def run(config, out: str, *, plots: Optional[bool] = None,
     out: result folder (created).
     plots: overrides config.plots.
     progress: show a tqdm bar (cells done, rate, ETA).
+
+  Raises:
+    ValueError: a bad config, or `out` holds results of another launcher.
   """
-  import tqdm  # pylint: disable=g-import-not-at-top
   cfg = settings(config)
   if plots is not None:
     cfg["plots"] = bool(plots)
   cells = plan(cfg)
-  os.makedirs(out, exist_ok=True)
-  done = {row_key(r): r for r in load_rows(out)}
-  todo = [c for c in cells if not (c.key in done and not done[c.key].get("error"))]
-  inst = _Instances(cfg)
+  results.load(out, LAUNCHER)  # another launcher's folder: stop before any work
   plot_dir = os.path.join(out, "plots") if cfg["plots"] else None
-  bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
-                  disable=not progress, dynamic_ncols=True)
-  try:
-    for cell in todo:
-      bar.set_postfix_str(f"{cell.method} {cell.graph} {cell.topology} s{cell.seed}")
-      try:
-        row, _ = run_cell(cell, inst, plot_dir)
-      except Exception as exc:  # pylint: disable=broad-except
-        if cfg["fail_fast"]:
-          raise
-        logging.warning("harness: cell %s failed: %s", cell, exc, exc_info=True)
-        row = _error_row(cell, cfg, exc)
-      done[cell.key] = row
-      _write_json(out, cfg, _ordered(done, cells))
-      bar.update(1)
-  finally:
-    bar.close()
-  rows = _ordered(done, cells)
+  rows = execute(cells, Instances(cfg), out, launcher=LAUNCHER, config=cfg,
+                 fail_fast=cfg["fail_fast"], progress=progress, plot_dir=plot_dir)
   write_outputs(out, cfg, rows)
   if plot_dir is not None:
     plot_comparisons(rows, plot_dir)
   return rows
 
 
-def _write_json(out: str, cfg, rows) -> str:
-  return fileio.write_json(os.path.join(out, JSON_NAME), {"config": dict(cfg), "rows": rows})
-
-
 def write_outputs(out: str, cfg, rows) -> Dict[str, str]:
   """Writes results.json, results.csv and results.md (atomically); returns their paths."""
-  paths = {"json": _write_json(out, cfg, rows), "csv": os.path.join(out, CSV_NAME),
-           "md": os.path.join(out, MD_NAME)}
-  with fileio.atomic_open(paths["csv"], "w", make_dirs=True) as fh:
-    writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows([{c: ("" if r.get(c) is None else r.get(c)) for c in COLUMNS}
-                      for r in rows])
-  with fileio.atomic_open(paths["md"], "w", make_dirs=True) as fh:
-    fh.write(markdown(rows))
-  return paths
+  return {"json": results.write_json(out, LAUNCHER, {"config": dict(cfg), "rows": list(rows)}),
+          "csv": results.write_csv(out, rows), "md": results.write_markdown(out, markdown(rows))}
 
 
 # ------------------------------------------------------------------ reports
-def _fmt_value(value, kind: str) -> str:
-  """Objective value with its unit: seconds for makespan, bytes for memory."""
-  if value is None:
-    return "-"
-  return (plotting.format_bytes(value) if kind == "peak_memory"
-          else plotting.format_seconds(value))
+def _fmt(value, kind: str) -> str:
+  """A value in the unit of objective `kind`."""
+  return objectives.get_objective(kind).format(value)
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
-  """One Markdown line per row."""
+  """One Markdown line per row (an infeasible row shows what it needs, never its penalty)."""
   head = ("method", "graph", "N", "topology", "D", "seed", "objective", "makespan",
           "peak mem", "feasible", "gap", "search", "evals", "agrees", "note")
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  body = []
   for r in rows:
     note = r.get("error") or r.get("reason") or ""
-    cells = (r["method"], r.get("graph_name") or r["graph"], r.get("nodes"), r["topology"],
-             r.get("devices"), r["seed"],
-             f"{r['objective_kind']} {_fmt_value(r.get('objective'), r['objective_kind'])}",
-             _fmt_value(r.get("makespan"), "makespan"),
-             _fmt_value(r.get("peak_memory"), "peak_memory"),
-             "error" if r.get("error") else ("yes" if r.get("feasible") else "NO"),
-             "-" if r.get("gap") is None else f"{r['gap']:.1%}",
-             "-" if r.get("search_seconds") is None else f"{r['search_seconds']:.3g} s",
-             r.get("evaluations"), "yes" if r.get("agrees") else "NO",
-             str(note).replace("|", "/").replace("\n", " ")[:80])
-    lines.append("| " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
-  return "\n".join(lines)
+    feasible = bool(r.get("feasible"))
+    body.append((
+        results.row_name(r), r.get("graph_name") or r["graph"], r.get("nodes"), r["topology"],
+        r.get("devices"), r["seed"], f"{r['objective_kind']} {results.value_text(r)}",
+        _fmt(r.get("makespan"), "makespan"), _fmt(r.get("peak_memory"), "peak_memory"),
+        "error" if r.get("error") else ("yes" if feasible else "NO"),
+        f"{r['gap']:.1%}" if feasible and r.get("gap") is not None else "-",
+        "-" if r.get("search_seconds") is None else f"{r['search_seconds']:.3g} s",
+        r.get("evaluations"), "yes" if r.get("agrees") else "NO", str(note)[:100]))
+  return results.markdown_table(head, body)
 
 
 def _mean_objectives(rows) -> Dict[Tuple, Dict[str, Any]]:
-  """(objective, graph, topology, method) -> mean objective over seeds, all feasible, errors."""
+  """(objective, graph, topology, row name) -> mean objective over seeds, all feasible,
+  errors, the row of least objective (for what an infeasible one needs)."""
   groups: Dict[Tuple, List] = {}
   for r in rows:
-    groups.setdefault((r["objective_kind"], r["graph"], r["topology"], r["method"]), []).append(r)
+    groups.setdefault((r["objective_kind"], r["graph"], r["topology"], results.row_name(r)),
+                      []).append(r)
   out = {}
   for key, rs in groups.items():
     ok = [r for r in rs if not r.get("error") and r.get("objective") is not None]
     out[key] = {"mean": float(np.mean([r["objective"] for r in ok])) if ok else None,
-                "feasible": all(r.get("feasible") for r in ok), "errors": len(rs) - len(ok)}
+                "feasible": all(r.get("feasible") for r in ok), "errors": len(rs) - len(ok),
+                "best_row": min(ok, key=lambda r: r["objective"]) if ok else None}
   return out
 
 
 def markdown_pivots(rows: Sequence[Mapping[str, Any]]) -> str:
-  """Per (objective, graph): objective (mean over seeds) by topology x method, best in bold."""
+  """Per (objective, graph): objective (mean over seeds) by topology x method, the best
+  feasible one in bold; a topology where no method is feasible says so."""
   stats = _mean_objectives(rows)
   blocks = []
   for obj, graph in dict.fromkeys((k[0], k[1]) for k in stats):
     topos = list(dict.fromkeys(k[2] for k in stats if k[:2] == (obj, graph)))
     meths = list(dict.fromkeys(k[3] for k in stats if k[:2] == (obj, graph)))
-    lines = [f"### {graph}: {obj} (mean over seeds; lower is better; OOM = infeasible)", "",
-             "| topology | " + " | ".join(meths) + " |", "|---|" + "---|" * len(meths)]
+    body, notes = [], []
     for topo in topos:
       cells = [stats.get((obj, graph, topo, m)) for m in meths]
-      means = [c["mean"] for c in cells if c and c["mean"] is not None]
+      means = [c["mean"] for c in cells if c and c["mean"] is not None and c["feasible"]]
       best = min(means) if means else None
       texts = []
       for c in cells:
         if c is None:
           texts.append("")
           continue
-        text = "error" if c["mean"] is None else _fmt_value(c["mean"], obj)
-        if c["mean"] is not None and not c["feasible"]:
-          text += " (OOM)"
-        if c["mean"] is not None and c["mean"] == best:
+        if c["mean"] is None:
+          text = "error"
+        elif not c["feasible"]:
+          text = results.infeasible_text(c["best_row"])
+        else:
+          text = _fmt(c["mean"], obj)
+        if c["mean"] is not None and c["feasible"] and c["mean"] == best:
           text = f"**{text}**"
         texts.append(text)
-      lines.append(f"| {topo} | " + " | ".join(texts) + " |")
-    blocks.append("\n".join(lines))
+      body.append([topo] + texts)
+      none = results.no_feasible_text([r for r in rows if (r["objective_kind"], r["graph"],
+                                                           r["topology"]) == (obj, graph, topo)])
+      if none:
+        notes.append(f"{topo}: {none}.")
+    blocks.append(f"### {graph}: {obj} (mean over seeds; lower is better)\n\n" +
+                  results.markdown_table(["topology"] + meths, body) +
+                  "".join(f"\n\n{n}" for n in notes))
   return "\n\n".join(blocks)
 
 
@@ -458,14 +496,14 @@ def plot_comparisons(rows: Sequence[Mapping[str, Any]], plot_dir: str) -> List[s
   paths = []
   for obj, graph, topo in dict.fromkeys(k[:3] for k in stats):
     entries = [(k[3], v["mean"]) for k, v in stats.items()
-               if k[:3] == (obj, graph, topo) and v["mean"] is not None]
+               if k[:3] == (obj, graph, topo) and v["mean"] is not None and v["feasible"]]
     if not entries:
       continue
     name = "__".join(re.sub(r"[^A-Za-z0-9_.=-]+", "_", p) for p in (graph, topo, obj))
     paths.append(plotting.plot_bars(
         [e[0] for e in entries], [e[1] for e in entries],
         os.path.join(plot_dir, f"compare__{name}.png"), title=f"{graph} on {topo}",
-        ylabel=f"{obj} ({'bytes' if obj == 'peak_memory' else 's'})"))
+        ylabel=f"{obj} ({objectives.get_objective(obj).unit}; feasible methods)"))
   return paths
 
 

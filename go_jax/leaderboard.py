@@ -8,8 +8,11 @@ is infeasible. Lower ratio is better; 1.00 means always the best.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Mapping, Sequence
+
+from scipy import stats as scipy_stats
+
+from go_jax import results
 
 
 def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
@@ -19,7 +22,7 @@ def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     if r.get("error") or r.get("objective") is None:
       continue
     key = (r["objective_kind"], r["graph"], r["topology"])
-    groups.setdefault(key, {}).setdefault(r["method"], []).append(r)
+    groups.setdefault(key, {}).setdefault(results.row_name(r), []).append(r)
   stats: Dict[tuple, Dict[str, Any]] = {}
   for (kind, _, _), by_method in groups.items():
     mean = {m: sum(x["objective"] for x in rs) / len(rs) for m, rs in by_method.items()}
@@ -28,7 +31,7 @@ def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     best = min(ok) if ok else None
     for m in by_method:
       s = stats.setdefault((kind, m), {"objective": kind, "method": m, "settings": 0,
-                                       "wins": 0, "infeasible": 0, "log_ratio": [],
+                                       "wins": 0, "infeasible": 0, "ratios": [],
                                        "no_feasible_method": 0})
       s["settings"] += 1
       if best is None:
@@ -37,11 +40,11 @@ def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         s["infeasible"] += 1
       else:
         s["wins"] += mean[m] == best
-        s["log_ratio"].append(math.log(mean[m] / best) if best > 0 else 0.0)
+        s["ratios"].append(mean[m] / best if best > 0 else 1.0)
   out = []
   for s in stats.values():
-    logs = s.pop("log_ratio")
-    s["ratio_to_best"] = math.exp(sum(logs) / len(logs)) if logs else None
+    ratios = s.pop("ratios")
+    s["ratio_to_best"] = float(scipy_stats.gmean(ratios)) if ratios else None
     out.append(s)
   out.sort(key=lambda s: (s["objective"], s["ratio_to_best"] is None,
                           s["ratio_to_best"] or 0.0))

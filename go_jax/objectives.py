@@ -10,7 +10,7 @@ The same functions work on numpy and inside jit (they only use `jnp`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import jax.numpy as jnp
 import numpy as np
@@ -104,16 +104,27 @@ def peak_memory_objective(makespan, peak_memory, oom, mem_capacity, upper_bound)
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
-  """A registered objective: its per-action value and its bounds on a (graph, topology)."""
+  """A registered objective: its per-action value, its bounds on a (graph, topology) and the
+  unit its values are in ("s" or "bytes"), which every table formats them with."""
   value: Callable  # (makespan, peak_memory, oom, mem_capacity, upper_bound) -> (B,)
   upper_bound: Callable[[CompGraph, Topology], float]
   lower_bound: Callable[[CompGraph, Topology], Dict[str, float]]
+  unit: str = "s"  # "s" or "bytes"
+
+  def format(self, value: Optional[float], digits: int = 4) -> str:
+    """A value with its unit ('12.3 ms', '1.5 GB'); '-' for None or NaN."""
+    from go_jax import plotting  # pylint: disable=g-import-not-at-top  (matplotlib: lazy)
+    if value is None or value != value:
+      return "-"
+    if self.unit == "bytes":
+      return plotting.format_bytes(float(value), digits)
+    return plotting.format_seconds(float(value), digits)
 
 
 OBJECTIVES: Dict[str, Objective] = {
-    "makespan": Objective(makespan_objective, makespan_upper_bound, makespan_lower_bound),
+    "makespan": Objective(makespan_objective, makespan_upper_bound, makespan_lower_bound, "s"),
     "peak_memory": Objective(peak_memory_objective, lambda g, t: memory_upper_bound(g),
-                             memory_lower_bound),
+                             memory_lower_bound, "bytes"),
 }
 
 

@@ -1,23 +1,28 @@
-"""Simple placement and priority strategies: the trivial baselines and the launcher's defaults.
+"""Placements and priorities by name, as the launchers take them (go-jax-simulate's --placement).
 
 A placement gives each op a device id in [0, D); a priority gives each op a float, higher runs
 first when several ops are ready on one device (DESIGN section 2 "Actions", section 4 rule 5).
-Every strategy is a function `(graph, topology, seed) -> (N,) array`, registered by name in
-`PLACEMENTS` or `PRIORITIES` (dicts, so new strategies are added without touching dispatch).
+
+Placement names are the registered placement and joint methods of `go_jax.methods` (the one
+registry: "single", "random", "round_robin", "expert", "heft", "metis", "brkga", "go", ...),
+solved with `methods.solve` and the given seed, so a name means the same everywhere
+(`placement_names()` lists them). Priorities are the strategies in `PRIORITIES`, functions
+`(graph, topology, seed) -> (N,)`.
 
 `make_placement` / `make_priority` also accept an action saved with `numpy.save`, as
 "npy:<path>" or a bare path ending in ".npy", so that an action found by one tool (a search, a
 trained policy) can be replayed and plotted by another. Results are validated here, with
-messages naming the strategy or file, before they reach the simulator.
+messages naming the method, strategy or file, before they reach the simulator.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 import numpy as np
 
+from go_jax import methods
 from simulator.graph import upward_rank  # re-exported: the project's callers import it here
 
 Strategy = Callable[..., np.ndarray]  # (graph, topology, seed) -> (N,)
@@ -26,24 +31,19 @@ NPY_PREFIX = "npy:"
 
 
 # ------------------------------------------------------------------ placements
-def single_device(graph, topology, seed: int = 0) -> np.ndarray:
-  """Every op on device 0: the single-device baseline every speedup is measured against."""
-  del topology, seed
-  return np.zeros(graph.num_nodes, np.int32)
-
-
 def round_robin(graph, topology, seed: int = 0) -> np.ndarray:
-  """The k-th op in topological order goes to device k mod D (spreads every layer of a DAG)."""
+  """The k-th op in topological order goes to device k mod D (spreads every layer of a DAG);
+  the `round_robin` method of the registry, and a seed of the evolutionary searches."""
   del seed
   out = np.empty(graph.num_nodes, np.int32)
   out[graph.topological_order()] = np.arange(graph.num_nodes) % topology.num_devices
   return out
 
 
-def random_placement(graph, topology, seed: int = 0) -> np.ndarray:
-  """Each op on a uniformly random device (numpy Generator seeded with `seed`)."""
-  rng = np.random.default_rng(seed)
-  return rng.integers(0, topology.num_devices, graph.num_nodes).astype(np.int32)
+def placement_names() -> Dict[str, str]:
+  """Name -> description of every placement `make_placement` takes by name: the registered
+  placement and joint methods of `go_jax.methods`."""
+  return methods.available(kinds=("placement", "joint"))
 
 
 # ------------------------------------------------------------------ priorities
@@ -68,12 +68,6 @@ def topo_priority(graph, topology, seed: int = 0) -> np.ndarray:
   return out
 
 
-PLACEMENTS: Dict[str, Strategy] = {
-    "single": single_device,
-    "round_robin": round_robin,
-    "random": random_placement,
-}
-
 PRIORITIES: Dict[str, Strategy] = {
     "uniform": uniform_priority,
     "critical_path": critical_path_priority,
@@ -91,7 +85,7 @@ def npy_path(spec: str) -> Optional[str]:
   return None
 
 
-def is_valid_spec(spec: str, registry: Dict[str, Strategy]) -> bool:
+def is_valid_spec(spec: str, registry: Mapping[str, object]) -> bool:
   """Cheap syntactic check (registered name or .npy spec) for flag validators."""
   path = npy_path(spec)
   return spec in registry or (path is not None and bool(path))
@@ -117,7 +111,7 @@ def _load_npy(path: str, what: str, graph) -> np.ndarray:
   return arr
 
 
-def _unknown(kind: str, spec: str, registry: Dict[str, Strategy]) -> ValueError:
+def _unknown(kind: str, spec: str, registry: Mapping[str, object]) -> ValueError:
   return ValueError(f"unknown {kind} '{spec}'; available: {sorted(registry)} or "
                     f"'{NPY_PREFIX}<path>' / '<path>.npy' (an array saved with numpy.save)")
 
@@ -153,15 +147,22 @@ def check_priority(priority, graph, source: str = "priority") -> np.ndarray:
 
 
 def make_placement(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
-  """(N,) int32 placement from a strategy name in `PLACEMENTS` or an .npy spec."""
+  """(N,) int32 placement from a registered placement / joint method (`placement_names`),
+  solved with `methods.solve(spec, graph, topology, seed=seed)`, or from an .npy spec."""
   path = npy_path(spec)
   if path is not None:
     return check_placement(_load_npy(path, "placement", graph), graph, topology,
                            f"placement file '{path}'")
-  if spec not in PLACEMENTS:
-    raise _unknown("placement", spec, PLACEMENTS)
-  return check_placement(PLACEMENTS[spec](graph, topology, seed), graph, topology,
-                         f"placement strategy '{spec}'")
+  names = placement_names()
+  if spec not in names:
+    if spec in methods.unavailable():
+      methods.get(spec)  # raises: says which package the method needs
+    if spec in methods.available():
+      raise ValueError(f"'{spec}' only schedules a given placement (a priority rule); "
+                       f"placements: {sorted(names)}")
+    raise _unknown("placement", spec, names)
+  sol = methods.solve(spec, graph, topology, seed=seed)
+  return check_placement(sol.placement, graph, topology, f"placement method '{spec}'")
 
 
 def make_priority(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
@@ -173,3 +174,11 @@ def make_priority(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
     raise _unknown("priority", spec, PRIORITIES)
   return check_priority(PRIORITIES[spec](graph, topology, seed), graph,
                         f"priority strategy '{spec}'")
+
+
+def __getattr__(name: str):
+  """`PLACEMENTS`: a view of the registry (name -> description of `placement_names()`), for
+  callers written when placements had their own table; new code calls `placement_names()`."""
+  if name == "PLACEMENTS":
+    return placement_names()
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from go_jax import harness, methods
+from go_jax import harness, methods, plotting, results
 from simulator import sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,6 +61,7 @@ def test_writes_tables_and_every_row_agrees(clean_run):
   assert len(rows) == len(GRAPHS) * len(TOPOLOGIES) * len(METHODS)
   assert sorted(os.listdir(out)) == ["results.csv", "results.json", "results.md"]
   for r in rows:
+    assert set(r) == set(results.COLUMNS)  # the one row format of every launcher
     assert r["agrees"] and r["resimulated_objective"] == r["objective"], r
     assert not r["error"] and r["feasible"]
     assert r["objective"] >= r["lower_bound"] * (1 - 1e-6)
@@ -167,24 +168,107 @@ def test_bad_topology_specs(spec, match):
     harness.parse_topology(spec)
 
 
+def test_results_folders_of_other_launchers_and_older_formats(tmp_path):
+  old = tmp_path / "old"
+  old.mkdir()
+  row = {"method": "single", "graph": "g", "topology": "t", "seed": 0,
+         "objective_kind": "makespan", "objective": 1.0, "error": ""}
+  (old / "results.json").write_text(json.dumps({"config": {}, "rows": [row]}))
+  (upgraded,) = harness.load_rows(str(old))  # evaluate's rows from before stages: upgraded
+  assert upgraded["label"] == "single" and upgraded["stage"] is None
+  assert set(upgraded) == set(results.COLUMNS)
+  (old / "results.json").write_text(json.dumps({"settings": {}, "rows": [{"row": "heft"}]}))
+  with pytest.raises(ValueError, match=f"--out={old} holds results of go-jax-transfer"):
+    harness.load_rows(str(old))
+  with pytest.raises(ValueError, match="older or unknown format"):
+    results.load(str(old), "transfer")
+  (old / "results.json").write_text("{not json")
+  with pytest.raises(ValueError, match="not a go-jax results file"):
+    harness.load_rows(str(old))
+
+
 def test_unknown_config_field():
   with pytest.raises(ValueError, match="unknown field"):
     harness.settings({"method": ["single"]})
 
 
 def test_launcher_end_to_end(tmp_path):
-  """Runs in a subprocess: absl flags of several launchers cannot share one process."""
+  """The shipped CI config as it ships: every cell runs clean (no error row). In a subprocess:
+  absl flags of several launchers cannot share one process."""
   out = tmp_path / "ev"
   cmd = [sys.executable, "-m", "experiments.evaluate",
-         "--config=experiments/configs/evaluate_test.py", f"--out={out}",
-         "--config.budget=2", "--noprogress"]  # budget 2: random shares single's compile
+         "--config=experiments/configs/evaluate_test.py", f"--out={out}", "--noprogress"]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "## Objective by method" in proc.stdout
-  rows = json.loads((out / "results.json").read_text())["rows"]
-  assert rows and all(r["agrees"] for r in rows if not r["error"])
+  assert "## Objective by method" in proc.stdout and "Traceback" not in proc.stderr
+  data = json.loads((out / "results.json").read_text())
+  rows = data["rows"]
+  assert data["launcher"] == "evaluate"
+  assert rows and not [r["error"] for r in rows if r["error"]]
+  assert all(r["agrees"] for r in rows)
   assert {"single", "random", "round_robin", "expert"} <= {r["method"] for r in rows}
   assert sorted(os.listdir(out)) == ["results.csv", "results.json", "results.md"]
+  # go-jax-place pointed at this folder: one line naming the folder and the launcher
+  proc = subprocess.run([sys.executable, "-m", "experiments.place", f"--out={out}"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert f"--out={out} holds results of go-jax-evaluate" in proc.stderr
+
+
+def test_refusing_method_is_a_one_line_error_row(tmp_path, caplog):
+  """A method refusing its budget (BRKGA below one generation): one line in its row."""
+  cfg = tiny_config(methods=["brkga", "round_robin"], graphs=GRAPHS[:1],
+                    topologies=["nvlink2"], budget=8)
+  rows = harness.run(cfg, str(tmp_path), progress=False)
+  assert rows[0]["error"].startswith("ValueError: brkga: budget 8 is below one generation")
+  assert "\n" not in rows[0]["error"] and not rows[1]["error"]
+  assert "Traceback" not in caplog.text  # the traceback only at --v=1 (debug)
+  with pytest.raises(ValueError, match="no option"):
+    harness.run(dict(cfg, method_options={"brkga": {"nosuch": 1}}), str(tmp_path / "b"),
+                progress=False)
+
+
+def test_staged_method_gives_one_row_per_stage(tmp_path, monkeypatch):
+  """A method reporting stages (as the learned ones do) gives one row per stage, each
+  re-simulated; the stage the solution is must agree with its objective."""
+  def staged(problem, config):
+    g, d = problem.graph, problem.topology.num_devices
+    rr = np.arange(g.num_nodes) % d
+    one = np.zeros(g.num_nodes, np.int64)
+    prio = np.arange(g.num_nodes, 0, -1).astype(float)
+    stages = [{"stage": "zero-shot greedy", "placement": one, "priority": prio, "seconds": 1.},
+              {"stage": "zero-shot best of K", "placement": rr, "priority": prio,
+               "seconds": 2.},
+              {"stage": "fine-tuned", "placement": rr, "priority": prio, "seconds": 3.}]
+    return methods.Proposal(rr, prio, evaluations=3, info=dict(
+        stages=stages, stage="zero-shot best of K", samples=4, updates=2))
+
+  monkeypatch.setitem(methods.METHODS, "staged", methods.MethodSpec(
+      staged, "joint", "a fake learned method", {"finetune_seconds": 0.0}))
+  cfg = tiny_config(methods=["staged", "round_robin"], graphs=GRAPHS[:1],
+                    topologies=["nvlink2"], method_options={"staged": {"finetune_seconds": 5}})
+  rows = harness.run(cfg, str(tmp_path), progress=False)
+  assert [results.row_name(r) for r in rows] == [
+      "staged zero-shot (greedy)", "staged zero-shot (best of 4)", "staged fine-tuned (5s)",
+      "round_robin"]
+  assert [r["search_seconds"] for r in rows[:3]] == [1.0, 2.0, 3.0]
+  assert rows[2]["updates"] == 2 and all(r["agrees"] for r in rows)
+  assert rows[1]["objective"] == rows[3]["objective"]  # round robin, either way
+  md = open(tmp_path / "results.md").read()
+  assert "| staged fine-tuned (5s) |" in md
+  again = harness.run(cfg, str(tmp_path), progress=False)  # resumed: the same rows
+  assert again == rows
+
+
+def test_no_feasible_method_is_said_plainly(tmp_path):
+  rows = harness.run(tiny_config(methods=["single", "round_robin"], graphs=GRAPHS[:1],
+                                 topologies=["nvlink2@mem=1"]), str(tmp_path), progress=False)
+  assert not any(r["feasible"] for r in rows)
+  md = open(tmp_path / "results.md").read()
+  assert "nvlink2@mem=1: no method found a feasible placement" in md
+  assert "infeasible (needs" in md and "**" not in md.split("## Objective by method")[1]
+  penalty = plotting.format_seconds(rows[0]["objective"])
+  assert penalty not in md
 
 
 def test_schedule_methods_and_plots(tmp_path):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from go_jax import objectives, results
 from go_jax.leaderboard import leaderboard, markdown_leaderboard
 
 
@@ -25,3 +26,19 @@ def test_leaderboard_by_hand():
   assert board["b"]["no_feasible_method"] == 1 and board["b"]["settings"] == 4
   text = markdown_leaderboard(rows)
   assert text.index("| b |") < text.index("| a |")  # sorted by ratio
+
+
+def test_rows_of_stages_rank_separately_and_objectives_know_their_units():
+  rows = [dict(row("go", "g1", "t", 2.0), stage="zero-shot greedy"),
+          dict(row("go", "g1", "t", 1.0), stage="fine-tuned"), row("heft", "g1", "t", 1.5)]
+  board = {s["method"]: s for s in leaderboard(rows)}
+  assert set(board) == {"go zero-shot (greedy)", "go fine-tuned", "heft"}
+  assert board["go fine-tuned"]["wins"] == 1
+  assert board["go zero-shot (greedy)"]["ratio_to_best"] == pytest.approx(2.0)
+  assert objectives.get_objective("makespan").unit == "s"
+  assert objectives.get_objective("peak_memory").unit == "bytes"
+  assert objectives.get_objective("makespan").format(0.0125) == "12.5 ms"
+  assert objectives.get_objective("peak_memory").format(3.2e9) == "3.2 GB"
+  assert results.capacity_text([32e9, 32e9, 16e9, 16e9]) == "2 x 32 GB, 2 x 16 GB"
+  assert results.capacity_text([float("inf")] * 4) == "unbounded"
+  assert results.finite(float("nan")) is None and results.finite(2) == 2.0

@@ -1,5 +1,10 @@
 """The method registry, objectives and bounds, and the simple methods."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -134,13 +139,16 @@ def test_solve_errors(graph):
 
 
 def _all_methods():
-  return sorted(methods.available())
+  """Every method but the learned policies (tests/test_learned.py: each new instance shape
+  compiles a policy, too slow for edge cases by the dozen)."""
+  from go_jax.methods import learned  # pylint: disable=g-import-not-at-top
+  return sorted(set(methods.available()) - set(learned.METHOD_NAMES))
 
 
 @pytest.mark.parametrize("name", _all_methods())
 def test_every_method_handles_edge_cases(name):
   """One op, one device, and memory no placement can satisfy: a Solution, never a crash."""
-  kind = methods.METHODS[name].kind
+  kind = methods.get(name).kind
   small = {"random": {"budget": 64}, "sa": {"budget": 64}, "brkga": {"budget": 160}}.get(name, {})
   one_op = CompGraph(cost=[1.0], senders=[], receivers=[], out_bytes=[8.0])
   g = CompGraph(cost=[1.0, 2.0, 1.0], senders=[0, 1], receivers=[1, 2],
@@ -154,3 +162,61 @@ def test_every_method_handles_edge_cases(name):
     assert sol.objective == methods.evaluate(graph, topo, sol.placement, sol.priority)[
         "objective"]
   assert not sol.feasible and "out of memory" in sol.reason  # the last case cannot fit
+
+
+def test_get_returns_the_spec_and_lists_the_names_when_unknown():
+  assert methods.get("heft").kind == "placement" and methods.get("bfs").kind == "schedule"
+  with pytest.raises(ValueError, match=r"unknown method 'nope'; available: \[.*'heft'.*\]"):
+    methods.get("nope")
+  assert set(methods.available(kinds=("schedule",))) >= set(RULES)
+  assert not set(methods.available(kinds=("schedule",))) & set(SIMPLE)
+  with pytest.raises(ValueError, match="unknown method kind"):
+    methods.available(kinds=("fusion",))
+
+
+def test_missing_optional_dependency_removes_only_its_methods():
+  """pymetis and ortools made unimportable in a fresh interpreter (a meta-path finder that
+  refuses them): metis / cpsat are gone and say what to install; the rest still solve."""
+  script = textwrap.dedent("""
+      import sys
+      class Refuse:
+        def find_spec(self, name, path=None, target=None):
+          if name.partition(".")[0] in ("pymetis", "ortools"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+          return None
+      sys.meta_path.insert(0, Refuse())
+      from go_jax import methods
+      from simulator import preset
+      from simulator.sources import load_graph
+      gone = methods.unavailable()
+      assert set(gone) >= {"metis", "cpsat", "cpsat_memory", "go_jax.methods.partition",
+                           "go_jax.methods.exact"}, gone
+      assert "pip install pymetis" in gone["metis"] and "pip install ortools" in gone["cpsat"]
+      names = methods.available()
+      assert "metis" not in names and "cpsat" not in names and "heft" in names, names
+      for name, package in (("metis", "pymetis"), ("cpsat", "ortools")):
+        try:
+          methods.get(name)
+        except ValueError as e:
+          assert f"method '{name}' is not available" in str(e) and package in str(e), e
+        else:
+          raise AssertionError(name)
+      g = load_graph("layered:n=12,width=3,seed=0")
+      assert methods.solve("heft", g, preset("nvlink2")).feasible
+      print("ok")
+  """)
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=os.path.dirname(os.path.dirname(
+                           os.path.abspath(__file__))))
+  assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_a_missing_project_module_is_a_bug_not_an_option(monkeypatch):
+  """Only third-party packages are optional: an ImportError of the project's own modules
+  propagates instead of silently dropping methods."""
+  monkeypatch.setattr(methods, "_loaded", False)
+  monkeypatch.setattr(methods, "BUILTIN_MODULES",
+                      methods.BUILTIN_MODULES + ("go_jax.methods.no_such_module",))
+  with pytest.raises(ImportError, match="no_such_module"):
+    methods.available()

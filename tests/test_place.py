@@ -2,9 +2,10 @@
 
 GO's cost in these tests is XLA compilation of the PPO update (about half a minute per program
 on a 2-core CPU, whatever the graph size), so the file compiles each GO program once: the
-in-process test fine-tunes from fresh parameters (one program) while the launcher subprocess,
-started by a module fixture as soon as the first test needs it, runs zero-shot transfer from a
-tiny checkpoint (the other program) on the second core.
+in-process test fine-tunes for one update from a tiny checkpoint (one program) while the launcher
+subprocess, started by a module fixture as soon as the first test needs it, runs zero-shot
+transfer from the same checkpoint (the other program) on the second core. The other tests run
+without GO (method=None) or see it refuse the instance, which costs no compilation.
 """
 
 import json
@@ -17,10 +18,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import train_test
-from go_jax import methods, objectives, pretrained
+from go_jax import harness, methods, objectives, plotting, pretrained, results
 from go_jax import place as place_lib
 from go_jax.training import checkpoint as ckpt_lib
-from simulator import CompGraph, fileio, preset, sources
+from simulator import CompGraph, Topology, fileio, preset, sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAPH = "layered:n=20,width=4,seed=0"
@@ -148,13 +149,18 @@ def _write_checkpoint(folder: str):
 
 
 @pytest.fixture(scope="module")
-def launcher_run(tmp_path_factory):
+def tiny_checkpoint(tmp_path_factory):
+  folder = str(tmp_path_factory.mktemp("ckpt") / "tiny")
+  _write_checkpoint(folder)
+  return folder
+
+
+@pytest.fixture(scope="module")
+def launcher_run(tmp_path_factory, tiny_checkpoint):
   """go-jax-place in a subprocess (own absl flags): zero-shot from a tiny checkpoint, K=4."""
-  root = tmp_path_factory.mktemp("launcher")
-  ckpt, out = str(root / "ckpt"), str(root / "out")
-  _write_checkpoint(ckpt)
+  out = str(tmp_path_factory.mktemp("launcher") / "out")
   cmd = [sys.executable, "-m", "experiments.place", f"--graph={GRAPH}", "--topology=nvlink2",
-         f"--checkpoint={ckpt}", "--finetune_seconds=0", "--samples=4",
+         f"--checkpoint={tiny_checkpoint}", "--finetune_seconds=0", "--samples=4",
          "--baselines=heft,m_etf,no_such_method", f"--out={out}"]
   env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -180,20 +186,25 @@ def _check_rows(result, objective):
     assert r.gap == pytest.approx(r.objective / lb - 1.0)
     assert r.placement.shape == (graph.num_nodes,)
     assert r.placement.min() >= 0 and r.placement.max() < topo.num_devices
+    # one row format: the harness's, whichever launcher wrote it
+    assert set(r.data) == set(results.COLUMNS) and r.data["objective"] == r.objective
+    assert results.row_name(r.data) == r.method
   assert result.best.objective == min(r.objective for r in result.rows)
 
 
-def test_place_end_to_end(tmp_path, launcher_run):
+def test_place_end_to_end(tmp_path, launcher_run, tiny_checkpoint):
   del launcher_run  # started now, so that it runs while this test fine-tunes
   graph = sources.load_graph(GRAPH)
-  result = place_lib.place(graph, "nvlink2@mem=0.8x", config=tiny_config(),
-                           params=None, finetune_seconds=0.01, samples=4,
+  result = place_lib.place(graph, "nvlink2@mem=0.8x", checkpoint=tiny_checkpoint,
+                           finetune_seconds=0, finetune_updates=1, samples=4,
                            baselines=["heft", "m_etf"], graph_spec=GRAPH)
-  assert [r.key for r in result.rows] == ["go_finetuned", "heft", "m_etf"]
-  assert [r.kind for r in result.rows] == ["go", "baseline", "baseline"]
-  assert result.rows[0].method == "go fine-tuned (0.01s)"
-  assert result.rows[0].info["updates"] == place_lib.FINETUNE_UPDATES_PER_CALL  # one call
-  assert result.settings["checkpoint"] == "none (fresh parameters)"
+  assert [r.key for r in result.rows] == ["go_zero_shot_greedy", "go_zero_shot_best",
+                                          "go_finetuned", "heft", "m_etf"]
+  assert [r.kind for r in result.rows] == ["go"] * 3 + ["baseline"] * 2
+  assert [r.method for r in result.rows[:3]] == [
+      "go zero-shot (greedy)", "go zero-shot (best of 4)", "go fine-tuned (1 update)"]
+  assert result.rows[2].info["updates"] == 1
+  assert result.settings["checkpoint"] == tiny_checkpoint and not result.settings["go_skipped"]
   assert not result.settings["coarsened"] and result.coarsened is None
   cap = float(np.min(result.topology.mem_capacity))
   assert np.isfinite(cap) and result.settings["mem_capacity"] == cap
@@ -204,35 +215,45 @@ def test_place_end_to_end(tmp_path, launcher_run):
 
   files = place_lib.write_outputs(result, str(tmp_path / "out"))
   names = sorted(os.listdir(tmp_path / "out"))
-  assert names == sorted(["results.json", "results.md", "placement.npz", "objective_bars.png",
-                          "gantt_go_finetuned.png", f"gantt_{result.best_baseline.key}.png"])
+  assert names == sorted(["results.json", "results.csv", "results.md", "placement.npz",
+                          "objective_bars.png", "gantt_go_finetuned.png",
+                          f"gantt_{result.best_baseline.key}.png"])
   for key in ("bars", "gantt_go_finetuned"):
     with open(files[key], "rb") as fh:
       assert fh.read(4) == b"\x89PNG"
   data = json.loads((tmp_path / "out" / "results.json").read_text())
-  assert [r["method"] for r in data["rows"]] == [r.method for r in result.rows]
+  assert data["launcher"] == "place"
+  assert [results.row_name(r) for r in data["rows"]] == [r.method for r in result.rows]
   for row, r in zip(data["rows"], result.rows):
     assert row["objective"] == r.objective and row["feasible"] == r.feasible
-    assert row["memory_fraction"] == pytest.approx(np.max(r.peak_memory) / cap)
+    assert row["peak_memory"] == np.max(r.peak_memory)
   assert data["best"] == result.best.method and data["settings"]["graph"] == GRAPH
   saved = np.load(files["placement"])
   np.testing.assert_array_equal(saved["placement"], result.best.placement)
-  np.testing.assert_array_equal(saved["go_placement"], result.rows[0].placement)
-  np.testing.assert_array_equal(saved["go_priority"], result.rows[0].priority)
+  go = result.go_row
+  assert go.key == "go_finetuned"
+  np.testing.assert_array_equal(saved["go_placement"], go.placement)
+  np.testing.assert_array_equal(saved["go_priority"], go.priority)
   assert str(saved["method"]) == result.best.method and "mapping" not in saved
   table = (tmp_path / "out" / "results.md").read_text()
   for r in result.rows:
     assert f"| {r.method} |" in table
   assert place_lib.verdict(result) in table
+  # another launcher pointed at this folder stops, naming the folder and go-jax-place
+  with pytest.raises(ValueError, match=r"holds results of go-jax-place.*go-jax-evaluate"):
+    harness.run({"methods": ["single"], "graphs": ["chain:n=4"]}, str(tmp_path / "out"),
+                progress=False)
 
 
 def test_place_coarsens_big_graphs(tmp_path):
   graph = sources.load_graph("layered:n=40,width=6,seed=1")
-  result = place_lib.place(graph, "nvlink2", config=tiny_config(), params=None,
-                           finetune_seconds=0, baselines=["heft", "m_etf"], max_nodes=15)
+  result = place_lib.place(graph, "nvlink2", checkpoint="none", finetune_seconds=0,
+                           baselines=["heft", "m_etf"], max_nodes=15)
   assert result.original is graph and result.graph.num_nodes <= 15
   assert result.settings["coarsened"] and result.settings["solved_nodes"] <= 15
-  assert result.go_row is None  # no checkpoint and no fine-tuning: baselines only
+  assert result.go_row is None  # fresh parameters and no fine-tuning: baselines only
+  assert "fresh parameters" in result.settings["go_skipped"]
+  assert "GO skipped: go_hint: checkpoint='none'" in place_lib.header(result)
   _check_rows(result, "makespan")
   files = place_lib.write_outputs(result, str(tmp_path), plots=False)
   saved = np.load(files["placement"])
@@ -250,10 +271,9 @@ def test_place_coarsens_big_graphs(tmp_path):
   assert sorted(result.original_scores) == ["heft", "m_etf"]
   # Capacities come from the graph given, not the coarse one.
   assert result.settings["mem_capacity"] == float(np.min(preset("nvlink2").mem_capacity))
-  topo, footprint = place_lib.harness.make_topology(
-      place_lib.harness.parse_topology("nvlink2@mem=0.7x"), graph)
-  scaled = place_lib.place(graph, "nvlink2@mem=0.7x", config=tiny_config(), params=None,
-                           finetune_seconds=0, baselines=["heft"], max_nodes=15)
+  topo, footprint = harness.make_topology(harness.parse_topology("nvlink2@mem=0.7x"), graph)
+  scaled = place_lib.place(graph, "nvlink2@mem=0.7x", method=None, baselines=["heft"],
+                           max_nodes=15)
   assert scaled.settings["mem_reference"] == footprint
   np.testing.assert_array_equal(scaled.topology.mem_capacity, topo.mem_capacity)
   data = json.loads(open(files["results"]).read())
@@ -265,12 +285,46 @@ def test_place_coarsens_big_graphs(tmp_path):
 
 def test_place_skips_unregistered_baselines_and_ranks_peak_memory():
   graph = sources.load_graph("chain:n=8")
-  result = place_lib.place(graph, "nvlink2", objective="peak_memory",
-                           config=tiny_config(), params=None, finetune_seconds=0,
+  result = place_lib.place(graph, "nvlink2", objective="peak_memory", method=None,
                            baselines=["no_such_method", "heft", "single"])
   assert [r.key for r in result.rows] == ["heft", "single"]
   assert result.settings["skipped_baselines"] == ["no_such_method"]
   _check_rows(result, "peak_memory")
+  table = place_lib.markdown_table(result)  # peak memory in bytes, not seconds
+  assert f"| {plotting.format_bytes(result.rows[1].objective)} |" in table
+
+
+@pytest.mark.parametrize("spec", ["nvlink2@mem=1", "nvlink2@mem=0x"])
+def test_place_when_no_method_is_feasible(tmp_path, spec):
+  """No winner, no penalty shown as seconds: what the least demanding answer needs."""
+  graph = sources.load_graph("chain:n=8")
+  result = place_lib.place(graph, spec, method=None, baselines=["heft", "m_etf", "single"])
+  assert not any(r.feasible for r in result.rows) and result.winner is None
+  verdict = place_lib.verdict(result)
+  assert verdict.startswith("No method found a feasible placement") and "no winner" in verdict
+  least = min(float(np.max(r.peak_memory)) for r in result.rows)
+  assert plotting.format_bytes(least) in verdict and "won" not in verdict
+  table = place_lib.markdown_table(result)
+  assert "**" not in table and table.count("infeasible (needs") == len(result.rows)
+  penalty = plotting.format_seconds(result.rows[0].objective)
+  assert penalty not in table and penalty not in verdict
+  files = place_lib.write_outputs(result, str(tmp_path))
+  assert "bars" not in files  # nothing feasible to draw
+  assert json.loads(open(files["results"]).read())["best"] is None
+
+
+def test_place_header_shows_every_capacity_and_skips_go_beyond_its_devices():
+  graph = sources.load_graph("chain:n=8")
+  mixed = preset("nvlink4").with_memory(np.array([32e9, 32e9, 16e9, 16e9]))
+  result = place_lib.place(graph, mixed, method=None, baselines=["heft"])
+  assert "memory 2 x 32 GB, 2 x 16 GB" in place_lib.header(result)
+  big = Topology.uniform(16, bandwidth=1e10, mem_capacity=1e12)
+  result = place_lib.place(graph, big, baselines=["heft", "m_etf"])  # shipped go_hint: 8 max
+  assert [r.kind for r in result.rows] == ["baseline", "baseline"]
+  reason = result.settings["go_skipped"]
+  assert "at most" in reason and "16" in reason
+  assert f"GO skipped: {reason}" in place_lib.header(result)
+  assert "GO skipped" in place_lib.verdict(result)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -281,10 +335,10 @@ def test_place_skips_unregistered_baselines_and_ranks_peak_memory():
     (dict(baselines=["critical_path"]), "only schedule a fixed placement"),
     (dict(baselines=[]), "nothing to compare"),
     (dict(samples=0, baselines=["heft"]), "samples must be >= 1"),
+    (dict(method="no_such_go"), "unknown method 'no_such_go'"),
 ])
 def test_place_errors(kwargs, message):
-  args = dict(topology_spec="nvlink2", config=tiny_config(), params=None,
-              finetune_seconds=0)
+  args = dict(topology_spec="nvlink2", checkpoint="none", finetune_seconds=0)
   args.update(kwargs)
   with pytest.raises(ValueError) as e:
     place_lib.place(sources.load_graph("chain:n=4"), args.pop("topology_spec"), **args)
@@ -310,16 +364,19 @@ def test_launcher_end_to_end(launcher_run):
   stdout, stderr = proc.communicate(timeout=600)
   assert proc.returncode == 0, stderr[-3000:]
   data = json.loads(open(os.path.join(out, "results.json")).read())
-  assert [r["method"] for r in data["rows"]] == [
+  assert data["launcher"] == "place"
+  assert [r["name"] for r in data["rows"]] == [
       "go zero-shot (greedy)", "go zero-shot (best of 4)", "heft", "m_etf"]
+  assert [r["stage"] for r in data["rows"]] == [
+      "zero-shot greedy", "zero-shot best of 4", None, None]
   assert data["settings"]["skipped_baselines"] == ["no_such_method"]
   rows = {r["key"]: r for r in data["rows"]}
   assert rows["go_zero_shot_best"]["objective"] <= rows["go_zero_shot_greedy"]["objective"]
   best = min(data["rows"], key=lambda r: (r["objective"], r["kind"] == "go"))
-  assert data["best"] == best["method"]
+  assert data["best"] == best["name"]
   baseline = min(rows["heft"], rows["m_etf"], key=lambda r: r["objective"])
   assert sorted(os.listdir(out)) == sorted([
-      "results.json", "results.md", "placement.npz", "objective_bars.png",
+      "results.json", "results.csv", "results.md", "placement.npz", "objective_bars.png",
       "gantt_go_zero_shot_best.png", f"gantt_{baseline['key']}.png"])
 
   graph = sources.load_graph(GRAPH)

@@ -1,4 +1,5 @@
-"""Tests of go_jax.placements: shapes and ranges, hand-checked priorities, clear errors."""
+"""Tests of go_jax.placements: placement names resolve through the method registry, shapes and
+ranges, hand-checked priorities, clear errors."""
 
 import numpy as np
 import pytest
@@ -21,7 +22,12 @@ def shuffled_chain():
 TOPO = Topology.uniform(3, bandwidth=1.0)
 
 
-@pytest.mark.parametrize("name", sorted(placements.PLACEMENTS))
+# Registered placement methods that are cheap on a 5-op graph (the learned and search methods
+# compile or search; `test_every_placement_method_is_a_placement_name` covers the names).
+CHEAP = ("single", "round_robin", "random", "expert", "heft", "m_etf", "m_sct", "m_topo")
+
+
+@pytest.mark.parametrize("name", CHEAP)
 def test_placement_shapes_and_ranges(name):
   g = tiny()
   p = placements.make_placement(name, g, TOPO, seed=1)
@@ -38,13 +44,36 @@ def test_priority_shapes(name):
   assert np.all(np.isfinite(q))
 
 
+def test_every_placement_method_is_a_placement_name():
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  names = placements.placement_names()
+  assert set(names) == set(methods.available(kinds=("placement", "joint")))
+  assert {"single", "random", "round_robin", "heft", "go_hint"} <= set(names)
+  assert not set(names) & set(methods.available(kinds=("schedule",)))
+  assert placements.PLACEMENTS == names  # the older name is a view of the registry
+
+
+def test_names_mean_the_registered_methods():
+  """make_placement("heft") is methods.solve("heft") (go-jax-simulate --placement=heft), and
+  "single" / "random" mean the registered methods: the fastest device that fits, the best of
+  K random placements for the seed."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  g = tiny()
+  topo = Topology.create([1.0, 4.0, 2.0], [0.0] * 3, [np.inf] * 3, np.ones((3, 3)),
+                         np.zeros((3, 3)))
+  for name in ("heft", "single", "random"):
+    np.testing.assert_array_equal(placements.make_placement(name, g, topo, seed=5),
+                                  methods.solve(name, g, topo, seed=5).placement)
+  np.testing.assert_array_equal(placements.make_placement("single", g, topo), 1)  # fastest
+
+
 def test_simple_placements():
   g = shuffled_chain()
   np.testing.assert_array_equal(placements.make_placement("single", g, TOPO), 0)
   # topological order is 3, 0, 2, 1 -> devices 0, 1, 2, 0
   np.testing.assert_array_equal(placements.make_placement("round_robin", g, TOPO),
                                 [1, 0, 2, 0])
-  big = CompGraph(cost=np.ones(200), senders=[], receivers=[])
+  big = CompGraph(cost=np.ones(8), senders=[], receivers=[])  # padded like tiny(): 8 nodes
   a = placements.make_placement("random", big, TOPO, seed=7)
   np.testing.assert_array_equal(a, placements.make_placement("random", big, TOPO, seed=7))
   assert not np.array_equal(a, placements.make_placement("random", big, TOPO, seed=8))
@@ -77,8 +106,10 @@ def test_npy_specs(tmp_path):
 
 def test_errors(tmp_path):
   g = tiny()
-  with pytest.raises(ValueError, match="unknown placement 'bogus'.*round_robin"):
+  with pytest.raises(ValueError, match="unknown placement 'bogus'.*heft.*round_robin"):
     placements.make_placement("bogus", g, TOPO)
+  with pytest.raises(ValueError, match="'bfs' only schedules"):
+    placements.make_placement("bfs", g, TOPO)
   with pytest.raises(ValueError, match="unknown priority 'bogus'.*critical_path"):
     placements.make_priority("bogus", g, TOPO)
   with pytest.raises(ValueError, match="does not exist"):

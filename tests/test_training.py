@@ -175,6 +175,28 @@ def test_finetune_from_pretrained_params(trained, tmp_path):
   assert result.placement.shape == (16,) and result.reference == 16.0
 
 
+def test_finetune_counts_setup_and_compile_inside_its_budget(trained, caplog):
+  """A budget spent before the first update still runs that one call (the zero-shot stages),
+  then stops; setup, compile and search seconds add up to the whole; progress is logged and
+  can be turned off."""
+  import logging as py_logging  # pylint: disable=g-import-not-at-top
+  trainer, state, *_ = trained
+  caplog.set_level(py_logging.INFO, logger="absl")
+  result = loop.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, state.params,
+                         max_seconds=1e-6, seed=3, policy=standin())
+  per_call = TOY_CONFIG["updates_per_call"]
+  assert result.updates == per_call and len(result.history) == per_call
+  assert result.setup_seconds + result.compile_seconds + result.search_seconds == \
+      pytest.approx(result.seconds)
+  assert min(result.setup_seconds, result.compile_seconds, result.search_seconds) >= 0
+  lines = [r.getMessage() for r in caplog.records if "fine-tune four_chains" in r.getMessage()]
+  assert any("best 8" in line and "update/s" in line for line in lines), lines
+  caplog.clear()
+  loop.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, state.params, max_updates=per_call,
+                policy=standin(), progress=False)
+  assert not [r for r in caplog.records if "fine-tune" in r.getMessage()]
+
+
 def test_train_loop_from_pretrained_params_within_a_deadline(trained, tmp_path):
   """loop.train in process: init_params, a deadline that stops it after one call, files."""
   _, state, *_ = trained
@@ -355,6 +377,32 @@ def test_hint_names_are_checked():
   assert np.array_equal(hints.priority_tiebreak([3.0, 1.0, 3.0, 2.0]), [0.5, 0.0, 0.5, 0.25])
 
 
+def test_training_set_solves_each_baseline_once_per_instance(monkeypatch):
+  """HEFT is both the reference and one of the best_list hint's methods: solved once."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  calls = []
+  real = methods.solve
+
+  def counting(name, *args, **kwargs):
+    calls.append(name)
+    return real(name, *args, **kwargs)
+
+  monkeypatch.setattr(methods, "solve", counting)
+  config = tiny_hint_config(reference="heft")
+  ppo.make_train(dict(config, graphs_per_update=1), [four_chains()], [TOY_TOPOLOGY])
+  assert sorted(calls) == ["heft", "m_etf", "m_sct"]
+
+
+def test_hint_names_load_the_registry_first():
+  """hints.available() in a fresh interpreter, before anything loaded the methods."""
+  script = ("from go_jax.training import hints; names = hints.available(); "
+            "assert 'best_list' in names and 'heft' in names, names; "
+            "assert 'go_hint' not in names and 'bfs' not in names, names; print('ok')")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
 def test_pretrained_export_load_round_trip(tmp_path):
   from experiments.configs import train_test  # pylint: disable=g-import-not-at-top
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
@@ -363,7 +411,8 @@ def test_pretrained_export_load_round_trip(tmp_path):
   params = jax.tree_util.tree_map(lambda x: x + 1.0, pretrained.template(config.policy))
   checkpoint.save_params(str(run / "params.msgpack"), params)
   (run / "config.json").write_text(config.to_json())
-  folder = pretrained.export(str(run), "tiny", root=str(tmp_path / "pkg"))
+  folder = pretrained.export(str(run), "tiny", str(tmp_path / "pkg"))
+  assert folder == str(tmp_path / "pkg" / "tiny")
   cfg, loaded = pretrained.load(folder)
   assert cfg.policy.hidden == config.policy.hidden
   same = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(a, b)), loaded,
@@ -372,9 +421,42 @@ def test_pretrained_export_load_round_trip(tmp_path):
   with pytest.raises(ValueError, match="no pretrained checkpoint 'nope'"):
     pretrained.load("nope")
   with pytest.raises(ValueError, match="plain folder name"):
-    pretrained.export(str(run), "../x")
+    pretrained.export(str(run), "../x", str(tmp_path / "pkg"))
   with pytest.raises(ValueError, match="has no config.json"):
-    pretrained.export(str(tmp_path / "pkg"), "y", root=str(tmp_path / "pkg2"))
+    pretrained.export(str(tmp_path / "pkg"), "y", str(tmp_path / "pkg2"))
+
+
+def test_pretrained_export_refuses_the_package_folder(tmp_path):
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text("{}")
+  (run / "params.msgpack").write_bytes(b"")
+  for inside in (pretrained.ROOT, os.path.dirname(pretrained.ROOT)):
+    with pytest.raises(ValueError, match="inside the go_jax package"):
+      pretrained.export(str(run), "refused", inside)
+  assert not os.path.exists(os.path.join(pretrained.ROOT, "refused"))
+  with pytest.raises(TypeError):
+    pretrained.export(str(run), "refused")  # no default folder: the caller names one
+
+
+def test_local_folder_does_not_shadow_a_shipped_checkpoint(tmp_path, monkeypatch):
+  """A folder named like a shipped checkpoint in the working directory is used only when the
+  argument is clearly a path ("./go_hint")."""
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  local = tmp_path / pretrained.DEFAULT
+  local.mkdir()
+  (local / "config.json").write_text('{"marker": 1}')
+  (local / "params.msgpack").write_bytes(b"")
+  assert "marker" not in pretrained.load_config(pretrained.DEFAULT)
+  assert pretrained.load_config(pretrained.DEFAULT).policy.hint
+  assert pretrained.load_config("./" + pretrained.DEFAULT).marker == 1
+  assert pretrained.load_config(str(local)).marker == 1
+  other = tmp_path / "mine"
+  other.mkdir()
+  (other / "config.json").write_text('{"marker": 2}')
+  assert pretrained.load_config("mine").marker == 2  # not a shipped name: a folder
 
 
 def test_shipped_checkpoint_loads_and_places_an_unseen_graph():

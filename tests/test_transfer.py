@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from go_jax import methods, transfer
+from go_jax import harness, methods, results, transfer
 from simulator import sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,18 +37,19 @@ def tiny_config(tmp_path, rows=("go_hint",)):
               pretrain_dir=str(tmp_path / "pretrain"), pretrain_missing=True, use_shipped=False)
 
 
-def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path):
+def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path, monkeypatch):
   cfg, out = tiny_config(tmp_path), str(tmp_path / "out")
-  rows = transfer.run(cfg, out, pretrain_config=tiny_pretrain)
+  rows = transfer.run(cfg, out, pretrain_config=tiny_pretrain, progress=False)
   assert os.path.isfile(tmp_path / "pretrain" / "go_hint" / "params.msgpack")
-  stages = [(r["row"], r["stage"]) for r in rows]
-  assert stages == [("heft", "search"), ("m_etf", "search"), ("go_hint", "zero-shot greedy"),
+  stages = [(r["label"], r["stage"]) for r in rows]
+  assert stages == [("heft", None), ("m_etf", None), ("go_hint", "zero-shot greedy"),
                     ("go_hint", "zero-shot best of 8"), ("go_hint", "fine-tuned")]
+  assert {r["method"] for r in rows if r["stage"]} == {"go_hint"}  # the registered method
+  assert all(set(r) == set(results.COLUMNS) and not r["error"] for r in rows)  # one format
   graph = sources.load_graph(GRAPH)
-  from go_jax import harness  # pylint: disable=g-import-not-at-top
   topo = harness.make_topology(harness.parse_topology(TOPO), graph)[0]
-  hint = min(r["objective"] for r in rows if r["kind"] == "baseline")
-  by_stage = {r["stage"]: r for r in rows if r["kind"] == "learned"}
+  hint = min(r["objective"] for r in rows if not r["stage"])
+  by_stage = {r["stage"]: r for r in rows if r["stage"]}
   # best of K includes the greedy action; fine-tuning keeps the best it ever simulated
   assert by_stage["zero-shot greedy"]["objective"] <= hint * 1.5
   assert by_stage["zero-shot best of 8"]["objective"] <= by_stage["zero-shot greedy"][
@@ -56,10 +57,11 @@ def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path):
   assert by_stage["fine-tuned"]["objective"] <= by_stage["zero-shot best of 8"]["objective"] * (
       1 + 1e-6)
   assert by_stage["fine-tuned"]["updates"] >= 1
+  assert results.row_name(by_stage["fine-tuned"]) == "go_hint fine-tuned (1s)"
   for r in rows:  # objectives of infeasible actions rank above every feasible one
     assert r["gap"] >= -1e-9 and r["search_seconds"] >= 0 and r["objective"] > 0
+    assert r["agrees"]
   assert by_stage["fine-tuned"]["feasible"] or not any(r["feasible"] for r in rows)
-  # the first fine-tuning update's samples are the zero-shot ones: it re-simulates exactly
   sol = methods.solve("heft", graph, topo)
   assert rows[0]["objective"] == sol.objective
 
@@ -69,9 +71,31 @@ def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path):
   assert summary[0]["greedy_within_15"] == int(ratio <= 1.15)
   text = open(os.path.join(out, transfer.MD_NAME)).read()
   assert "go_hint" in text and GRAPH in text
+  assert sorted(os.listdir(out)) == ["results.csv", "results.json", "results.md"]
 
-  again = transfer.run(cfg, out, pretrain_config=None)  # everything done: nothing reruns
-  assert again == json.load(open(os.path.join(out, transfer.JSON_NAME)))["rows"] == rows
+  calls = []
+  monkeypatch.setattr(methods, "solve", lambda *a, **k: calls.append(a) or 1 / 0)
+  again = transfer.run(cfg, out, pretrain_config=None, progress=False)  # nothing reruns
+  data = json.load(open(os.path.join(out, transfer.JSON_NAME)))
+  assert not calls and again == data["rows"] == rows and data["launcher"] == "transfer"
+  # evaluate pointed at a transfer folder: a ValueError naming both, never a KeyError
+  with pytest.raises(ValueError, match=r"holds results of go-jax-transfer.*go-jax-evaluate"):
+    harness.run({"methods": ["single"], "graphs": ["chain:n=4"]}, out, progress=False)
+
+
+def test_summary_geometric_means_by_hand():
+  def row(label, stage, objective, graph="g1"):
+    return results.empty_row(label=label, method=label, stage=stage, graph=graph,
+                             topology="t", objective=objective, feasible=True, error="")
+  rows = [row("heft", None, 2.0), row("go_hint", "zero-shot greedy", 4.0),
+          row("go_hint", "zero-shot best of 4", 2.0), row("go_hint", "fine-tuned", 1.0),
+          row("heft", None, 1.0, "g2"), row("go_hint", "zero-shot greedy", 1.1, "g2"),
+          row("go_hint", "zero-shot best of 4", 1.0, "g2"),
+          row("go_hint", "fine-tuned", 1.04, "g2")]
+  (s,) = transfer.summary(rows)
+  assert s["greedy_geo"] == pytest.approx((2.0 * 1.1) ** 0.5)
+  assert s["tuned_geo"] == pytest.approx((0.5 * 1.04) ** 0.5)
+  assert (s["tuned_within_5"], s["tuned_ahead"], s["greedy_within_15"]) == (2, 1, 1)
 
 
 def test_config_errors(tmp_path):
@@ -92,5 +116,5 @@ def test_launcher_end_to_end_baselines_only(tmp_path):
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   rows = json.load(open(tmp_path / transfer.JSON_NAME))["rows"]
-  assert [r["row"] for r in rows] == ["heft", "metis"]
+  assert [r["label"] for r in rows] == ["heft", "metis"]
   assert np.all([r["objective"] > 0 for r in rows]) and "wrote" in proc.stdout

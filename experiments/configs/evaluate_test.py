@@ -1,6 +1,10 @@
 """Tiny CI config of the evaluation harness: 2 small synthetic graphs, one 2-device topology
 with and without a memory limit, the simple baselines plus those classic methods that are
-registered (others are skipped with a warning), a small search budget, one seed."""
+registered (others are skipped with a warning), a small search budget, one seed.
+
+The budget (32 simulator evaluations) is below one generation of BRKGA's default population
+(100 - 20 elites = 80 evaluations), so BRKGA runs with a population of 16 here (13 new
+chromosomes per generation: 2 generations); every cell of this config runs without error."""
 
 from experiments.configs import evaluate_base
 
@@ -12,4 +16,5 @@ def get_config():
   config.topologies = ("nvlink2", "nvlink2@mem=0.6x")
   config.seeds = (0,)
   config.budget = 32
+  config.method_options = {"brkga": {"population": 16}}
   return config

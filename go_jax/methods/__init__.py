@@ -14,14 +14,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 
 from go_jax import objectives
-from go_jax.placements import upward_rank
-from simulator.graph import CompGraph
+from simulator.graph import CompGraph, upward_rank
 from simulator.simulate import simulate
 from simulator.topology import Topology
 
@@ -80,12 +79,16 @@ class MethodSpec:
   defaults: Dict[str, Any]
 
 
+KINDS = ("placement", "schedule", "joint")
+
+# Every registered method by name. Read it through `get` / `available`, which load the
+# built-in methods first; only `register` writes it.
 METHODS: Dict[str, MethodSpec] = {}
 
 
 def register(name: str, kind: str, description: str, **defaults):
   """Decorator registering `fn(problem, config) -> Proposal` under `name`."""
-  if kind not in ("placement", "schedule", "joint"):
+  if kind not in KINDS:
     raise ValueError(f"method kind must be placement, schedule or joint, got {kind!r}")
 
   def wrap(fn):
@@ -96,10 +99,39 @@ def register(name: str, kind: str, description: str, **defaults):
   return wrap
 
 
-def available() -> Dict[str, str]:
-  """Method name -> one-line description."""
+def available(kinds: Optional[Sequence[str]] = None) -> Dict[str, str]:
+  """Method name -> one-line description of every registered method (of the given kinds:
+  a subset of "placement", "schedule", "joint"; None: all)."""
   _load_builtin_methods()
-  return {k: v.description for k, v in sorted(METHODS.items())}
+  if kinds is not None:
+    bad = sorted(set(kinds) - set(KINDS))
+    if bad:
+      raise ValueError(f"unknown method kind(s) {bad}; kinds: {list(KINDS)}")
+  return {k: v.description for k, v in sorted(METHODS.items())
+          if kinds is None or v.kind in kinds}
+
+
+def get(name: str) -> MethodSpec:
+  """The registered method `name`, after loading the built-in methods.
+
+  Raises:
+    ValueError: `name` is not registered (the message lists the available names), or it is a
+      built-in method whose optional dependency is missing (the message names the package).
+  """
+  _load_builtin_methods()
+  spec = METHODS.get(name)
+  if spec is not None:
+    return spec
+  if name in _UNAVAILABLE:
+    raise ValueError(f"method '{name}' is not available: {_UNAVAILABLE[name]}")
+  raise ValueError(f"unknown method {name!r}; available: {sorted(METHODS)}")
+
+
+def unavailable() -> Dict[str, str]:
+  """Built-in modules and methods that could not be loaded -> why (e.g. a missing optional
+  dependency and the package to install); empty when everything loaded."""
+  _load_builtin_methods()
+  return dict(_UNAVAILABLE)
 
 
 def evaluate(graph: CompGraph, topology: Topology, placement, priority,
@@ -117,10 +149,7 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
           seed: int = 0, budget: Optional[int] = None, placement=None,
           **overrides) -> Solution:
   """Runs method `name` and returns its simulator-checked `Solution`."""
-  _load_builtin_methods()
-  if name not in METHODS:
-    raise ValueError(f"unknown method '{name}'; available: {sorted(METHODS)}")
-  spec = METHODS[name]
+  spec = get(name)
   objectives.get_objective(objective)
   unknown = sorted(set(overrides) - set(spec.defaults))
   if unknown:
@@ -158,10 +187,58 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
 # Modules whose import registers the built-in methods.
 BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.exact", "go_jax.methods.partition",
-                   "go_jax.methods.evolution", "go_jax.methods.xla")
+                   "go_jax.methods.evolution", "go_jax.methods.xla",
+                   "go_jax.methods.learned")
+
+# Built-in modules with an optional dependency: module -> (pip package, methods it registers).
+# Such a module imports its dependency at the top; when the import fails, only these methods
+# are missing, and `get` says what to install.
+OPTIONAL_DEPENDENCIES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
+    "go_jax.methods.partition": ("pymetis", ("metis",)),
+    "go_jax.methods.exact": ("ortools", ("cpsat", "cpsat_memory")),
+}
+
+_OWN_PACKAGES = ("go_jax", "simulator", "experiments")
+_UNAVAILABLE: Dict[str, str] = {}  # module or method -> why it is not registered
+_loaded = False
+_loading = False
 
 
-def _load_builtin_methods():
-  """Imports the modules that register the built-in methods (idempotent)."""
-  for module in BUILTIN_MODULES:
+def _load_module(module: str) -> None:
+  """Imports one built-in module. On ImportError of a third-party package (a missing optional
+  dependency) removes whatever it registered before failing and records why in
+  `_UNAVAILABLE`; any other error, an ImportError of the project's own modules included, is a
+  bug and propagates (after the same clean-up, so that a retry does not register twice)."""
+  before = set(METHODS)
+  try:
     importlib.import_module(module)
+  except ImportError as e:
+    for name in set(METHODS) - before:
+      del METHODS[name]
+    missing = (e.name or "").partition(".")[0]
+    if missing in _OWN_PACKAGES or not (missing or module in OPTIONAL_DEPENDENCIES):
+      raise  # a module of the project itself is missing or broken: a bug, not an option
+    package, names = OPTIONAL_DEPENDENCIES.get(module, (missing, ()))
+    _UNAVAILABLE[module] = (f"{module} could not be imported ({type(e).__name__}: {e}); "
+                            f"install {package} (pip install {package}) to use its methods")
+    for name in names:
+      _UNAVAILABLE[name] = f"it needs {package} (pip install {package}): {e}"
+  except BaseException:
+    for name in set(METHODS) - before:
+      del METHODS[name]
+    raise
+
+
+def _load_builtin_methods() -> None:
+  """Imports the modules that register the built-in methods (once per process; a no-op when
+  called again while they are being imported)."""
+  global _loaded, _loading
+  if _loaded or _loading:
+    return
+  _loading = True
+  try:
+    for module in BUILTIN_MODULES:
+      _load_module(module)
+  finally:
+    _loading = False
+  _loaded = True

@@ -8,6 +8,8 @@ BFS and DFS topological orders, critical path first, and a memory-greedy rule.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from go_jax import objectives, placements
@@ -79,10 +81,10 @@ def _topological_rank(graph, depth_first: bool) -> np.ndarray:
   """(N,) priority from a BFS (FIFO) or DFS (LIFO) topological order: earlier = higher."""
   indeg = graph.in_degree().copy()
   ptr, succ = graph.successor_csr()
-  frontier = [int(i) for i in np.flatnonzero(indeg == 0)]
+  frontier = collections.deque(int(i) for i in np.flatnonzero(indeg == 0))
   order = []
   while frontier:
-    u = frontier.pop() if depth_first else frontier.pop(0)
+    u = frontier.pop() if depth_first else frontier.popleft()
     order.append(u)
     nxt = [int(v) for v in succ[ptr[u]:ptr[u + 1]]]
     for v in (reversed(nxt) if depth_first else nxt):

@@ -8,9 +8,15 @@ run (its `policy` field rebuilds the network) and `params.msgpack` (flax msgpack
 produced by a documented command (BENCHMARKS.md, "GO transfer"), e.g.
 
   go-jax-train --config=experiments/configs/pretrain.py --workdir=runs/pretrain \\
-      --export=go_hint
+      --export=my_policy --export_dir=policies
 
-which trains and then copies the run's config and final parameters here (`export`).
+which trains and then copies the run's config and final parameters to
+`policies/my_policy/` (`export`). `load("policies/my_policy")` reads such a folder; a shipped
+name ("go", "go_hint", "gdp") always means the shipped checkpoint, even when the working
+directory holds a folder of that name (write "./go" for the folder).
+
+`export` never writes into the installed package: shipping a checkpoint is a source-checkout
+step (`export(..., export_dir=pretrained.ROOT, allow_package=True)`).
 """
 
 from __future__ import annotations
@@ -25,13 +31,14 @@ import numpy as np
 
 from simulator import fileio
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.abspath(__file__))  # the shipped checkpoints
+PACKAGE_ROOT = os.path.dirname(ROOT)  # the go_jax package, never an export target by default
 CONFIG_NAME, PARAMS_NAME = "config.json", "params.msgpack"
 DEFAULT = "go_hint"
 
 
 def available() -> Dict[str, str]:
-  """Name -> folder of every shipped (or exported) checkpoint."""
+  """Name -> folder of every checkpoint shipped inside the package."""
   out = {}
   for name in sorted(os.listdir(ROOT)):
     folder = os.path.join(ROOT, name)
@@ -40,14 +47,26 @@ def available() -> Dict[str, str]:
   return out
 
 
+def is_path(name_or_path: str) -> bool:
+  """Whether a checkpoint argument is clearly a path, not a shipped name: it holds a path
+  separator or starts with '.' ("./go", "runs/pretrain", "~/ckpt" after expansion)."""
+  seps = {os.sep, "/"} | ({os.altsep} if os.altsep else set())
+  return any(c in name_or_path for c in seps) or name_or_path.startswith(".")
+
+
 def _folder(name_or_path: str) -> str:
-  if os.path.isdir(name_or_path):
-    return name_or_path
+  """The folder a checkpoint argument names: a shipped name first (a local folder of the same
+  name does not shadow it), else an existing folder."""
+  if not isinstance(name_or_path, str) or not name_or_path:
+    raise ValueError(f"checkpoint must be a shipped name or a folder, got {name_or_path!r}")
   known = available()
-  if name_or_path not in known:
-    raise ValueError(f"no pretrained checkpoint {name_or_path!r}: give a shipped name "
-                     f"({sorted(known)}) or a folder holding {CONFIG_NAME} and {PARAMS_NAME}")
-  return known[name_or_path]
+  if name_or_path in known and not is_path(name_or_path):
+    return known[name_or_path]
+  path = os.path.expanduser(name_or_path)
+  if os.path.isdir(path):
+    return path
+  raise ValueError(f"no pretrained checkpoint {name_or_path!r}: give a shipped name "
+                   f"({sorted(known)}) or a folder holding {CONFIG_NAME} and {PARAMS_NAME}")
 
 
 def load_config(name_or_path: str = DEFAULT) -> ml_collections.ConfigDict:
@@ -59,9 +78,8 @@ def load_config(name_or_path: str = DEFAULT) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(fh))
 
 
-def template(policy_config) -> Any:
-  """Freshly initialised parameters of the policy a config describes (the structure
-  `load_params` restores into), from a 2-op graph on 2 devices."""
+def _template_inputs(policy_config):
+  """(module, features of a 2-op graph on 2 devices) that initialise the policy of a config."""
   # Deferred: go_jax.training imports the methods, which a plain `pretrained.available()`
   # does not need.
   from go_jax import policies  # pylint: disable=g-import-not-at-top
@@ -72,34 +90,73 @@ def template(policy_config) -> Any:
   hint = np.zeros(2, np.int64) if policy_config.get("hint", "") else None
   feats = policies.graph_features(graph, preset("nvlink2"), max_devices=int(
       policy_config["max_devices"]), hint_placement=hint)
-  module = policies.make_policy(policy_config)
+  return policies.make_policy(policy_config), feats
+
+
+def template(policy_config) -> Any:
+  """Freshly initialised parameters of the policy a config describes (the structure
+  `load_params` restores into), from a 2-op graph on 2 devices."""
+  module, feats = _template_inputs(policy_config)
   return jax.jit(module.init)(jax.random.key(0), feats)
+
+
+def _shapes(policy_config) -> Any:
+  """The parameters' structure as jax.ShapeDtypeStruct leaves: `template` without compiling
+  or running the initialisation (what `load` restores into)."""
+  module, feats = _template_inputs(policy_config)
+  return jax.eval_shape(module.init, jax.random.key(0), feats)
 
 
 def load(name_or_path: str = DEFAULT) -> Tuple[ml_collections.ConfigDict, Any]:
   """(training config, policy parameters) of a shipped checkpoint or a run's workdir."""
   from go_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   config = load_config(name_or_path)
-  params = checkpoint.load_params(os.path.join(_folder(name_or_path), PARAMS_NAME),
-                                  template(config.policy))
+  path = os.path.join(_folder(name_or_path), PARAMS_NAME)
+  shapes = _shapes(config.policy)
+  params = checkpoint.load_params(path, shapes)
+  got = [np.shape(x) for x in jax.tree_util.tree_leaves(params)]
+  want = [tuple(x.shape) for x in jax.tree_util.tree_leaves(shapes)]
+  if got != want:
+    raise ValueError(f"parameters in {path} do not fit the policy of its {CONFIG_NAME} "
+                     "(shapes differ)")
   return config, params
 
 
-def export(workdir: str, name: str, root: str = ROOT) -> str:
-  """Copies a finished training run's config.json and params.msgpack to `root/<name>/`
-  (atomically per file); returns the folder."""
-  if not name or os.sep in name or name.startswith("."):
+def _inside(path: str, folder: str) -> bool:
+  path, folder = os.path.realpath(path), os.path.realpath(folder)
+  return os.path.commonpath([path, folder]) == folder
+
+
+def export(workdir: str, name: str, export_dir: str, *, allow_package: bool = False) -> str:
+  """Copies a finished training run's config.json and params.msgpack to
+  `<export_dir>/<name>/` (atomically per file); returns the folder, which `load` reads.
+
+  Raises:
+    ValueError: a name that is not a plain folder name; a workdir without the run's files;
+      an `export_dir` inside the installed go_jax package (unless `allow_package`, which ships
+      a checkpoint from a source checkout: `export_dir=pretrained.ROOT`).
+  """
+  if not name or not isinstance(name, str) or is_path(name):
     raise ValueError(f"checkpoint name must be a plain folder name, got {name!r}")
-  folder = os.path.join(root, name)
+  if not export_dir or not isinstance(export_dir, str):
+    raise ValueError(f"export_dir must name a folder, got {export_dir!r}")
+  export_dir = os.path.expanduser(export_dir)
+  if not allow_package and _inside(export_dir, PACKAGE_ROOT):
+    raise ValueError(f"export_dir {export_dir!r} is inside the go_jax package "
+                     f"({PACKAGE_ROOT}); export to a folder of your own (e.g. --export_dir="
+                     "policies) and load it by path")
+  folder = os.path.join(export_dir, name)
   for fname in (CONFIG_NAME, PARAMS_NAME):
     src = os.path.join(workdir, fname)
     if not os.path.isfile(src):
       raise ValueError(f"{workdir} has no {fname}: export a finished training run")
-    with open(src, "rb") as fh:
+  for fname in (CONFIG_NAME, PARAMS_NAME):
+    with open(os.path.join(workdir, fname), "rb") as fh:
       data = fh.read()
     with fileio.atomic_open(os.path.join(folder, fname), "wb", make_dirs=True) as fh:
       fh.write(data)
   return folder
 
 
-__all__ = ["available", "load", "load_config", "template", "export", "DEFAULT", "ROOT"]
+__all__ = ["available", "is_path", "load", "load_config", "template", "export", "DEFAULT",
+           "ROOT"]

@@ -13,7 +13,7 @@ that go-jax-place reports).
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -26,20 +26,43 @@ GROUPS: Dict[str, Tuple[str, ...]] = {
 }
 
 
+def _hint_methods() -> Tuple[str, ...]:
+  """Placement and joint methods that can serve as a hint: every one but the learned policies
+  (a hint is a baseline's answer the policy starts from, not another policy's)."""
+  from go_jax.methods import learned  # pylint: disable=g-import-not-at-top
+  return tuple(m for m in methods.available(kinds=("placement", "joint"))
+               if m not in learned.METHOD_NAMES)
+
+
 def available() -> Tuple[str, ...]:
-  """Hint names: the groups and every placement method."""
-  place = tuple(k for k, spec in methods.METHODS.items() if spec.kind != "schedule")
-  return tuple(sorted(GROUPS)) + tuple(sorted(place))
+  """Hint names: the groups and every placement or joint method but the learned ones (loads
+  the registry)."""
+  return tuple(sorted(GROUPS)) + tuple(sorted(_hint_methods()))
 
 
-def hint_solution(name: str, graph, topology, objective: str = "makespan") -> methods.Solution:
-  """The best solution of the hint's methods on (graph, topology) (ValueError if unknown)."""
-  methods.available()  # loads the built-in methods
+def hint_methods(name: str) -> Tuple[str, ...]:
+  """The methods whose best solution is hint `name` (ValueError if it is not a hint)."""
   names = GROUPS.get(name, (name,))
-  for m in names:
-    if m not in methods.METHODS or methods.METHODS[m].kind == "schedule":
-      raise ValueError(f"unknown hint {name!r}; available: {list(available())}")
-  sols = [methods.solve(m, graph, topology, objective=objective) for m in names]
+  place = _hint_methods()
+  if any(m not in place for m in names):
+    raise ValueError(f"unknown hint {name!r}; available: {list(available())}")
+  return names
+
+
+def hint_solution(name: str, graph, topology, objective: str = "makespan", *,
+                  solved: Optional[Dict[str, methods.Solution]] = None) -> methods.Solution:
+  """The best solution of the hint's methods on (graph, topology) (ValueError if unknown).
+
+  `solved` (method name -> its `methods.solve(m, graph, topology, objective=objective)`
+  Solution on this very instance) is read and filled in, so that a caller needing one of these
+  solutions too (the training set's reference, e.g. HEFT) solves each method once.
+  """
+  solved = {} if solved is None else solved
+  sols = []
+  for m in hint_methods(name):
+    if m not in solved:
+      solved[m] = methods.solve(m, graph, topology, objective=objective)
+    sols.append(solved[m])
   return min(sols, key=lambda s: s.objective)
 
 

@@ -16,20 +16,24 @@ final greedy action, against the reference method's objective and the lower boun
 `<workdir>/params.msgpack` holds the final policy parameters (the file `finetune` starts from).
 
 `finetune` is GO's fine-tuning on one held-out graph: PPO from given (pretrained) parameters,
-with an update and / or wall-clock budget (checked between calls), tracking the best action; it
-also reports the zero-shot greedy objective of the parameters it started from.
+with an update and / or wall-clock budget (setup and compilation count inside it; a call starts
+only when it is likely to end within it), tracking the best action and logging progress; it
+also reports the zero-shot greedy objective of the parameters it started from, and the setup,
+compile and search seconds apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
+import tqdm
 from absl import logging
 
 from go_jax import harness, methods
@@ -267,25 +271,84 @@ class FinetuneResult:
   zero_shot_placement: np.ndarray  # (N,) int that greedy action
   zero_shot_priority: np.ndarray  # (N,) float
   # Best of the first update's K samples and greedy action, i.e. drawn from the starting
-  # parameters before any gradient step: GO's zero-shot "best of K" (re-simulated; None unless
-  # updates_per_call == 1, when the first call is exactly that one update)
+  # parameters before any gradient step: GO's zero-shot "best of K" (re-simulated, with
+  # "seconds" from the call's start; None unless updates_per_call == 1, when the first call is
+  # exactly that one update)
   zero_shot_best: Optional[Dict[str, Any]]
   zero_shot_seconds: float  # wall time to the zero-shot greedy action (setup, compile, forward)
   updates: int
-  seconds: float
+  seconds: float  # wall time of the whole call: setup + compile + search
+  setup_seconds: float  # the instance: features, hint, reference objective, initial state
+  compile_seconds: float  # tracing + XLA compilation during the call (policy, update, and the
+  #                         simulator of the setup's baselines; 0 when all were cached)
+  search_seconds: float  # the rest: greedy forward, updates, re-simulation on the host
   history: List[Dict[str, float]]  # per-update metrics
   state: ppo.TrainState
+
+
+# Seconds between two progress lines of `finetune` (the first and last update always log).
+FINETUNE_PROGRESS_SECONDS = 10.0
+# JAX's compile-time events (jax.monitoring): tracing, lowering to MLIR and XLA compilation.
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+
+
+class _CompileClock:
+  """Seconds this process has spent compiling JAX functions (tracing, lowering, XLA) since
+  its first reading, from jax.monitoring's compile events; the difference of two readings
+  times the compilation between them. The executables stay in jit's cache, so a later
+  fine-tuning of the same shapes and hyper-parameters compiles nothing and reads 0."""
+
+  def __init__(self):
+    self.seconds = 0.0
+    self._listening = False
+
+  def _on_duration(self, event: str, duration: float, **kwargs) -> None:
+    del kwargs
+    if event in _COMPILE_EVENTS:
+      self.seconds += duration
+
+  def __call__(self) -> float:
+    if not self._listening:
+      jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+      self._listening = True
+    return self.seconds
+
+
+_compile_clock = _CompileClock()
+
+
+def _finetune_progress(name: str, updates: int, max_updates: Optional[int], elapsed: float,
+                       rate: float, best: float, reference: float, reference_method: str,
+                       left: Optional[float]) -> str:
+  """One progress line of `finetune` in tqdm's meter format: updates (of the update budget
+  when that ends the run), seconds spent in updates, updates/s, best objective, time left."""
+  postfix = f"best {best:.6g} (x{best / reference:.4f} of {reference_method})"
+  if left is not None:
+    postfix += f", {max(left, 0.0):.0f} s left"
+  return tqdm.tqdm.format_meter(updates, max_updates, elapsed, prefix=f"fine-tune {name}",
+                                unit="update", rate=rate if rate > 0 else None,
+                                postfix=postfix, ncols=0)
 
 
 def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
              max_updates: Optional[int] = None, max_seconds: Optional[float] = None,
              seed: int = 0, policy: Optional[ppo.Policy] = None,
-             name: Optional[str] = None) -> FinetuneResult:
+             name: Optional[str] = None, progress: bool = True,
+             progress_seconds: float = FINETUNE_PROGRESS_SECONDS) -> FinetuneResult:
   """PPO on one graph from `params` (None: fresh) within the budgets (see module docstring).
 
   The update budget defaults to `config.updates` and is rounded up to whole calls of
-  `config.updates_per_call`; the wall-clock budget is checked between calls.
+  `config.updates_per_call`. The wall-clock budget `max_seconds` counts everything from this
+  call's start: instance setup (features, hint, reference), compilation (timed apart with
+  jax.monitoring: `compile_seconds`) and the search. The first call always runs (with one update
+  per call it yields the zero-shot best of K); a later call starts only when the time per call
+  measured so far (compilation excluded) says it ends within the budget. `progress` logs a line
+  (absl INFO) every `progress_seconds` with the updates, the best objective so far, updates/s
+  and the time left.
   """
+  t0, compiled_before = time.perf_counter(), _compile_clock()
   per_call = int(config["updates_per_call"])
   budget = int(config["updates"] if max_updates is None else max_updates)
   if budget < 1:
@@ -294,41 +357,77 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
     raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
   total = -(-budget // per_call) * per_call
   cfg = dict(_config_dict(config), graphs_per_update=1, updates=total)
+  if cfg.get("lr_schedule") == "constant" and not cfg.get("warmup_updates"):
+    # The schedule's length changes nothing then; keeping it fixed keeps the hyper-parameters
+    # (a static argument of the jitted update) equal across budgets: one compile serves all.
+    cfg["total_updates"] = int(config["updates"])
   if policy is None:
     cfg["policy"] = config["policy"]
-  trainer = ppo.make_train(cfg, [graph], [topology], policy=policy,
-                           names=[name or graph.name])
+  label = name or graph.name
+  trainer = ppo.make_train(cfg, [graph], [topology], policy=policy, names=[label])
   state = trainer.init(seed, params=params)
-  t0 = time.perf_counter()
-  zero_place, zero_prio = jax.device_get(trainer.greedy(state.params))
-  zero_scored = _score(trainer.problems, 0, zero_place[0], zero_prio[0])
-  zero_shot = zero_scored["objective"]
+  probs = trainer.problems
+  setup_seconds = time.perf_counter() - t0 - (_compile_clock() - compiled_before)
+  deadline = None if max_seconds is None else t0 + float(max_seconds)
+  zero_place, zero_prio = jax.device_get(trainer.greedy(state.params))  # compiles the policy
+  zero_scored = _score(probs, 0, zero_place[0], zero_prio[0])
   zero_seconds = time.perf_counter() - t0
   history: List[Dict[str, float]] = []
-  deadline = None if max_seconds is None else t0 + float(max_seconds)
   zero_best = None
-  if per_call == 1:  # the first call is one update: its samples come from `params`
-    state, _ = _run_chunks(trainer, state, total=1, history=history)
-    zero_best = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
-                                                            state.best_priority[0])))
-    zero_best["seconds"] = time.perf_counter() - t0
-  if per_call != 1 or deadline is None or time.perf_counter() < deadline:
-    state, _ = _run_chunks(trainer, state, total=total, deadline=deadline, history=history)
-  seconds = time.perf_counter() - t0
+  call_seconds: List[float] = []  # wall time of each call, compilation excluded
+  last_log = -math.inf
+  while int(state.step) < total:
+    now = time.perf_counter()
+    if deadline is not None and call_seconds and now + np.mean(call_seconds[-8:]) > deadline:
+      break  # the next call would likely end past the budget
+    compiling = _compile_clock()
+    state, metrics = trainer.update_chunk(state)  # the first call compiles (unless cached)
+    metrics = jax.device_get(metrics)
+    step = int(state.step)
+    call_seconds.append(time.perf_counter() - now - (_compile_clock() - compiling))
+    if len(call_seconds) == 1 and progress:
+      left = None if deadline is None else deadline - time.perf_counter()
+      logging.info("fine-tune %s: setup %.1f s, compile %.1f s, first update %.2f s; %s", label,
+                   setup_seconds, _compile_clock() - compiled_before, call_seconds[0],
+                   f"then up to {total} updates" if left is None else
+                   f"then updates for {left:.1f} s more" if left > 0 else
+                   "the time budget is spent: no more updates")
+    for u in range(per_call):
+      history.append(dict(_scalar_metrics(metrics, u), step=step - per_call + 1 + u))
+    if zero_best is None and per_call == 1:  # the first update samples from `params`
+      zero_best = _score(probs, 0, *jax.device_get((state.best_placement[0],
+                                                    state.best_priority[0])))
+      zero_best["seconds"] = time.perf_counter() - t0
+    now = time.perf_counter()
+    if progress and (now - last_log >= progress_seconds or step >= total):
+      last_log = now
+      logging.info("%s", _finetune_progress(
+          label, step, total if deadline is None else None, sum(call_seconds),
+          step / max(sum(call_seconds), 1e-9), float(jax.device_get(state.best_objective)[0]),
+          float(probs.reference[0]), probs.reference_method,
+          None if deadline is None else deadline - now))
   loop_obj = float(jax.device_get(state.best_objective)[0])
-  if not np.isfinite(loop_obj):
-    raise ValueError("finetune: no update ran within the budget (max_seconds too small?)")
-  scored = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
-                                                       state.best_priority[0])))
+  scored = _score(probs, 0, *jax.device_get((state.best_placement[0], state.best_priority[0])))
+  seconds = time.perf_counter() - t0
+  compile_seconds = _compile_clock() - compiled_before
+  if progress:
+    logging.info("fine-tune %s: %d updates in %.1f s (setup %.1f s, compile %.1f s, search "
+                 "%.1f s%s): best %.6g, zero-shot greedy %.6g", label, int(state.step), seconds,
+                 setup_seconds, compile_seconds, seconds - setup_seconds - compile_seconds,
+                 "" if max_seconds is None else f"; budget {float(max_seconds):g} s",
+                 scored["objective"], zero_scored["objective"])
   return FinetuneResult(placement=scored["placement"], priority=scored["priority"],
                         objective=scored["objective"],
                         feasible=scored["feasible"], loop_objective=loop_obj,
-                        reference=float(trainer.problems.reference[0]),
-                        zero_shot_objective=zero_shot, zero_shot_best=zero_best,
+                        reference=float(probs.reference[0]),
+                        zero_shot_objective=zero_scored["objective"], zero_shot_best=zero_best,
                         zero_shot_placement=zero_scored["placement"],
                         zero_shot_priority=zero_scored["priority"],
                         zero_shot_seconds=zero_seconds, updates=int(state.step),
-                        seconds=seconds, history=history, state=state)
+                        seconds=seconds, setup_seconds=setup_seconds,
+                        compile_seconds=compile_seconds,
+                        search_seconds=seconds - setup_seconds - compile_seconds,
+                        history=history, state=state)
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ stacked on a leading instance axis I so that an update can gather any G of them 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import flax
 import jax
@@ -111,15 +111,29 @@ def _padded(x: np.ndarray, n: int, dtype) -> np.ndarray:
   return out
 
 
-def _reference(graph, topology, objective: str, method: str, placement, name: str) -> float:
-  """Objective of `method`'s solution (placement fixed for scheduling-only methods); > 0."""
-  kind = methods.METHODS[method].kind if method in methods.available() else None
-  fixed = placement if kind == "schedule" else None
-  value = methods.solve(method, graph, topology, objective=objective, placement=fixed).objective
+def _reference(graph, topology, objective: str, method: str, placement, name: str,
+               solved: Dict[str, methods.Solution]) -> float:
+  """Objective of `method`'s solution (placement fixed for scheduling-only methods); > 0.
+  A placement / joint method's solution is taken from (or put in) `solved`, the instance's
+  solutions already computed (e.g. HEFT by the hint)."""
+  if methods.get(method).kind == "schedule":
+    value = methods.solve(method, graph, topology, objective=objective,
+                          placement=placement).objective
+  else:
+    value = _solve_once(method, graph, topology, objective, solved).objective
   if not (np.isfinite(value) and value > 0):
     raise ValueError(f"instance {name}: reference objective of '{method}' is {value}; rewards "
                      "are normalised by it, so it must be finite and > 0 (a graph of zero cost?)")
   return float(value)
+
+
+def _solve_once(method: str, graph, topology, objective: str,
+                solved: Dict[str, methods.Solution]) -> methods.Solution:
+  """`methods.solve(method, graph, topology, objective=objective)`, computed once per
+  instance: `solved` holds the instance's solutions by method name."""
+  if method not in solved:
+    solved[method] = methods.solve(method, graph, topology, objective=objective)
+  return solved[method]
 
 
 def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], *,
@@ -148,11 +162,13 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   if len(names) != len(graphs):
     raise ValueError(f"got {len(names)} names for {len(graphs)} instances")
   obj = objectives.get_objective(objective)
-  known = methods.available()
   for field, method in (("reference", reference), ("fixed_placement", fixed_placement)):
-    if method is not None and method not in known:
-      raise ValueError(f"{field}: unknown method '{method}'; available: {sorted(known)}")
-  if fixed_placement is not None and methods.METHODS[fixed_placement].kind == "schedule":
+    if method is not None:
+      try:
+        methods.get(method)
+      except ValueError as e:
+        raise ValueError(f"{field}: {e}") from e
+  if fixed_placement is not None and methods.get(fixed_placement).kind == "schedule":
     raise ValueError(f"fixed_placement '{fixed_placement}' only schedules; name a placement "
                      "method (e.g. 'heft', 'expert')")
   for name, topo in zip(names, topologies):
@@ -173,17 +189,18 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
     rank = upward_rank(g)
     top = rank.max() if n and rank.max() > 0 else 1.0
     tiebreak, hint_place = 0.5 * rank / top, None
+    solved: Dict[str, methods.Solution] = {}  # this instance's solutions, each computed once
     if hint:
-      sol = hints.hint_solution(hint, g, t, objective)
+      sol = hints.hint_solution(hint, g, t, objective, solved=solved)
       rank, tiebreak, hint_place = sol.priority, hints.priority_tiebreak(sol.priority), \
           sol.placement
     feats.append(features(g, t, np_, ep) if hint_place is None else
                  features(g, t, np_, ep, hint_placement=hint_place))
     fixed = np.zeros(n, np.int64)
     if fixed_placement is not None:
-      fixed = methods.solve(fixed_placement, g, t, objective=objective).placement
+      fixed = _solve_once(fixed_placement, g, t, objective, solved).placement
     ub.append(obj.upper_bound(g, t))
-    ref.append(_reference(g, t, objective, reference, fixed, name))
+    ref.append(_reference(g, t, objective, reference, fixed, name, solved))
     lb.append(obj.lower_bound(g, t)["bound"])
     place.append(_padded(fixed, np_, np.int32))
     prio.append(_padded(rank, np_, np.float32))

@@ -1,0 +1,197 @@
+"""GO and GDP as registered methods: a pretrained policy placing one instance, zero-shot or
+fine-tuned, behind the same `methods.solve` call as every baseline.
+
+  sol = methods.solve("go_hint", graph, topology)                       # zero-shot
+  sol = methods.solve("go", graph, topology, finetune_seconds=60)       # + PPO for 60 s
+  sol.info["stages"]  # [{"stage": "zero-shot greedy", "placement", "priority", "seconds", ...}]
+
+Methods (each starts from the checkpoint of its name shipped in `go_jax.pretrained`):
+  go       the paper's GO: places and orders ops (kind "joint"), no hint;
+  go_hint  GO whose input carries the best list scheduler's placement (a hint) (kind "joint");
+  gdp      GDP: places ops (kind "placement"); the priority is the critical path.
+
+Overrides: `checkpoint` (a shipped name or a folder of `pretrained.export`; "none": fresh
+parameters of the method's own policy, fine-tuning only), `finetune_seconds` (0: zero-shot, the
+best of the greedy action and K samples of one forward pass; > 0: PPO fine-tuning from the
+checkpoint for that wall-clock budget, setup and compilation included), `samples` (K; None: the
+checkpoint's), `learning_rate` of fine-tuning and `max_updates` (a cap on fine-tuning updates;
+given alone it fine-tunes for that many updates without a time limit).
+
+Both run `training.finetune` on the instance with the one-instance config of `go_config`:
+zero-shot stops after its first update, whose K samples and greedy action come from the
+checkpoint's parameters (so zero-shot and fine-tuning share one compiled update per instance
+shape and K). Every stage's action (zero-shot greedy, zero-shot best of K, fine-tuned) is
+re-simulated with `methods.evaluate`; the proposal is the best stage (the earliest on ties), and
+`info` holds all of them ("stages": dicts with "stage", "placement", "priority", "seconds",
+"objective", "feasible"), the best "stage", "updates" (0 for zero-shot), "checkpoint",
+"samples", "compile_seconds", "setup_seconds" and "load_seconds". The problem's seed seeds the
+sampling. A topology with more devices than the policy's `max_devices` is a ValueError.
+A problem budget (simulator evaluations) caps fine-tuning at budget // (K + 1) updates: each
+update simulates K sampled actions and the greedy one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+import ml_collections
+import numpy as np
+
+from go_jax.methods import Problem, Proposal, evaluate, register
+from simulator.graph import upward_rank
+
+DEFAULT_LEARNING_RATE = 1e-3
+# One update per call: the first call's K samples are then drawn from the starting parameters,
+# so fine-tuning also yields the zero-shot stages and one compiled update serves all three.
+FINETUNE_UPDATES_PER_CALL = 1
+FINETUNE_MAX_UPDATES = 1_000_000  # "unbounded": the wall-clock budget ends fine-tuning
+NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-transfer comparison
+STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
+METHOD_NAMES = ("go", "go_hint", "gdp")  # registered below, each with its shipped checkpoint
+
+
+def _is_count(x) -> bool:
+  """An integer >= 1 (not a bool)."""
+  return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1
+
+
+def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING_RATE,
+              samples: Optional[int] = None) -> ml_collections.ConfigDict:
+  """A copy of a training config set up to fine-tune on one instance for a time budget: one
+  graph per update, one update per call, a constant learning rate, K = `samples` (None: the
+  config's)."""
+  cfg = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict")
+                                  else dict(config))
+  if not learning_rate > 0:
+    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+  cfg.update(objective=objective, graphs_per_update=1, updates=FINETUNE_MAX_UPDATES,
+             updates_per_call=FINETUNE_UPDATES_PER_CALL, learning_rate=float(learning_rate),
+             lr_schedule="constant", warmup_updates=0)
+  if samples is not None:
+    if not _is_count(samples):
+      raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    cfg.samples = int(samples)
+  return cfg
+
+
+def _load(method: str, checkpoint: str):
+  """(training config, params or None, label) of the checkpoint a method starts from."""
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top  (jax, flax, orbax)
+  if not isinstance(checkpoint, str) or not checkpoint:
+    raise ValueError(f"{method}: checkpoint must be a shipped name "
+                     f"({sorted(pretrained.available())}), a folder or '{NO_CHECKPOINT}', "
+                     f"got {checkpoint!r}")
+  try:
+    if checkpoint == NO_CHECKPOINT:
+      return pretrained.load_config(method), None, "none (fresh parameters)"
+    config = pretrained.load_config(checkpoint)
+  except ValueError as e:
+    raise ValueError(f"{method}: {e}") from e
+  return config, checkpoint, checkpoint
+
+
+def _check_devices(method: str, config, topology) -> None:
+  dmax, d = int(config.policy.max_devices), topology.num_devices
+  if d > dmax:
+    raise ValueError(f"{method}: the policy serves at most {dmax} devices, the topology has "
+                     f"{d}; train a policy with config.policy.max_devices >= {d} and pass its "
+                     "folder as checkpoint=")
+
+
+def _stage(problem: Problem, name: str, placement, priority, seconds: float,
+           fixed_priority: Optional[np.ndarray]) -> Dict[str, Any]:
+  """A stage's action, re-simulated (the critical path as priority for placement methods)."""
+  place = np.asarray(placement, np.int64)
+  prio = (fixed_priority if fixed_priority is not None
+          else np.asarray(priority, np.float64))
+  scored = evaluate(problem.graph, problem.topology, place, prio, problem.objective)
+  return {"stage": name, "placement": place, "priority": prio, "seconds": float(seconds),
+          "objective": scored["objective"], "feasible": scored["feasible"]}
+
+
+def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
+                  placement_only: bool) -> Proposal:
+  """The registered learned methods' body (see the module docstring)."""
+  from go_jax import pretrained, training  # pylint: disable=g-import-not-at-top  (heavy)
+  seconds = config["finetune_seconds"]
+  if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+    raise ValueError(f"{method}: finetune_seconds must be a number >= 0, got {seconds!r}")
+  max_updates = config["max_updates"]
+  if max_updates is not None and not _is_count(max_updates):
+    raise ValueError(f"{method}: max_updates must be an integer >= 1 or None, got "
+                     f"{max_updates!r}")
+  train_config, source, label = _load(method, config["checkpoint"])
+  _check_devices(method, train_config, problem.topology)
+  try:
+    cfg = go_config(train_config, objective=problem.objective,
+                    learning_rate=config["learning_rate"], samples=config["samples"])
+  except ValueError as e:
+    raise ValueError(f"{method}: {e}") from e
+  k = int(cfg.samples)
+  tune = seconds > 0 or max_updates is not None
+  if problem.budget is not None:
+    if problem.budget < k + 1:
+      raise ValueError(f"{method}: budget {problem.budget} is below one update ({k} samples + "
+                       f"the greedy action = {k + 1} evaluations); raise it or lower samples")
+    cap = int(problem.budget) // (k + 1)
+    max_updates = cap if max_updates is None else min(int(max_updates), cap)
+  if source is None and not tune:
+    raise ValueError(f"{method}: checkpoint='{NO_CHECKPOINT}' starts from fresh parameters, "
+                     "which only fine-tuning uses: give finetune_seconds > 0 or max_updates")
+  t0 = time.perf_counter()
+  params = None
+  if source is not None:
+    train_config, params = pretrained.load(source)
+  load_seconds = time.perf_counter() - t0
+  fixed = upward_rank(problem.graph) if placement_only else None
+  stages: List[Dict[str, Any]] = []
+  info: Dict[str, Any] = {"checkpoint": label, "samples": k, "load_seconds": load_seconds}
+  # Zero-shot is the first update of fine-tuning (its K samples and the greedy action come
+  # from the checkpoint's parameters), so both share one compiled update per instance shape.
+  # The time budget counts loading the checkpoint too (at least one update runs anyway).
+  left = max(float(seconds) - load_seconds, 1e-6) if seconds > 0 else None
+  f = training.finetune(cfg, problem.graph, problem.topology, params, max_seconds=left,
+                        max_updates=max_updates if tune else 1, seed=problem.seed,
+                        name=f"{method} on {problem.graph.name}", progress=tune)
+  if params is not None:
+    stages.append(_stage(problem, STAGE_GREEDY, f.zero_shot_placement, f.zero_shot_priority,
+                         load_seconds + f.zero_shot_seconds, fixed))
+    zb = f.zero_shot_best
+    stages.append(_stage(problem, STAGE_BEST, zb["placement"], zb["priority"],
+                         load_seconds + zb["seconds"], fixed))
+  if tune:
+    stages.append(_stage(problem, STAGE_TUNED, f.placement, f.priority,
+                         load_seconds + f.seconds, fixed))
+  updates = int(f.updates) if tune else 0
+  info.update(compile_seconds=f.compile_seconds, setup_seconds=f.setup_seconds)
+  if tune:
+    info.update(finetune_seconds=f.seconds, learning_rate=float(cfg.learning_rate))
+  best = min(stages, key=lambda s: s["objective"])  # the earliest of equal ones
+  info.update(stages=stages, stage=best["stage"], updates=updates)
+  return Proposal(best["placement"], None if placement_only else best["priority"],
+                  evaluations=max(updates, 1) * (k + 1), info=info)
+
+
+def _defaults(name: str) -> Dict[str, Any]:
+  return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
+              learning_rate=DEFAULT_LEARNING_RATE, max_updates=None)
+
+
+@register("go", "joint", "GO (the paper's): a pretrained graph policy places and orders the "
+          "ops; zero-shot (best of greedy and K samples) or fine-tuned for finetune_seconds",
+          **_defaults("go"))
+def go(problem: Problem, config) -> Proposal:
+  return solve_learned("go", problem, config, placement_only=False)
+
+
+@register("go_hint", "joint", "GO with a hint: the policy also sees the best list scheduler's "
+          "placement; zero-shot or fine-tuned for finetune_seconds", **_defaults("go_hint"))
+def go_hint(problem: Problem, config) -> Proposal:
+  return solve_learned("go_hint", problem, config, placement_only=False)
+
+
+@register("gdp", "placement", "GDP: a pretrained graph policy places the ops (critical-path "
+          "priority); zero-shot or fine-tuned for finetune_seconds", **_defaults("gdp"))
+def gdp(problem: Problem, config) -> Proposal:
+  return solve_learned("gdp", problem, config, placement_only=True)

@@ -1,0 +1,227 @@
+"""What go-jax-evaluate, go-jax-place and go-jax-transfer share: the row, the results folder and
+the Markdown table.
+
+A row is a flat dict of `COLUMNS` (one per method answer on one instance, as the simulator
+scores it; a method with stages, such as GO's zero-shot and fine-tuned answers, gives one row
+per stage). A results folder holds
+
+  results.json  {"launcher": NAME, "config": ..., "rows": [...], ...}: the store a run resumes
+                from; NAME says which launcher wrote it, so that another launcher pointed at the
+                same folder stops with a ValueError naming both instead of misreading it
+  results.csv   the rows, one line each
+  results.md    the launcher's report
+
+all written atomically. Values are formatted with their objective's unit
+(`objectives.Objective.format`); an infeasible answer never shows its penalty objective, only
+"infeasible (needs X / capacity Y)".
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from go_jax import objectives
+from simulator import fileio
+
+JSON_NAME, CSV_NAME, MD_NAME = "results.json", "results.csv", "results.md"
+LAUNCHERS = {"evaluate": "go-jax-evaluate", "place": "go-jax-place",
+             "transfer": "go-jax-transfer"}
+
+# Row fields, in CSV order.
+COLUMNS = (
+    "method", "label", "stage", "method_kind", "graph", "graph_name", "nodes", "edges",
+    "topology", "preset", "devices", "mem_capacity", "mem_capacities", "mem_reference", "seed",
+    "objective_kind", "budget", "budget_seconds", "placement_from", "objective", "makespan",
+    "peak_memory", "feasible", "reason", "lower_bound", "gap", "search_seconds", "evaluations", "updates",
+    "resimulated_objective", "agrees", "error")
+# A row's identity within a results folder (label: the method's name in the tables).
+KEY_FIELDS = ("label", "graph", "topology", "seed", "objective_kind", "stage")
+
+
+def finite(x) -> Optional[float]:
+  """JSON-safe float: None for None, NaN and inf (strict JSON has neither)."""
+  if x is None:
+    return None
+  x = float(x)
+  return x if math.isfinite(x) else None
+
+
+def empty_row(**fields) -> Dict[str, Any]:
+  """A row with every column (None) and `fields` set; ValueError on an unknown field."""
+  unknown = sorted(set(fields) - set(COLUMNS))
+  if unknown:
+    raise ValueError(f"unknown row field(s) {unknown}; fields: {list(COLUMNS)}")
+  row = {c: None for c in COLUMNS}
+  row.update(fields)
+  return row
+
+
+def row_key(row: Mapping[str, Any]) -> tuple:
+  return tuple(row.get(k) for k in KEY_FIELDS)
+
+
+STAGE_TEXT = {"zero-shot greedy": "zero-shot (greedy)"}
+
+
+def stage_text(stage: Optional[str], budget_seconds: Optional[float] = None,
+               updates: Optional[int] = None) -> str:
+  """'zero-shot greedy' -> 'zero-shot (greedy)', 'zero-shot best of 8' -> 'zero-shot (best of
+  8)', 'fine-tuned' -> 'fine-tuned (60s)' with a time budget, else 'fine-tuned (3 updates)';
+  '' for no stage."""
+  if not stage:
+    return ""
+  if stage.startswith("zero-shot best of"):
+    return f"zero-shot ({stage[len('zero-shot '):]})"
+  if stage == "fine-tuned" and budget_seconds:
+    return f"fine-tuned ({budget_seconds:g}s)"
+  if stage == "fine-tuned" and updates is not None:
+    return f"fine-tuned ({updates} update{'' if updates == 1 else 's'})"
+  return STAGE_TEXT.get(stage, stage)
+
+
+def row_name(row: Mapping[str, Any]) -> str:
+  """A row's name in the tables: its label (the method's name) and its stage, if any."""
+  label = row.get("label") or row["method"]
+  stage = stage_text(row.get("stage"), row.get("budget_seconds"), row.get("updates"))
+  return f"{label} {stage}".strip()
+
+
+# ------------------------------------------------------------------ memory and values
+def capacity_text(capacities) -> str:
+  """Per-device capacities in words: '4 x 16 GB', '2 x 32 GB, 2 x 16 GB', 'unbounded'."""
+  caps = np.asarray(getattr(capacities, "mem_capacity", capacities), np.float64).ravel()
+  if caps.size and np.all(np.isinf(caps)):
+    return "unbounded"
+  from go_jax import plotting  # pylint: disable=g-import-not-at-top  (matplotlib: lazy)
+  groups: Dict[float, int] = {}
+  for c in caps.tolist():  # in device order, equal capacities counted together
+    groups[c] = groups.get(c, 0) + 1
+  return ", ".join(f"{n} x {plotting.format_bytes(c)}" for c, n in groups.items())
+
+
+def infeasible_text(row: Mapping[str, Any]) -> str:
+  """'infeasible (needs X / capacity Y)' of an infeasible row: its peak device memory against
+  the per-device capacity (the penalty objective is never shown)."""
+  from go_jax import plotting  # pylint: disable=g-import-not-at-top
+  need = row.get("peak_memory")
+  caps = row.get("mem_capacities")
+  cap = (capacity_text([math.inf if c is None else c for c in caps]) if caps
+         else plotting.format_bytes(math.inf if row.get("mem_capacity") is None
+                                    else row["mem_capacity"]))
+  return (f"infeasible (needs {plotting.format_bytes(need) if need is not None else '?'} / "
+          f"capacity {cap})")
+
+
+def value_text(row: Mapping[str, Any], value: Optional[float] = None) -> str:
+  """A row's objective (or `value`) in its unit, or its infeasibility, or 'error'."""
+  if row.get("error"):
+    return "error"
+  if row.get("feasible") is False:
+    return infeasible_text(row)
+  obj = objectives.get_objective(row.get("objective_kind") or "makespan")
+  return obj.format(row.get("objective") if value is None else value)
+
+
+def no_feasible_text(rows: Sequence[Mapping[str, Any]]) -> Optional[str]:
+  """The plain statement when rows ran but none is feasible (None if some row is feasible or
+  none ran): no method found a feasible placement, and what the least-overflowing one needs."""
+  ran = [r for r in rows if not r.get("error") and r.get("objective") is not None]
+  if not ran or any(r.get("feasible") for r in ran):
+    return None
+  best = min(ran, key=lambda r: r["objective"])  # infeasible objectives grow with overflow
+  from go_jax import plotting  # pylint: disable=g-import-not-at-top
+  caps = best.get("mem_capacities") or [best.get("mem_capacity")]
+  caps = [math.inf if c is None else c for c in caps]
+  return (f"no method found a feasible placement: the least memory any needs is "
+          f"{plotting.format_bytes(best['peak_memory'])} on its fullest device ({row_name(best)}), "
+          f"against a capacity of {capacity_text(caps)} per device")
+
+
+# ------------------------------------------------------------------ tables
+def markdown_table(head: Sequence[str], body: Iterable[Sequence[Any]],
+                   align: Optional[Sequence[str]] = None) -> str:
+  """A Markdown table; `align` per column: 'l' or 'r' (default: left)."""
+  align = align or ["l"] * len(head)
+  lines = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+  for cells in body:
+    lines.append("| " + " | ".join("-" if c is None else
+                                   str(c).replace("|", "/").replace("\n", " ")
+                                   for c in cells) + " |")
+  return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the results folder
+def _writer_of(data: Mapping[str, Any]) -> str:
+  """Which launcher wrote a results.json (files from before it was recorded: by shape)."""
+  if "launcher" in data:
+    return str(data["launcher"])
+  if "verdict" in data:
+    return "place"
+  return "evaluate" if "config" in data else "transfer"
+
+
+def load(out: str, launcher: str) -> Optional[Dict[str, Any]]:
+  """`<out>/results.json` if `launcher` wrote it, None if there is none.
+
+  Raises:
+    ValueError: the file is not a results file, or another launcher wrote it (the message
+      names the folder and that launcher).
+  """
+  path = os.path.join(out, JSON_NAME)
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as fh:
+      data = json.load(fh)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path}: not a go-jax results file ({e})") from e
+  if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+    raise ValueError(f"{path}: not a go-jax results file (expected an object with 'rows')")
+  writer = _writer_of(data)
+  if writer != launcher:
+    raise ValueError(
+        f"--out={out} holds results of {LAUNCHERS.get(writer, writer)} ({path}); "
+        f"{LAUNCHERS.get(launcher, launcher)} cannot add to them: give another --out folder")
+  data["rows"] = [_upgrade(r, path) for r in data["rows"]]
+  return data
+
+
+def _upgrade(row: Mapping[str, Any], path: str) -> Dict[str, Any]:
+  """A stored row in the current format: rows of go-jax-evaluate from before stages (no
+  label) get label = method and no stage; other rows of an older format are refused."""
+  if not isinstance(row, Mapping) or "method" not in row:
+    raise ValueError(f"{path}: rows in an older or unknown format (no 'method'); give another "
+                     "--out folder (or delete this one) to start afresh")
+  if "label" in row:
+    return dict(row)
+  return empty_row(**{k: v for k, v in row.items() if k in COLUMNS}, label=row["method"])
+
+
+def write_json(out: str, launcher: str, payload: Mapping[str, Any]) -> str:
+  """Writes `<out>/results.json` = {"launcher": launcher, **payload} atomically."""
+  return fileio.write_json(os.path.join(out, JSON_NAME), {"launcher": launcher, **payload})
+
+
+def write_csv(out: str, rows: Sequence[Mapping[str, Any]]) -> str:
+  """Writes `<out>/results.csv` (the COLUMNS of every row) atomically; returns its path."""
+  path = os.path.join(out, CSV_NAME)
+  with fileio.atomic_open(path, "w", make_dirs=True) as fh:
+    writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows([{c: ("" if r.get(c) is None else r.get(c)) for c in COLUMNS}
+                      for r in rows])
+  return path
+
+
+def write_markdown(out: str, text: str) -> str:
+  path = os.path.join(out, MD_NAME)
+  with fileio.atomic_open(path, "w", make_dirs=True) as fh:
+    fh.write(text if text.endswith("\n") else text + "\n")
+  return path

@@ -1,0 +1,125 @@
+"""GO and GDP as registered methods (go_jax/methods/learned.py): stages, re-simulated solutions,
+fine-tuning no worse than zero-shot, budgets and clear errors.
+
+Every go_hint solve uses one small instance and K = 4, so that one compiled policy and update
+serve the whole file (the errors are raised before anything compiles).
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from go_jax import methods, pretrained
+from go_jax.methods import learned
+from simulator import Topology, preset
+from simulator.graph import upward_rank
+from simulator.sources import load_graph
+
+K = 4
+
+
+@pytest.fixture(scope="module")
+def instance():
+  return load_graph("layered:n=16,width=4,seed=0"), preset("nvlink2")
+
+
+@pytest.fixture(scope="module")
+def zero_shot(instance):
+  graph, topo = instance
+  return methods.solve("go_hint", graph, topo, samples=K, seed=3)
+
+
+def _check_stages(sol, graph, topo):
+  for stage in sol.info["stages"]:
+    again = methods.evaluate(graph, topo, stage["placement"], stage["priority"])
+    assert stage["objective"] == again["objective"] and stage["seconds"] > 0
+    assert stage["placement"].shape == (graph.num_nodes,)
+
+
+def test_zero_shot_is_a_solution_with_its_stages(instance, zero_shot):
+  graph, topo = instance
+  sol = zero_shot
+  assert [s["stage"] for s in sol.info["stages"]] == [learned.STAGE_GREEDY, learned.STAGE_BEST]
+  _check_stages(sol, graph, topo)
+  greedy, best_k = (s["objective"] for s in sol.info["stages"])
+  assert best_k <= greedy and sol.objective == min(greedy, best_k)
+  again = methods.evaluate(graph, topo, sol.placement, sol.priority)
+  assert sol.objective == again["objective"] and sol.feasible == again["feasible"]
+  assert sol.info["updates"] == 0 and sol.evaluations == K + 1
+  assert sol.info["checkpoint"] == "go_hint" and sol.info["samples"] == K
+  assert sol.info["compile_seconds"] >= 0
+
+
+def test_finetune_is_no_worse_than_zero_shot(instance, zero_shot):
+  graph, topo = instance
+  sol = methods.solve("go_hint", graph, topo, samples=K, seed=3, max_updates=2)
+  stages = sol.info["stages"]
+  assert [s["stage"] for s in stages] == [learned.STAGE_GREEDY, learned.STAGE_BEST,
+                                          learned.STAGE_TUNED]
+  _check_stages(sol, graph, topo)
+  for a, b in zip(stages, zero_shot.info["stages"]):  # same seed: the same zero-shot stages
+    np.testing.assert_array_equal(a["placement"], b["placement"])
+  assert stages[2]["objective"] <= stages[1]["objective"] * (1 + 1e-6)
+  assert sol.objective == min(s["objective"] for s in stages)
+  assert sol.info["updates"] == 2 and sol.evaluations == 2 * (K + 1)
+
+
+def test_budget_caps_the_updates(instance):
+  graph, topo = instance
+  sol = methods.solve("go_hint", graph, topo, samples=K, budget=2 * (K + 1) + 1, max_updates=9)
+  assert sol.info["updates"] == 2 and sol.evaluations <= 2 * (K + 1) + 1
+  with pytest.raises(ValueError, match=r"go_hint: budget 4 is below one update"):
+    methods.solve("go_hint", graph, topo, samples=K, budget=K)
+
+
+def test_more_devices_than_the_policy_serves(instance):
+  graph, _ = instance
+  with pytest.raises(ValueError, match="go_hint: the policy serves at most 8 devices, the "
+                     "topology has 16; "):
+    methods.solve("go_hint", graph, Topology.uniform(16, bandwidth=1e9))
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(bogus=1), "no option"),
+    (dict(finetune_seconds=-1.0), "finetune_seconds must be a number >= 0"),
+    (dict(samples=0), "samples must be an integer >= 1"),
+    (dict(max_updates=1.5), "max_updates must be an integer >= 1"),
+    (dict(learning_rate=0.0), "learning_rate must be > 0"),
+    (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
+    (dict(checkpoint="none"), "only fine-tuning uses"),
+])
+def test_bad_overrides(instance, overrides, message):
+  graph, topo = instance
+  with pytest.raises(ValueError, match=message):
+    methods.solve("go_hint", graph, topo, **overrides)
+
+
+def test_registered_kinds_and_defaults():
+  for name in learned.METHOD_NAMES:
+    spec = methods.get(name)
+    assert spec.kind == ("placement" if name == "gdp" else "joint")
+    assert spec.defaults["checkpoint"] == name and spec.defaults["finetune_seconds"] == 0
+    assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
+                                  "max_updates"}
+
+
+@pytest.mark.parametrize("name", ["go", "gdp"])
+def test_shipped_paper_checkpoints(name):
+  """The paper's GO and GDP: shipped without a hint, for the method's task."""
+  if not os.path.isdir(os.path.join(pretrained.ROOT, name)):
+    pytest.skip(f"checkpoint {name} is not shipped yet (go_jax/pretrained/{name} absent)")
+  config = pretrained.load_config(name)
+  assert not config.policy.hint
+  assert config.task == ("placement" if name == "gdp" else "joint")
+
+
+def test_gdp_keeps_the_critical_path_priority():
+  if not os.path.isdir(os.path.join(pretrained.ROOT, "gdp")):
+    pytest.skip("checkpoint gdp is not shipped yet (go_jax/pretrained/gdp absent)")
+  graph, topo = load_graph("layered:n=12,width=3,seed=1"), preset("nvlink2")
+  sol = methods.solve("gdp", graph, topo, samples=2)
+  np.testing.assert_array_equal(sol.priority, upward_rank(graph))
+  for stage in sol.info["stages"]:
+    np.testing.assert_array_equal(stage["priority"], upward_rank(graph))
+  assert sol.objective == methods.evaluate(graph, topo, sol.placement, sol.priority)["objective"]
