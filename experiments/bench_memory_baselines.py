@@ -1,7 +1,7 @@
 r"""Benchmark: the memory-aware baselines under tight memory, before and after live intervals.
 
 Runs the list schedulers (m-ETF, m-SCT, m-TOPO, HEFT) with both memory models ("static": every
-byte a device could ever hold, the old estimate; "live": the live intervals of DESIGN section 4
+byte a device could ever hold, the old estimate; "live": the live intervals of design.md section 4
 rule 7 on the method's own schedule), METIS, the expert split, BRKGA and BRKGA seeded with the
 list schedulers' answers on operator-level graphs from outside the training sets (zoo models
 and synthetic DAGs, coarsened to at most --max_nodes ops) on memory-constrained topologies

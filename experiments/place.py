@@ -15,6 +15,7 @@ Examples:
   go-jax-place                                 # built-in default, a few minutes on 2 CPU cores
   go-jax-place --graph=pipedream:vgg16 --topology=nvlink8@mem=0.6x --finetune_seconds=300
   go-jax-place --graph=gnmt2 --checkpoint=runs/pretrain/go_hint --baselines=heft,m_sct
+  go-jax-place --method=go --finetune_seconds=120          # the paper's GO (no hint)
   go-jax-place --graph=my_models.step:program --device_spec=a100 --objective=peak_memory
   go-jax-place --graph=my_graph.npz --checkpoint=none --noplots --out=/tmp/place1
 """
@@ -44,9 +45,14 @@ flags.DEFINE_string("topology", place_lib.DEFAULT_TOPOLOGY, cli.topology_help(
     "('nvlink8@mem=0.6x')."))
 flags.DEFINE_enum("objective", "makespan", ["makespan", "peak_memory"], "What to minimise.")
 flags.DEFINE_integer("seed", 0, "Seed of GO and of the randomised baselines.")
-flags.DEFINE_string("checkpoint", pretrained.DEFAULT,
+flags.DEFINE_enum("method", place_lib.DEFAULT_METHOD, ["go_hint", "go", "gdp", "none"],
+                  "The learned method of the GO rows: go_hint (GO with the best list "
+                  "scheduler's answer as a hint), go (the paper's GO), gdp, or none (baselines "
+                  "only).")
+flags.DEFINE_string("checkpoint", "",
                     "GO's starting policy: a shipped checkpoint name, a training workdir "
-                    "(config.json + params.msgpack) or 'none' (fresh parameters, no zero-shot).")
+                    "(config.json + params.msgpack) or 'none' (fresh parameters, no zero-shot); "
+                    "empty: the method's own shipped checkpoint.")
 flags.DEFINE_float("finetune_seconds", place_lib.DEFAULT_FINETUNE_SECONDS,
                    "GO fine-tuning wall-clock budget (0: no fine-tuning).", lower_bound=0.0)
 flags.DEFINE_integer("finetune_updates", None, "Optional cap on fine-tuning updates.",
@@ -87,12 +93,13 @@ def main(argv: Sequence[str]) -> None:
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
                          device_spec=FLAGS.device_spec)
   _as_flag_error("topology", harness.parse_topology, FLAGS.topology)
-  if FLAGS.checkpoint != place_lib.NO_CHECKPOINT:
+  if FLAGS.checkpoint and FLAGS.checkpoint != place_lib.NO_CHECKPOINT:
     _as_flag_error("checkpoint", pretrained.load_config, FLAGS.checkpoint)
   try:
     result = place_lib.place(
         graph, FLAGS.topology, objective=FLAGS.objective, seed=FLAGS.seed,
-        checkpoint=FLAGS.checkpoint, finetune_seconds=FLAGS.finetune_seconds,
+        method=None if FLAGS.method == "none" else FLAGS.method,
+        checkpoint=FLAGS.checkpoint or None, finetune_seconds=FLAGS.finetune_seconds,
         finetune_updates=FLAGS.finetune_updates, learning_rate=FLAGS.learning_rate,
         samples=FLAGS.samples, baselines=FLAGS.baselines, brkga_budget=FLAGS.brkga_budget,
         max_nodes=FLAGS.max_nodes, graph_spec=FLAGS.graph)

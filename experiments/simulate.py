@@ -46,8 +46,9 @@ flags.DEFINE_string("topology", "nvlink4", cli.topology_help(
 flags.DEFINE_float("mem_capacity", None, "Per-device memory capacity in bytes, overriding the "
                    "topology's (e.g. 8e9; 'inf' for unbounded).", lower_bound=0.0)
 flags.DEFINE_string("placement", "round_robin",
-                    f"Placement: one of {sorted(placements.PLACEMENTS)} or an (N,) int array "
-                    "saved with numpy.save ('npy:<path>' or '<path>.npy').")
+                    "Placement: a registered placement or joint method, one of "
+                    f"{sorted(placements.placement_names())}, or an (N,) int array saved with "
+                    "numpy.save ('npy:<path>' or '<path>.npy').")
 flags.DEFINE_string("priority", "critical_path",
                     f"Priority (higher runs first): one of {sorted(placements.PRIORITIES)} or an "
                     "(N,) float array saved with numpy.save ('npy:<path>' or '<path>.npy').")

@@ -1,4 +1,4 @@
-"""The evaluation harness (DESIGN section 7): methods x graphs x topologies x seeds -> tables.
+"""The evaluation harness (design.md section 7): methods x graphs x topologies x seeds -> tables.
 
   rows = harness.run(config, out="results/evaluate")   # config: see DEFAULTS
 

@@ -1,4 +1,4 @@
-"""Objectives and bounds (DESIGN section 5): what every method minimises and how far off it is.
+"""Objectives and bounds (design.md section 5): what every method minimises and how far off it is.
 
 An objective turns simulator results into one number per action, lower is better:
 `makespan`, or `peak_memory` (max over devices). Infeasible actions (some device over its

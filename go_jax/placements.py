@@ -1,7 +1,7 @@
 """Placements and priorities by name, as the launchers take them (go-jax-simulate's --placement).
 
 A placement gives each op a device id in [0, D); a priority gives each op a float, higher runs
-first when several ops are ready on one device (DESIGN section 2 "Actions", section 4 rule 5).
+first when several ops are ready on one device (design.md section 2 "Actions", section 4 rule 5).
 
 Placement names are the registered placement and joint methods of `go_jax.methods` (the one
 registry: "single", "random", "round_robin", "expert", "heft", "metis", "brkga", "go", ...),

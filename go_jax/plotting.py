@@ -1,7 +1,7 @@
 """Figures of simulated schedules and method comparisons (matplotlib, Agg, no pyplot state).
 
 `plot_schedule` draws what `simulator.reference_simulate` computed for one action: a Gantt chart
-with, per device, one row of ops and one row of its outgoing send channel (DESIGN section 4 rule 3:
+with, per device, one row of ops and one row of its outgoing send channel (design.md 4, rule 3:
 transfers leave a device one at a time), and below it the memory in use on every device over time
 against its capacity (rule 7). It is the picture to look at when a placement is slow or runs out
 of memory: idle gaps, a saturated send channel and the moment a device overflows are all visible.

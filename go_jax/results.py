@@ -38,8 +38,8 @@ COLUMNS = (
     "method", "label", "stage", "method_kind", "graph", "graph_name", "nodes", "edges",
     "topology", "preset", "devices", "mem_capacity", "mem_capacities", "mem_reference", "seed",
     "objective_kind", "budget", "budget_seconds", "placement_from", "objective", "makespan",
-    "peak_memory", "feasible", "reason", "lower_bound", "gap", "search_seconds", "evaluations", "updates",
-    "resimulated_objective", "agrees", "error")
+    "peak_memory", "feasible", "reason", "lower_bound", "gap", "search_seconds", "evaluations",
+    "updates", "resimulated_objective", "agrees", "error")
 # A row's identity within a results folder (label: the method's name in the tables).
 KEY_FIELDS = ("label", "graph", "topology", "seed", "objective_kind", "stage")
 

@@ -1,6 +1,6 @@
 """go-jax simulator: graph IR, device topologies, graph sources and the simulators.
 
-Depends on JAX and numpy only (DESIGN section 1); never imports go_jax.
+Depends on JAX and numpy only (docs/design.md section 1); never imports go_jax.
 """
 
 from simulator.graph import CompGraph

@@ -1,6 +1,6 @@
 """CompGraph: the host-side, validated intermediate representation of a computation graph.
 
-One op per node and one output tensor per op (DESIGN section 2). Every front end (synthetic
+One op per node and one output tensor per op (docs/design.md section 2). Every front end (synthetic
 generators, profile importers, the JAX/HLO front end) produces a CompGraph; every optimizer and
 the simulators consume one. Construction validates eagerly so that bad input fails here with a
 message naming the node, edge or field, never later inside a jitted simulator.

@@ -1,4 +1,4 @@
-"""The op-type vocabulary shared by every graph front end (DESIGN section 2, field `op_type`).
+"""The op-type vocabulary shared by every graph front end (design.md section 2, field `op_type`).
 
 A CompGraph stores one small integer per op; policies embed it, heuristics may key on it. All
 front ends (synthetic generators, the PipeDream and Piper importers, the XLA HLO front end) map

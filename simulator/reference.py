@@ -1,4 +1,4 @@
-"""reference_simulate: plain-Python, float64, heap-based simulator of DESIGN section 4.
+"""reference_simulate: plain-Python, float64, heap-based simulator of docs/design.md section 4.
 
 It is the oracle of the differential tests and the speed baseline of the benchmark, so it follows
 the normative rules literally and is as efficient as a single-threaded event simulator should be:

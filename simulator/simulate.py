@@ -1,7 +1,7 @@
-"""simulate: the jit-compiled, batched event-driven simulator of DESIGN section 4.
+"""simulate: the jit-compiled, batched event-driven simulator of docs/design.md section 4.
 
 One `lax.while_loop` over commits, vmapped over B (placement, priority) pairs. The per-commit
-work is what decides the speed (DESIGN section 4, implementation notes), so no step touches all
+work is what decides the speed (design.md section 4, implementation notes), so no step touches all
 N ops:
 
 * Each device keeps a shallow, wide min-tree (A-ary, L levels, A**L >= Np) over the ops sorted by

@@ -1,4 +1,4 @@
-"""Keeps the Bazel BUILD file in sync with the tree (DESIGN.md section 1).
+"""Keeps the Bazel BUILD file in sync with the tree (docs/design.md section 1).
 
 BUILD is Starlark, a subset of Python: it is executed here with stub rules (py_library, py_binary,
 py_test, ...) that record their arguments, then compared with the files on disk:

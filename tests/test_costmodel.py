@@ -1,7 +1,7 @@
 """Cost model: device specs, roofline by hand, op classes from HLO, calibration, and the
 validation experiment (experiments/cost_model_validation.py) and its launcher.
 
-Timings are never asserted (DESIGN section 8): the calibration test only checks that a tiny fit
+Timings are never asserted (design.md section 8): the calibration test only checks that a tiny fit
 gives finite positive numbers, and the launcher test that the files are written.
 """
 

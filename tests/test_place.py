@@ -88,7 +88,7 @@ def test_load_graph_arg_npz(tmp_path):
 
 
 def test_load_graph_arg_bare_pipedream_name(shared_data):
-  del shared_data  # skips the test where ../shared/data is absent
+  del shared_data  # the package data (simulator/data)
   _same_graph(place_lib.load_graph_arg("alexnet"), sources.load_graph("pipedream:alexnet"))
 
 
@@ -396,3 +396,19 @@ def test_launcher_rejects_bad_graph():
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0
   assert "--graph=no_such_model: unknown graph name" in proc.stderr
+
+
+def test_launcher_method_none_runs_only_the_baselines(tmp_path):
+  """--method=none: the baselines alone (no policy is loaded or compiled)."""
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  out = str(tmp_path / "out")
+  proc = subprocess.run([sys.executable, "-m", "experiments.place", f"--graph={GRAPH}",
+                         "--topology=nvlink2", "--method=none", "--baselines=heft,m_sct",
+                         "--noplots", f"--out={out}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "| heft |" in proc.stdout and "| m_sct |" in proc.stdout
+  assert "| go " not in proc.stdout
+  with open(os.path.join(out, "results.json")) as fh:
+    data = json.load(fh)
+  assert data["rows"] and all(not r["label"].startswith("go") for r in data["rows"])

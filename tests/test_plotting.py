@@ -13,7 +13,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def diamond():
-  """DESIGN section 4 worked example: a->b, a->c, b->d, c->d; costs 1, 2, 3, 1; outputs 1 B."""
+  """design.md section 4 worked example: a->b, a->c, b->d, c->d; costs 1, 2, 3, 1; outputs 1 B."""
   return CompGraph(cost=[1.0, 2.0, 3.0, 1.0], senders=[0, 0, 1, 2], receivers=[1, 2, 3, 3],
                    out_bytes=[1.0] * 4, name="diamond", node_names=["a", "b", "c", "d"])
 

@@ -1,4 +1,4 @@
-"""The method registry (DESIGN section 7): every placement / scheduling method behind one call.
+"""The method registry (design.md section 7): every placement / scheduling method behind one call.
 
   sol = solve("heft", graph, topology, objective="makespan", seed=0, budget=None, **overrides)
 

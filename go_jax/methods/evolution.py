@@ -312,15 +312,14 @@ def brkga(problem: Problem, config) -> Proposal:
 
 def seed_proposals(problem: Problem, names) -> Dict[str, Proposal]:
   """Host-side answers of the registered methods `names` on `problem` (their defaults)."""
-  registry.available()  # every built-in method registered (a no-op once done)
+  choices = sorted(k for k in registry.available(kinds=("placement", "joint"))
+                   if k not in ("brkga", "brkga_seeded"))
   out = {}
   for name in names:
-    spec = registry.METHODS.get(name)
-    if spec is None or spec.kind == "schedule" or name in ("brkga", "brkga_seeded"):
-      choices = sorted(k for k, v in registry.METHODS.items()
-                       if v.kind != "schedule" and k not in ("brkga", "brkga_seeded"))
+    if name not in choices:
       raise ValueError(f"brkga_seeded: seed method {name!r} is not a registered placement or "
                        f"joint method; choices: {choices}")
+    spec = registry.get(name)
     sub = Problem(problem.graph, problem.topology, problem.objective, problem.seed, None, None)
     out[name] = spec.fn(sub, dict(spec.defaults))
   return out

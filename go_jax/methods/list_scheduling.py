@@ -1,7 +1,7 @@
 """Memory-aware list-scheduling placements: HEFT and Baechi's m-TOPO, m-ETF and m-SCT.
 
 Each method builds its own estimated schedule of the graph on the topology (durations from
-rule 2 of DESIGN section 4, a transfer of `latency + out_bytes / bandwidth` between different
+rule 2 of design.md section 4, a transfer of `latency + out_bytes / bandwidth` between different
 devices, no send-channel contention), keeps the placement and turns its order into a priority;
 `solve` then re-simulates the proposal exactly, so only the placement and the priority matter.
 
@@ -17,7 +17,7 @@ Memory models (option `memory_model`, shared by all four; `mem_fraction` scales 
 the methods plan with):
 
   "live" (the default of HEFT, m-ETF and m-SCT; an option of m-TOPO, see m_topo): each
-    device's planned memory over time, by the live intervals of DESIGN section 4 rule 7
+    device's planned memory over time, by the live intervals of docs/design.md section 4 rule 7
     applied to the method's own schedule: `param_bytes` for the whole step; an op's output
     from its planned start until its last consumer on that device finishes and its transfers
     arrive (held open, i.e. to the end of the step, while some consumer is not yet placed,

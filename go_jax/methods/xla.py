@@ -1,4 +1,4 @@
-"""XLA's own schedule as a scheduling baseline (DESIGN section 7): the method `xla_order`.
+"""XLA's own schedule as a scheduling baseline (docs/design.md section 7): the method `xla_order`.
 
 A graph built from a post-optimisation HLO module (`simulator.from_jax(fn, *args,
 stage="post")`) numbers its nodes in the order of the ENTRY computation's instructions, and a

@@ -1,4 +1,4 @@
-"""The contract between graph features, policy networks and training (GO / GDP, DESIGN section 7).
+"""The contract between graph features, policy networks and training (GO/GDP, design.md 7).
 
 Features are built on the host (numpy) from a CompGraph and padded to a size bucket, so every
 graph of a bucket reuses one compiled policy; a batch of graphs is these structs stacked on a

@@ -1,4 +1,4 @@
-"""PPO training of GO-style policies (DESIGN sections 7-8): setup, the jitted update, the loop.
+"""PPO training of GO-style policies (design.md sections 7-8): setup, the jitted update, the loop.
 
   from go_jax import training
   result = training.train(config, workdir)                 # experiments/train.py calls this
@@ -21,5 +21,5 @@ from go_jax.training.ppo import (HParams, Policy, TrainState, Trainer, make_trai
 from go_jax.training.rollout import ADVANTAGES, TASKS
 
 __all__ = ["train", "finetune", "zero_shot", "ZeroShotResult", "build_instances", "summarize",
-           "load_pretrained", "make_train", "policy_from_config", "HParams", "Policy", "TrainState", "Trainer",
-           "TrainResult", "FinetuneResult", "TASKS", "ADVANTAGES"]
+           "load_pretrained", "make_train", "policy_from_config", "HParams", "Policy",
+           "TrainState", "Trainer", "TrainResult", "FinetuneResult", "TASKS", "ADVANTAGES"]

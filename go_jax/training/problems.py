@@ -9,7 +9,7 @@ stacked on a leading instance axis I so that an update can gather any G of them 
   1, no overhead, infinite memory) that the policy never picks (its device mask excludes them):
   such a device never commits an op, never receives a transfer and holds no memory, so the
   simulated result is exactly that of the real topology;
-* the objective's upper bound (infeasible actions score `ub * (1 + overflow)`, DESIGN section 5)
+* the objective's upper bound (infeasible actions score `ub * (1 + overflow)`, design.md section 5)
   and the reference objective of a fast baseline (`config.reference`, default HEFT), which
   normalises rewards per graph as GO does: reward = -sqrt(objective / reference);
 * the fixed halves of the action for tasks that learn only one of them: the critical-path

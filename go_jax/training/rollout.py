@@ -14,7 +14,7 @@ decisions that reach the simulator are counted:
   `problems`), higher runs first.
 
 Rewards are GO's per-graph normalisation, -sqrt(objective / reference), with infeasible actions
-scored above every feasible one by the objective itself (DESIGN section 5).
+scored above every feasible one by the objective itself (docs/design.md section 5).
 """
 
 from __future__ import annotations

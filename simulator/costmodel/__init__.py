@@ -1,6 +1,6 @@
 """Roofline cost model: device specs, per-op durations, calibration on the local machine.
 
-DESIGN section 6 ("Costs"): where a graph source has no measured op times (the JAX/HLO front
+docs/design.md section 6 ("Costs"): where a graph source has no measured op times (the JAX/HLO front
 end), an op's cost is a roofline, max(flops / (eff_f * peak), bytes / (eff_b * bandwidth)) +
 launch overhead, with per-op-class efficiencies calibrated on the local machine and validated
 against whole-program measured step time (the experiment experiments/cost_model_validation.py,

@@ -1,4 +1,4 @@
-"""Device specifications for the roofline cost model (DESIGN section 6, "Costs").
+"""Device specifications for the roofline cost model (docs/design.md section 6, "Costs").
 
 A `DeviceSpec` holds the few numbers a roofline needs: peak arithmetic throughput per dtype,
 memory bandwidth, a per-op launch overhead and the memory capacity. The registry covers the

@@ -1,4 +1,4 @@
-"""Roofline op durations and `apply_cost_model` (DESIGN section 6, "Costs").
+"""Roofline op durations and `apply_cost_model` (docs/design.md section 6, "Costs").
 
     duration = max(flops' / (eff_flops[c] * peak[dtype]), bytes / (eff_bytes[c] * bandwidth))
                / speedup(partitions) + overhead[c]

@@ -1,4 +1,4 @@
-"""Front ends that turn programs into CompGraphs (DESIGN section 6): JAX/XLA HLO, and XLA's own
+"""Front ends that turn programs into CompGraphs (design.md section 6): JAX/XLA HLO, and XLA's own
 schedule and fusion groups read from the optimised module as baselines.
 
 The front end parses (HLO -> CompGraph / HloGraph with flops and bytes, `cost` 0); it never

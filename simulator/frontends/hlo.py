@@ -1,4 +1,4 @@
-"""JAX -> XLA HLO text -> CompGraph (DESIGN section 6, "simulator/frontends").
+"""JAX -> XLA HLO text -> CompGraph (docs/design.md section 6, "simulator/frontends").
 
 Why: placement methods should be scored on real programs, both as XLA first sees them ("pre":
 `jax.jit(fn).lower(*args).as_text(dialect="hlo", debug_info=True)`) and after XLA's passes

@@ -1,4 +1,4 @@
-"""XLA's own schedule and fusion, read from its optimised module, as baselines (DESIGN section 6).
+"""XLA's own schedule and fusion, read from its optimised module, as baselines (design.md 6).
 
 Why: a learned or searched schedule / fusion should be compared with what XLA itself does on
 the same program. Both are read from the post-optimisation HLO (`from_jax_full(fn, *args,

@@ -1,4 +1,4 @@
-"""Graph sources: one parser from a short text to a CompGraph (DESIGN section 6).
+"""Graph sources: one parser from a short text to a CompGraph (docs/design.md section 6).
 
 `load_graph(text)` is the graph argument of every launcher and config. It accepts:
   * a source spec `kind:arg,key=value,...`:

@@ -1,4 +1,4 @@
-"""JAX programs as graphs: the front end and the cost model composed (DESIGN section 6).
+"""JAX programs as graphs: the front end and the cost model composed (docs/design.md section 6).
 
 The JAX/HLO front end (`simulator.frontends`) parses a program into a CompGraph with flops and
 bytes but no cost; the cost model (`simulator.costmodel`) costs a parsed graph on a device. Neither

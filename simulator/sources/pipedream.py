@@ -14,7 +14,7 @@ P are bytes; A may be a list "[a; b; c]" for modules returning several tensors a
 forward time includes data loading and is zeroed (README caveat).
 
 A training graph models one step of the profiled batch under the simulator's memory rules
-(DESIGN section 4 rule 7): a forward op F_u and, for layers with backward work or weights, a
+(docs/design.md section 4 rule 7): a forward op F_u and, for layers with backward work or weights, a
 backward op B_u; see `training_graph` for the edges and sizes.
 """
 
@@ -150,7 +150,7 @@ def parse_pipedream(path: str) -> Profile:
 
 
 def pipedream_models(root: Optional[str] = None) -> Dict[str, str]:
-  """Model name -> graph.txt path for the profiles under `root` (default: the package data, `datafiles.data_root()`)."""
+  """Model name -> graph.txt path for the profiles under `root` (default: the package data)."""
   root = datafiles.data_root() if root is None else root
   pattern = os.path.join(root, "pipedream", "profiler", "*", "profiles", "*", "graph.txt")
   return {os.path.basename(os.path.dirname(p)): p for p in sorted(glob.glob(pattern))}

@@ -52,7 +52,7 @@ _VARIANT_ALIASES = {"recomp": "activation recomp", "activation_recomp": "activat
 
 
 def piper_models(root: Optional[str] = None) -> Dict[str, str]:
-  """Model name -> JSON path for the Piper inputs under `root` (default: the package data, `datafiles.data_root()`)."""
+  """Model name -> JSON path for the Piper inputs under `root` (default: the package data)."""
   root = datafiles.data_root() if root is None else root
   pattern = os.path.join(root, "piper", "inputs", "*.json")
   return {os.path.splitext(os.path.basename(p))[0]: p for p in sorted(glob.glob(pattern))}

@@ -1,11 +1,11 @@
 """Synthetic computation graphs: random layered DAGs, REGAL-style graphs, chains, series-parallel.
 
 Every generator is deterministic per seed (one `numpy.random.Generator` per call) and returns a
-validated CompGraph with all per-op fields filled (DESIGN section 2):
+validated CompGraph with all per-op fields filled (docs/design.md section 2):
 
   - cost: seconds, log-uniform over [1e-5, 1e-2] s (a few microseconds of launch overhead up to
     a large convolution), or small integers (1..10) when `integer_costs=True`. Integer graphs let
-    the jitted simulator and the float64 reference agree exactly (DESIGN section 3).
+    the jitted simulator and the float64 reference agree exactly (docs/design.md section 3).
   - out_bytes: log-uniform over [4 KiB, 64 MiB], rounded to whole fp32 words; integers 1..10
     when `integer_costs=True`.
   - param_bytes: non-zero only for ops with weights (conv, dot, norm, embedding): log-uniform

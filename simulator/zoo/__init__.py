@@ -1,4 +1,4 @@
-"""Model zoo: training steps of the models the device-placement papers optimized (DESIGN section 6).
+"""Model zoo: training steps of the models the device-placement papers optimized (design.md 6).
 
 Each entry builds one *training step* (forward, backward, optax update) of a Flax model defined in
 this package, with random initialisation and synthetic batches (nothing is downloaded). The step
