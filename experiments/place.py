@@ -2,8 +2,8 @@ r"""Places one graph on one topology with GO and the fast baselines and compares
 
 The `go-jax-place` command, a thin launcher over `go_jax.place`: GO zero-shot from a pretrained
 checkpoint (greedy and best of K), GO fine-tuned for a wall-clock budget, and the baselines
-(heft, m_etf, m_sct, metis, expert, brkga); every action re-simulated. Prints the comparison
-table and which method won (or that no method found a feasible placement, and the memory the
+(heft, m_etf, m_sct, metis, expert, brkga, brkga_seeded); every action re-simulated. Prints
+the comparison table and which method won (or that no method found a feasible placement, and the memory the
 least demanding one needs), and writes to --out: results.json / results.csv (the rows, in the
 format of go-jax-evaluate, and the settings), results.md (the table), placement.npz (the best
 placement and priority and GO's, on the original nodes when the graph was coarsened),
@@ -64,7 +64,7 @@ flags.DEFINE_integer("samples", None, "K, actions sampled per update (default: t
 flags.DEFINE_list("baselines", list(place_lib.DEFAULT_BASELINES),
                   "Baseline methods (go_jax.methods); unregistered ones are skipped.")
 flags.DEFINE_integer("brkga_budget", place_lib.DEFAULT_BRKGA_BUDGET,
-                     "Simulator evaluations of brkga.", lower_bound=1)
+                     "Simulator evaluations of brkga and brkga_seeded.", lower_bound=1)
 flags.DEFINE_integer("max_nodes", place_lib.DEFAULT_MAX_NODES,
                      "Graphs with more nodes are coarsened to this many.", lower_bound=2)
 flags.DEFINE_string("device_spec", place_lib.DEFAULT_DEVICE_SPEC,

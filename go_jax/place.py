@@ -53,7 +53,8 @@ LAUNCHER = "place"
 DEFAULT_GRAPH = "layered:n=300,width=16,seed=0"
 DEFAULT_TOPOLOGY = "nvlink4@mem=0.6x"
 DEFAULT_METHOD = "go_hint"  # the learned method GO's rows come from
-DEFAULT_BASELINES = ("heft", "m_etf", "m_sct", "metis", "expert", "brkga")
+DEFAULT_BASELINES = ("heft", "m_etf", "m_sct", "metis", "expert", "brkga", "brkga_seeded")
+BRKGA_METHODS = ("brkga", "brkga_seeded")  # take brkga_budget as their evaluations
 DEFAULT_MAX_NODES = 2000
 DEFAULT_FINETUNE_SECONDS = 60.0
 DEFAULT_BRKGA_BUDGET = 5000
@@ -215,7 +216,7 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
     finetune_updates: optional cap on fine-tuning updates (None: the time budget decides).
     learning_rate, samples: fine-tuning learning rate and K (None: the checkpoint's K).
     baselines: method names; ones not registered (e.g. metis without pymetis) are skipped.
-    brkga_budget: simulator evaluations of brkga.
+    brkga_budget: simulator evaluations of brkga and brkga_seeded.
     max_nodes: graphs above this many nodes are coarsened to it.
     graph_spec: the text the graph came from (recorded in the settings).
   """
@@ -285,7 +286,7 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
                    _since(t0))
   errors = {}
   for name in baselines:
-    opts = {"evaluations": int(brkga_budget)} if name == "brkga" else {}
+    opts = {"evaluations": int(brkga_budget)} if name in BRKGA_METHODS else {}
     try:
       data, answers = harness.run_cell(cell(name, **opts), inst)
     except ValueError as e:  # the method refuses the instance: one line in the header

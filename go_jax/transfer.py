@@ -30,6 +30,7 @@ from absl import logging
 from scipy import stats as scipy_stats
 
 from go_jax import harness, methods, objectives, pretrained, results, training
+from go_jax.place import BRKGA_METHODS
 
 LAUNCHER = "transfer"
 JSON_NAME, CSV_NAME, MD_NAME = results.JSON_NAME, results.CSV_NAME, results.MD_NAME
@@ -118,7 +119,8 @@ def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
     for topo in cfg["topologies"]:
       common = (graph, topo, int(cfg["seed"]), cfg["objective"])
       for name in baselines:
-        opts = (("evaluations", int(cfg["brkga_budget"])),) if name == "brkga" else ()
+        opts = ((("evaluations", int(cfg["brkga_budget"])),) if name in BRKGA_METHODS
+                else ())
         cells.append(harness.Cell(name, *common, options=opts))
       for row in cfg["rows"]:
         budget = float(cfg["finetune_seconds"].get(row, cfg["finetune_seconds"]["default"]))
