@@ -320,7 +320,7 @@ def test_topology_object_is_a_spec(chain):
   assert parse_topology(spec) is spec
 
 
-@pytest.mark.parametrize("spec, match", [  # the messages tests/test_harness.py checks
+@pytest.mark.parametrize("spec, match", [  # the messages every launcher shows
     ("nope", "unknown preset 'nope'"),
     ("nvlink2@mem=abc", "'nvlink2@mem=abc'"),
     ("nvlink2@mem=-1x", "'nvlink2@mem=-1x'"),
