@@ -25,7 +25,7 @@ from absl import app, flags, logging
 
 import simulator
 from simulator import fileio, sources, topology_spec
-from go_jax import placements, plotting
+from go_jax import placements, plotting, results
 from experiments import cli
 
 FLAGS = flags.FLAGS
@@ -67,10 +67,6 @@ def _as_flag_error(flag: str, fn, *args):
 
 
 # ------------------------------------------------------------------ summary
-def _finite_or_none(x: float):
-  return float(x) if np.isfinite(x) else None
-
-
 def summarize(graph, topology, ref, makespan_simulate: float, setup: Dict[str, Any]
               ) -> Dict[str, Any]:
   """JSON-ready dict of the run: inputs, makespans, per-device load, transfers and memory."""
@@ -95,7 +91,7 @@ def summarize(graph, topology, ref, makespan_simulate: float, setup: Dict[str, A
       "bytes_sent": float(sent_bytes[k]),
       "send_busy_s": float(send_busy[k]),
       "peak_memory_bytes": float(peak[k]),
-      "mem_capacity_bytes": _finite_or_none(cap[k]),
+      "mem_capacity_bytes": results.finite(cap[k]),
       "oom": bool(peak[k] > cap[k]),
   } for k in range(d)]
   agree = bool(np.isclose(makespan_simulate, makespan, rtol=MAKESPAN_RTOL, atol=0.0))

@@ -36,11 +36,11 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from go_jax import harness, methods
+from go_jax import methods
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import logging as train_logging
 from go_jax.training import ppo
-from simulator import fileio, sources
+from simulator import fileio, sources, topology_spec
 from simulator.graph import CompGraph
 from simulator.topology import Topology
 
@@ -57,7 +57,7 @@ def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]
   graph_specs, topo_specs = list(config.graphs), list(config.topologies)
   if not graph_specs or not topo_specs:
     raise ValueError("config.graphs and config.topologies must be non-empty tuples of specs")
-  parsed = [harness.parse_topology(t) for t in topo_specs]
+  parsed = [topology_spec.parse_topology(t) for t in topo_specs]
   graphs, topos, names = [], [], []
   for spec in graph_specs:
     try:
@@ -66,7 +66,7 @@ def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]
       raise ValueError(f"config.graphs: {spec!r}: {e}") from e
     for tspec in parsed:
       graphs.append(graph)
-      topos.append(harness.make_topology(tspec, graph)[0])
+      topos.append(topology_spec.make_topology(tspec, graph)[0])
       names.append(f"{spec} @ {tspec.spec}")
   return graphs, topos, names
 
