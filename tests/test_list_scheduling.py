@@ -280,3 +280,20 @@ def test_bad_memory_options():
     solve("m_sct", g, topo, memory_model="peak")
   with pytest.raises(ValueError, match="priority"):
     solve("m_topo", g, topo, priority="level")
+
+
+@pytest.mark.parametrize("name", ["heft", "m_etf", "m_sct"])
+def test_auto_memory_model_falls_back_when_the_live_plan_overflows(name):
+  """PipeDream VGG-16 on nvlink4 at 0.6x: the live greedy fills device 0 with forward
+  activations kept for the backward pass and then fits no device; "auto" (the default) sees
+  its own plan overflow and uses the static count's plan, which is feasible."""
+  from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
+  graph = sources.load_graph("pipedream:vgg16")
+  topo = topology_spec.load_topology("nvlink4@mem=0.6x", graph)
+  live = solve(name, graph, topo, memory_model="live")
+  auto = solve(name, graph, topo)
+  assert not live.feasible and live.info["memory_model"] == "live"
+  assert auto.feasible and auto.info["memory_model"] == "static"
+  assert "overflowed" in auto.info["live_plan"]
+  static = solve(name, graph, topo, memory_model="static")
+  np.testing.assert_array_equal(auto.placement, static.placement)

@@ -16,7 +16,12 @@ devices, no send-channel contention), keeps the placement and turns its order in
 Memory models (option `memory_model`, shared by all four; `mem_fraction` scales the capacities
 the methods plan with):
 
-  "live" (the default of HEFT, m-ETF and m-SCT; an option of m-TOPO, see m_topo): each
+  "auto" (the default of HEFT, m-ETF and m-SCT): "live", unless the live plan overflows a
+    device by its own estimate, then "static" (see `_plan`). On PipeDream's layer-level
+    training graphs (VGG-16, Inception-v3 at 0.6x memory) the live greedy fills the first
+    device with forward activations that stay live until the backward pass and then finds no
+    device for later ops; the static count spreads ops from the start and fits.
+  "live" (an option of all four; see m_topo for why it is not m-TOPO's default): each
     device's planned memory over time, by the live intervals of docs/design.md section 4 rule 7
     applied to the method's own schedule: `param_bytes` for the whole step; an op's output
     from its planned start until its last consumer on that device finishes and its transfers
@@ -60,7 +65,7 @@ import numpy as np
 from go_jax import objectives, placements
 from go_jax.methods import Problem, Proposal, register
 
-MEMORY_MODELS = ("live", "static")
+MEMORY_MODELS = ("auto", "live", "static")
 _INF = math.inf
 
 
@@ -79,7 +84,7 @@ def _check_config(name: str, config) -> float:
   frac = float(config.get("mem_fraction", 1.0))
   if not (np.isfinite(frac) and frac > 0):
     raise ValueError(f"{name}: mem_fraction must be a finite number > 0, got {frac}")
-  model = config.get("memory_model", "live")
+  model = config.get("memory_model", "auto")
   if model not in MEMORY_MODELS:
     raise ValueError(f"{name}: memory_model must be one of {list(MEMORY_MODELS)}, got "
                      f"{model!r}")
@@ -87,11 +92,39 @@ def _check_config(name: str, config) -> float:
 
 
 def _memory(name: str, graph, topology, config):
-  """The memory model of `config` for method `name` (see the module docstring)."""
+  """The memory model of `config` for method `name` (see the module docstring); "auto" is
+  resolved by `_plan`, which calls this with "live" or "static"."""
   frac = _check_config(name, config)
-  if config.get("memory_model", "live") == "static":
+  if config.get("memory_model", "auto") == "static":
     return _StaticMemory(graph, topology, frac)
   return _LiveMemory(graph, topology, frac)
+
+
+def _plan(name: str, problem: Problem, config, run) -> Proposal:
+  """Runs `run(mem) -> (placement, priority, info)` under the config's memory model.
+
+  "auto" (the default of HEFT, m-ETF and m-SCT): the live model's plan, unless that plan cannot
+  fit (its own estimated peak overflows some device's scaled capacity: the greedy filled a
+  device early, e.g. with forward activations that live until the backward pass, and later
+  ops fit nowhere); then the static count's plan, which spreads ops from the start. Both plans
+  are the method's own; the simulator is not consulted.
+  """
+  g, topo = problem.graph, problem.topology
+  model = config.get("memory_model", "auto")
+  if model != "auto":
+    _check_config(name, config)
+    place, prio, info = run(_memory(name, g, topo, config))
+    return Proposal(place, prio, info=dict(info, memory_model=model))
+  place, prio, info = run(_memory(name, g, topo, dict(config, memory_model="live")))
+  cap = np.asarray(topo.mem_capacity, np.float64) * float(config.get("mem_fraction", 1.0))
+  peak = np.asarray(info["estimated_bytes"], np.float64)
+  if not np.any(peak > cap * (1 + 1e-9)):
+    return Proposal(place, prio, info=dict(info, memory_model="live"))
+  over = np.flatnonzero(peak > cap * (1 + 1e-9)).tolist()
+  place, prio, info = run(_memory(name, g, topo, dict(config, memory_model="static")))
+  return Proposal(place, prio, info=dict(
+      info, memory_model="static", live_plan=f"overflowed device(s) {over} by its own "
+      "estimate; the static count's plan is used"))
 
 
 class _MemoryBase:
@@ -399,7 +432,7 @@ def _insert_start(starts, finishes, ready: float, dur: float):
 
 @register("heft", "placement",
           "HEFT: upward-rank order, insertion-based earliest finish time, memory-aware",
-          mem_fraction=1.0, memory_model="live")
+          mem_fraction=1.0, memory_model="auto")
 def heft(problem: Problem, config) -> Proposal:
   """HEFT with colocation and the memory model of the module docstring.
 
@@ -410,44 +443,47 @@ def heft(problem: Problem, config) -> Proposal:
   """
   g, topo = problem.graph, problem.topology
   n, d = g.num_nodes, topo.num_devices
-  mem = _memory("heft", g, topo, config)
   rank = heft_rank(g, topo)
   topo_pos = np.empty(n, np.int64)
   topo_pos[g.topological_order()] = np.arange(n)
   order = np.lexsort((topo_pos, -rank)).tolist()
   dur = objectives.durations(g, topo).tolist()
   lat, inv_bw = topo.link_tables()
-  finish = np.zeros(n)
-  starts: List[List[float]] = [[] for _ in range(d)]
-  finishes: List[List[float]] = [[] for _ in range(d)]
-  every = list(range(d))
-  for j in order:
-    ready = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d).tolist()
-    bound = mem.bound_device(j)
-    allowed = [bound] if bound >= 0 else every
-    slots = {}  # device -> (start, list index) of the slots that fit
-    first = {}  # device -> its insertion slot, for the fallback
-    for e in allowed:
-      w = dur[j][e]
-      t, k = _insert_start(starts[e], finishes[e], ready[e], w)
-      first[e] = (t, t + w)
-      if bound >= 0 or mem.fits(j, e, t, t + w):
-        slots[e] = (t, k)
-      elif mem.releases and k < len(starts[e]):
-        t = max(ready[e], finishes[e][-1])
-        if mem.fits(j, e, t, t + w):
-          slots[e] = (t, len(starts[e]))
-    if not slots:
-      e = mem.choose_fallback(j, allowed, first)
-      slots[e] = _insert_start(starts[e], finishes[e], ready[e], dur[j][e])
-    end, e = min((t + dur[j][e], e) for e, (t, _) in slots.items())
-    t, k = slots[e]
-    starts[e].insert(k, t)
-    finishes[e].insert(k, end)
-    finish[j] = end
-    mem.commit(j, e, t, end)
-  info = dict(mem.info(), estimated_makespan=float(finish.max()))
-  return Proposal(mem.place.copy(), rank, info=info)
+
+  def run(mem):
+    finish = np.zeros(n)
+    starts: List[List[float]] = [[] for _ in range(d)]
+    finishes: List[List[float]] = [[] for _ in range(d)]
+    every = list(range(d))
+    for j in order:
+      ready = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d).tolist()
+      bound = mem.bound_device(j)
+      allowed = [bound] if bound >= 0 else every
+      slots = {}  # device -> (start, list index) of the slots that fit
+      first = {}  # device -> its insertion slot, for the fallback
+      for e in allowed:
+        w = dur[j][e]
+        t, k = _insert_start(starts[e], finishes[e], ready[e], w)
+        first[e] = (t, t + w)
+        if bound >= 0 or mem.fits(j, e, t, t + w):
+          slots[e] = (t, k)
+        elif mem.releases and k < len(starts[e]):
+          t = max(ready[e], finishes[e][-1])
+          if mem.fits(j, e, t, t + w):
+            slots[e] = (t, len(starts[e]))
+      if not slots:
+        e = mem.choose_fallback(j, allowed, first)
+        slots[e] = _insert_start(starts[e], finishes[e], ready[e], dur[j][e])
+      end, e = min((t + dur[j][e], e) for e, (t, _) in slots.items())
+      t, k = slots[e]
+      starts[e].insert(k, t)
+      finishes[e].insert(k, end)
+      finish[j] = end
+      mem.commit(j, e, t, end)
+    info = dict(mem.info(), estimated_makespan=float(finish.max()))
+    return mem.place.copy(), rank, info
+
+  return _plan("heft", problem, config, run)
 
 
 # ------------------------------------------------------------------ m-TOPO
@@ -690,12 +726,13 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
 
 @register("m_etf", "placement",
           "Baechi m-ETF: earliest-task-first list scheduling under device memory limits",
-          mem_fraction=1.0, memory_model="live")
+          mem_fraction=1.0, memory_model="auto")
 def m_etf(problem: Problem, config) -> Proposal:
   """Baechi's m-ETF; priority = its scheduling order (first scheduled runs first)."""
-  mem = _memory("m_etf", problem.graph, problem.topology, config)
-  place, order, info = _list_schedule(problem, mem, None)
-  return Proposal(place, _order_priority(order), info=info)
+  def run(mem):
+    place, order, info = _list_schedule(problem, mem, None)
+    return place, _order_priority(order), info
+  return _plan("m_etf", problem, config, run)
 
 
 # ------------------------------------------------------------------ m-SCT
@@ -775,7 +812,7 @@ def favourite_parents(graph, topology, time_limit: float = 60.0):
 
 @register("m_sct", "placement",
           "Baechi m-SCT: LP favourite children co-located, ETF list scheduling, memory-aware",
-          mem_fraction=1.0, memory_model="live", lp_time_limit=60.0)
+          mem_fraction=1.0, memory_model="auto", lp_time_limit=60.0)
 def m_sct(problem: Problem, config) -> Proposal:
   """Baechi's m-SCT: `favourite_parents` from the LP, then the m-ETF engine in which a
   favourite child ready when its parent finishes runs next on the parent's device (the edge the
@@ -785,11 +822,13 @@ def m_sct(problem: Problem, config) -> Proposal:
   fits) serialised too much: 18% worse than m-ETF on layered:n=1000,width=32 on nvlink8, where
   this rule is 6% better.
   """
-  mem = _memory("m_sct", problem.graph, problem.topology, config)
+  _check_config("m_sct", config)
   limit = float(config.get("lp_time_limit", 60.0))
   if not limit > 0:
     raise ValueError(f"m_sct: lp_time_limit must be > 0 seconds, got {limit}")
   fav, status = favourite_parents(problem.graph, problem.topology, limit)
-  place, order, info = _list_schedule(problem, mem, fav)
-  info = dict(info, lp=status, favourites=int((fav >= 0).sum()))
-  return Proposal(place, _order_priority(order), info=info)
+
+  def run(mem):
+    place, order, info = _list_schedule(problem, mem, fav)
+    return place, _order_priority(order), dict(info, lp=status, favourites=int((fav >= 0).sum()))
+  return _plan("m_sct", problem, config, run)
