@@ -3,8 +3,8 @@ r"""Places one graph on one topology with GO and the fast baselines and compares
 The `go-jax-place` command, a thin launcher over `go_jax.place`: GO zero-shot from a pretrained
 checkpoint (greedy and best of K), GO fine-tuned for a wall-clock budget, and the baselines
 (heft, m_etf, m_sct, metis, expert, brkga, brkga_seeded); every action re-simulated. Prints
-the comparison table and which method won (or that no method found a feasible placement, and the memory the
-least demanding one needs), and writes to --out: results.json / results.csv (the rows, in the
+the comparison table and which method won (or that no method found a feasible placement,
+and the memory the least demanding one needs), and writes to --out: results.json / results.csv (the rows, in the
 format of go-jax-evaluate, and the settings), results.md (the table), placement.npz (the best
 placement and priority and GO's, on the original nodes when the graph was coarsened),
 gantt_<method>.png (GO and the best baseline) and objective_bars.png (feasible methods). Where
@@ -27,7 +27,8 @@ from typing import Sequence
 
 from absl import app, flags, logging
 
-from go_jax import harness, pretrained, results
+from go_jax import pretrained, results
+from simulator import topology_spec
 from go_jax import place as place_lib
 from experiments import cli
 
@@ -92,7 +93,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(str(e)) from e
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
                          device_spec=FLAGS.device_spec)
-  _as_flag_error("topology", harness.parse_topology, FLAGS.topology)
+  _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)
   if FLAGS.checkpoint and FLAGS.checkpoint != place_lib.NO_CHECKPOINT:
     _as_flag_error("checkpoint", pretrained.load_config, FLAGS.checkpoint)
   try:

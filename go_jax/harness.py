@@ -65,7 +65,6 @@ DEFAULTS: Dict[str, Any] = {
     "plots": False,
     "fail_fast": False,
 }
-_finite = results.finite  # the package's one JSON-safe float (kept under its old name)
 
 
 # ------------------------------------------------------------------ cells
@@ -201,9 +200,6 @@ class Instances:
     return self._placements[key]
 
 
-_Instances = Instances  # the old private name
-
-
 def _topology_fields(spec: str) -> str:
   """The preset (or file, or 'custom') a topology spec names."""
   try:
@@ -235,14 +231,15 @@ class Answer:
 def _scored_row(row, graph, topo, footprint, scores, believed=None) -> Dict[str, Any]:
   cap = np.asarray(topo.mem_capacity, float)
   lb = row["lower_bound"]
+  finite = results.finite
   row.update(graph_name=graph.name, nodes=graph.num_nodes, edges=graph.num_edges,
-             devices=topo.num_devices, mem_capacity=_finite(cap.min()),
-             mem_capacities=[_finite(c) for c in cap.tolist()], mem_reference=_finite(footprint),
-             objective=_finite(scores["objective"]), makespan=_finite(scores["makespan"]),
-             peak_memory=_finite(np.max(scores["peak_memory"])),
+             devices=topo.num_devices, mem_capacity=finite(cap.min()),
+             mem_capacities=[finite(c) for c in cap.tolist()], mem_reference=finite(footprint),
+             objective=finite(scores["objective"]), makespan=finite(scores["makespan"]),
+             peak_memory=finite(np.max(scores["peak_memory"])),
              feasible=bool(scores["feasible"]),
-             gap=_finite(scores["objective"] / lb - 1.0) if lb and lb > 0 else None,
-             resimulated_objective=_finite(scores["objective"]),
+             gap=results.finite(scores["objective"] / lb - 1.0) if lb and lb > 0 else None,
+             resimulated_objective=results.finite(scores["objective"]),
              agrees=bool(believed is None or believed == scores["objective"]))
   if not row["feasible"] and not row.get("reason"):
     row["reason"] = results.infeasible_text(row)
@@ -263,7 +260,7 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
   stages = sol.info.get("stages") or []
   rows, answers = [], []
   base = _base_row(cell, cfg)
-  base.update(lower_bound=_finite(sol.lower_bound), evaluations=int(sol.evaluations))
+  base.update(lower_bound=results.finite(sol.lower_bound), evaluations=int(sol.evaluations))
   if not stages:
     scores = methods.evaluate(graph, topo, sol.placement, sol.priority, cell.objective)
     row = dict(base, search_seconds=float(sol.search_seconds), reason=sol.reason)
@@ -278,10 +275,10 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
     if stage.endswith(" of K") and sol.info.get("samples"):
       stage = stage[:-1] + str(sol.info["samples"])
     tuned = stage == "fine-tuned"
-    row = dict(base, stage=stage, search_seconds=_finite(st.get("seconds")),
+    row = dict(base, stage=stage, search_seconds=results.finite(st.get("seconds")),
                reason=sol.reason if st["stage"] == chosen else "",
                updates=sol.info.get("updates") if tuned else None,
-               budget_seconds=(_finite(dict(cell.options).get("finetune_seconds"))
+               budget_seconds=(results.finite(dict(cell.options).get("finetune_seconds"))
                                if tuned else None))
     rows.append(_scored_row(row, graph, topo, footprint, scores,
                             believed=sol.objective if st["stage"] == chosen else None))

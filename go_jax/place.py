@@ -46,7 +46,7 @@ from absl import logging
 import simulator
 from go_jax import harness, methods, objectives, plotting, pretrained, results
 from simulator import coarsen as coarsen_lib
-from simulator import fileio, sources
+from simulator import fileio, sources, topology_spec
 from simulator.graph import CompGraph
 
 LAUNCHER = "place"
@@ -93,12 +93,6 @@ def load_policy(checkpoint: str = pretrained.DEFAULT
     return pretrained.load_config(pretrained.DEFAULT), None, "none (fresh parameters)"
   config, params = pretrained.load(checkpoint)
   return config, params, checkpoint
-
-
-def go_config(config, **kwargs) -> ml_collections.ConfigDict:
-  """`go_jax.methods.learned.go_config` (kept here for old callers)."""
-  from go_jax.methods import learned  # pylint: disable=g-import-not-at-top
-  return learned.go_config(config, **kwargs)
 
 
 # ------------------------------------------------------------------ results
@@ -185,7 +179,7 @@ def _since(t0: float) -> str:
 
 def _topology_spec(topology) -> Tuple[str, Any]:
   """(text naming the topology, parsed spec) of a spec string or a Topology object."""
-  spec = harness.parse_topology(topology)
+  spec = topology_spec.parse_topology(topology)
   if isinstance(topology, simulator.Topology):
     return "custom", spec
   return spec.spec, spec
@@ -252,7 +246,7 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
     logging.info("coarsened %d -> %d nodes (%s) to solve (%s)", original.num_nodes,
                  graph.num_nodes, ", ".join(f"{s}: {m}" for s, m in coarse.steps), _since(t0))
   # Capacities from the graph given (a "0.6x" footprint is the user's graph's), not the coarse.
-  topo, footprint = harness.make_topology(tspec, original)
+  topo, footprint = topology_spec.make_topology(tspec, original)
   lb = float(objectives.get_objective(objective).lower_bound(graph, topo)["bound"])
   logging.info("instance: %r on %s (%d devices), %s lower bound %.6g (%s)", graph, topo_text,
                topo.num_devices, objective, lb, _since(t0))
@@ -479,6 +473,6 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
   return {k: os.path.abspath(v) for k, v in files.items()}
 
 
-__all__ = ["place", "load_graph_arg", "load_policy", "go_config", "PlaceResult", "Row",
+__all__ = ["place", "load_graph_arg", "load_policy", "PlaceResult", "Row",
            "markdown_table", "header", "verdict", "to_json", "write_outputs", "DEFAULT_GRAPH",
            "DEFAULT_TOPOLOGY", "DEFAULT_BASELINES", "DEFAULT_METHOD"]

@@ -105,15 +105,20 @@ def capacity_text(capacities) -> str:
   return ", ".join(f"{n} x {plotting.format_bytes(c)}" for c, n in groups.items())
 
 
+def _row_capacities(row: Mapping[str, Any]) -> list:
+  """A row's per-device capacities in bytes (JSON's None back to inf); the minimum alone for
+  rows that recorded only it."""
+  caps = row.get("mem_capacities") or [row.get("mem_capacity")]
+  return [math.inf if c is None else c for c in caps]
+
+
 def infeasible_text(row: Mapping[str, Any]) -> str:
   """'infeasible (needs X / capacity Y)' of an infeasible row: its peak device memory against
   the per-device capacity (the penalty objective is never shown)."""
   from go_jax import plotting  # pylint: disable=g-import-not-at-top
   need = row.get("peak_memory")
-  caps = row.get("mem_capacities")
-  cap = (capacity_text([math.inf if c is None else c for c in caps]) if caps
-         else plotting.format_bytes(math.inf if row.get("mem_capacity") is None
-                                    else row["mem_capacity"]))
+  caps = _row_capacities(row)
+  cap = capacity_text(caps) if row.get("mem_capacities") else plotting.format_bytes(caps[0])
   return (f"infeasible (needs {plotting.format_bytes(need) if need is not None else '?'} / "
           f"capacity {cap})")
 
@@ -136,8 +141,7 @@ def no_feasible_text(rows: Sequence[Mapping[str, Any]]) -> Optional[str]:
     return None
   best = min(ran, key=lambda r: r["objective"])  # infeasible objectives grow with overflow
   from go_jax import plotting  # pylint: disable=g-import-not-at-top
-  caps = best.get("mem_capacities") or [best.get("mem_capacity")]
-  caps = [math.inf if c is None else c for c in caps]
+  caps = _row_capacities(best)
   return (f"no method found a feasible placement: the least memory any needs is "
           f"{plotting.format_bytes(best['peak_memory'])} on its fullest device ({row_name(best)}), "
           f"against a capacity of {capacity_text(caps)} per device")

@@ -31,6 +31,7 @@ from scipy import stats as scipy_stats
 
 from go_jax import harness, methods, objectives, pretrained, results, training
 from go_jax.place import BRKGA_METHODS
+from simulator import topology_spec
 
 LAUNCHER = "transfer"
 JSON_NAME, CSV_NAME, MD_NAME = results.JSON_NAME, results.CSV_NAME, results.MD_NAME
@@ -97,7 +98,7 @@ def settings(config) -> Dict[str, Any]:
   if "default" not in cfg["finetune_seconds"]:
     raise ValueError("transfer config: finetune_seconds needs a 'default' entry")
   for spec in cfg["topologies"]:
-    harness.parse_topology(spec)
+    topology_spec.parse_topology(spec)
   objectives.get_objective(cfg["objective"])
   unknown = [r for r in cfg["rows"] if r not in ROWS]
   if unknown:

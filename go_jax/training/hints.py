@@ -58,12 +58,17 @@ def hint_solution(name: str, graph, topology, objective: str = "makespan", *,
   solutions too (the training set's reference, e.g. HEFT) solves each method once.
   """
   solved = {} if solved is None else solved
-  sols = []
-  for m in hint_methods(name):
-    if m not in solved:
-      solved[m] = methods.solve(m, graph, topology, objective=objective)
-    sols.append(solved[m])
+  sols = [solve_once(m, graph, topology, objective, solved) for m in hint_methods(name)]
   return min(sols, key=lambda s: s.objective)
+
+
+def solve_once(method: str, graph, topology, objective: str,
+               solved: Dict[str, methods.Solution]) -> methods.Solution:
+  """`methods.solve(method, graph, topology, objective=objective)`, computed once per
+  instance: `solved` holds the instance's solutions by method name (read and filled in)."""
+  if method not in solved:
+    solved[method] = methods.solve(method, graph, topology, objective=objective)
+  return solved[method]
 
 
 def priority_tiebreak(priority: np.ndarray) -> np.ndarray:

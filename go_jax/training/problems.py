@@ -120,20 +120,11 @@ def _reference(graph, topology, objective: str, method: str, placement, name: st
     value = methods.solve(method, graph, topology, objective=objective,
                           placement=placement).objective
   else:
-    value = _solve_once(method, graph, topology, objective, solved).objective
+    value = hints.solve_once(method, graph, topology, objective, solved).objective
   if not (np.isfinite(value) and value > 0):
     raise ValueError(f"instance {name}: reference objective of '{method}' is {value}; rewards "
                      "are normalised by it, so it must be finite and > 0 (a graph of zero cost?)")
   return float(value)
-
-
-def _solve_once(method: str, graph, topology, objective: str,
-                solved: Dict[str, methods.Solution]) -> methods.Solution:
-  """`methods.solve(method, graph, topology, objective=objective)`, computed once per
-  instance: `solved` holds the instance's solutions by method name."""
-  if method not in solved:
-    solved[method] = methods.solve(method, graph, topology, objective=objective)
-  return solved[method]
 
 
 def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], *,
@@ -198,7 +189,7 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
                  features(g, t, np_, ep, hint_placement=hint_place))
     fixed = np.zeros(n, np.int64)
     if fixed_placement is not None:
-      fixed = _solve_once(fixed_placement, g, t, objective, solved).placement
+      fixed = hints.solve_once(fixed_placement, g, t, objective, solved).placement
     ub.append(obj.upper_bound(g, t))
     ref.append(_reference(g, t, objective, reference, fixed, name, solved))
     lb.append(obj.lower_bound(g, t)["bound"])
