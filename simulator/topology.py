@@ -361,5 +361,19 @@ for _h in (2, 4):
                   f"{_h} DGX-1V hosts x 8 V100-SXM2-32GB (NVLink inside), EDR InfiniBand "
                   "12.5 GB/s between hosts")(lambda _h=_h: _dgx1v_hosts(_h, _IB_EDR, _IB_LATENCY))
 
+def _v100_hosts(hosts: int, per_host: int, network_bandwidth: float,
+                network_latency: float) -> Topology:
+  """`hosts` hosts of `per_host` V100s, all-to-all NVLink inside a host, a network between."""
+  n = hosts * per_host
+  bw, lat = grouped_links(n, (LinkLevel(blocks(n, per_host), _NVLINK, 10 * US, "nvlink"),),
+                          (network_bandwidth, network_latency))
+  return Topology.create(np.ones(n), np.full(n, 5 * US), np.full(n, _V100_MEM), bw, lat)
+
+
+# A multi-host cluster within a learned policy's 8 devices (the GO policies serve at most 8).
+register_preset("v100_2x4_ib", "2 hosts x 4 V100-SXM2-32GB (NVLink 25 GB/s inside), EDR "
+                "InfiniBand 12.5 GB/s between hosts")(
+                    lambda: _v100_hosts(2, 4, _IB_EDR, _IB_LATENCY))
+
 register_preset("dgx1v_2x8_eth", "2 DGX-1V hosts x 8 V100-SXM2-32GB (NVLink inside), 25GbE "
                 "3.125 GB/s between hosts")(lambda: _dgx1v_hosts(2, _ETH_25G, _ETH_LATENCY))

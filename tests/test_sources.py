@@ -581,3 +581,39 @@ def test_module_function_from_its_own_folder_without_pythonpath(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   nodes, costed, name = proc.stdout.split()
   assert int(nodes) >= 2 and costed == "True" and name == "helper_chain"
+
+
+def test_coarsen_option_works_for_every_form():
+  from simulator import coarsen  # pylint: disable=g-import-not-at-top
+  full = load_graph("series_parallel:n=60,seed=2")
+  coarse = load_graph("series_parallel:n=60,seed=2,coarsen=20")
+  assert coarse.num_nodes <= 20 and coarse.name.endswith("@coarse20")
+  assert coarse.num_nodes == coarsen.coarsen(full, 20).graph.num_nodes
+  np.testing.assert_allclose(coarse.cost.sum(), full.cost.sum())
+  # a graph already within the limit comes back unchanged; bare names take it too
+  assert load_graph("pipedream:alexnet,coarsen=512").num_nodes == 41
+  assert load_graph("alexnet,coarsen=20").num_nodes <= 20
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("chain:n=30,coarsen=0", "positive"), ("chain:n=30,coarsen=x", "positive"),
+    ("chain:n=30,coarsen=5,coarsen=6", "twice")])
+def test_bad_coarsen_option_is_refused(spec, match):
+  with pytest.raises(ValueError, match=match):
+    load_graph(spec)
+
+
+def test_coarsen_option_after_the_kind_and_in_resolved_specs(tmp_path):
+  coarse = load_graph("layered:coarsen=12,n=40,width=4,seed=1")
+  assert coarse.num_nodes <= 12 and coarse.name.endswith("@coarse12")
+  # resolve_spec keeps the option (last), for every form, and resolving twice changes nothing
+  assert sources.resolve_spec("alexnet,coarsen=20") == "pipedream:alexnet,coarsen=20"
+  assert sources.resolve_spec("mod:fn,coarsen=4", device="a100") == (
+      "jax:mod:fn,device=a100,coarsen=4")
+  spec = sources.resolve_spec("layered:coarsen=12,n=40")
+  assert spec == "layered:n=40,coarsen=12" and sources.resolve_spec(spec) == spec
+  path = str(tmp_path / "g.npz")
+  load_graph("chain:n=30").save(path)
+  assert load_graph(f"{path},coarsen=7").num_nodes <= 7
+  with pytest.raises(ValueError, match="coarsen"):
+    sources.resolve_spec("alexnet,coarsen=-3")

@@ -11,7 +11,7 @@ from simulator.topology import GB, GiB, US, LinkLevel, blocks, grouped_links
 
 EXPECTED_DEVICES = {"nvlink2": 2, "nvlink4": 4, "nvlink8": 8, "pcie4": 4, "pcie8": 8,
                     "tpu2x2": 4, "k80x2": 2, "dgx1v_2x8_ib": 16, "dgx1v_4x8_ib": 32,
-                    "dgx1v_2x8_eth": 16}
+                    "dgx1v_2x8_eth": 16, "v100_2x4_ib": 8}
 
 
 def args(d=3, **changes):
@@ -242,6 +242,17 @@ def test_multi_host_presets(name, hosts, network_bw, network_lat):
   assert network_lat > t.latency[same & ~np.eye(t.num_devices, dtype=bool)].max()
   assert np.all(t.mem_capacity == 32 * GB) and np.all(t.overhead == 5 * US)
   assert np.all(t.speed == 1.0)
+
+
+def test_v100_2x4_ib_is_a_multi_host_cluster_of_8():
+  t, ib = preset("v100_2x4_ib"), preset("dgx1v_2x8_ib")
+  host = np.arange(8) // 4
+  same, off = host[:, None] == host[None, :], ~np.eye(8, dtype=bool)
+  assert np.all(t.bandwidth[same & off] == 25 * GB) and np.all(t.latency[same & off] == 10 * US)
+  assert ib.bandwidth[0, 8] == 12.5 * GB and ib.latency[0, 8] == 15 * US
+  assert np.all(t.bandwidth[~same] == ib.bandwidth[0, 8])
+  assert np.all(t.latency[~same] == ib.latency[0, 8])
+  assert np.all(t.mem_capacity == 32 * GB) and np.all(t.overhead == 5 * US)
 
 
 def test_ethernet_is_slower_than_infiniband():

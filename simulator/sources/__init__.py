@@ -15,6 +15,8 @@
     the module is imported and the program built (as with `python -m`), so `my_module:fn`
     works from the folder holding my_module.py.
 `resolve_spec(text)` gives the source spec a text stands for (the same rules), e.g. to record.
+Every form takes a trailing `coarsen=N` (e.g. `zoo:bert_base,coarsen=512`): the graph contracted
+to at most N nodes by `simulator.coarsen.coarsen`, for policies trained on a size bucket.
 
 Generators take `n` (alias of num_nodes) and their keyword arguments; the importers take a
 model name or file path as their one positional argument, `jax:` a `package.module:function`.
@@ -140,6 +142,9 @@ def resolve_spec(text: str, *, device: Optional[str] = None) -> str:
   if not isinstance(text, str) or not text.strip():
     raise ValueError(f"graph spec must be a non-empty string, got {text!r}")
   text = text.strip()
+  base, limit = split_coarsen(text)
+  if limit is not None:  # resolve the rest, keep the coarsening last
+    return f"{resolve_spec(base, device=device)},{COARSEN_KEY}={limit}"
   if text.endswith(".npz"):
     if not os.path.isfile(text):
       raise ValueError(f"cannot read graph file {text!r}: it does not exist")
@@ -169,14 +174,64 @@ def _split_spec(spec: str):
   return kind.strip(), items
 
 
+COARSEN_KEY = "coarsen"
+
+
+def split_coarsen(spec: str):
+  """(spec without its `coarsen=N` item, N or None); ValueError on a bad or repeated N.
+
+  The item may come anywhere after the name or kind, also right after the kind
+  (`layered:coarsen=8,n=20`); no graph source has a key of its own called `coarsen`."""
+  head, items = spec, []
+  kind, sep, rest = spec.partition(":")
+  if sep and kind.strip() in REGISTRY:  # `kind:` then items; a `jax:` target keeps its ':'
+    head, items = f"{kind}:", rest.split(",")
+  else:
+    head, *items = spec.split(",")
+  keep, limit = [], None
+  for item in items:
+    key, eq, text = item.partition("=")
+    if key.strip() != COARSEN_KEY or not eq:
+      keep.append(item)
+      continue
+    if limit is not None:
+      raise ValueError(f"graph spec {spec!r}: key {COARSEN_KEY!r} given twice")
+    try:
+      limit = int(text.strip())
+    except ValueError:
+      limit = 0
+    if limit < 1:
+      raise ValueError(f"graph spec {spec!r}: {COARSEN_KEY} must be a positive number of "
+                       f"nodes, got {text.strip()!r}")
+  if limit is None:
+    return spec, None
+  if head.endswith(":"):
+    return head + ",".join(keep), limit
+  return ",".join([head] + keep), limit
+
+
 def load_graph(spec: str) -> CompGraph:
   """Builds or loads the graph a graph argument names (forms in the module docstring).
+
+  Any form takes a trailing `coarsen=N` item: the graph is then contracted to at most N nodes
+  with `simulator.coarsen.coarsen` (unchanged when it has N nodes or fewer) and named
+  `<name>@coarse<N>`.
 
   Raises:
     ValueError: a malformed spec, unknown kind, name, key or value, a missing file, a module or
       function that cannot be imported or called, or a bad return value (the message names the
       spec and lists the options).
   """
+  base, limit = split_coarsen(str(spec).strip())
+  graph = _load_graph(base)
+  if limit is None or graph.num_nodes <= limit:
+    return graph
+  from simulator import coarsen  # pylint: disable=g-import-not-at-top  (only when asked)
+  return coarsen.coarsen(graph, limit, name=f"{graph.name}@coarse{limit}").graph
+
+
+def _load_graph(spec: str) -> CompGraph:
+  """`load_graph` without the coarsening."""
   spec = resolve_spec(spec)
   if spec.endswith(".npz"):
     return CompGraph.load(spec)
