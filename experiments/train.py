@@ -4,8 +4,10 @@ A thin launcher over `go_jax.training.train`: the config (an ml_collections file
 experiments/configs/train_base.py) names the graphs, topologies, task, objective, PPO settings
 and policy variant. Writes to --workdir: checkpoints/ (orbax, newest kept), metrics.jsonl (one
 line per update), tensorboard/ (event files), config.json, summary.json (best and greedy action
-per instance, re-simulated) and params.msgpack (final policy parameters). Rerunning the same
-command after an interruption continues from the newest checkpoint.
+per instance, re-simulated), params.msgpack (final policy parameters) and, unless
+--curves=off, the learning curves (eval.jsonl, learning_curves.png: greedy and best-of-K ratio
+to the reference per graph family at every kept checkpoint). Rerunning the same command after an
+interruption continues from the newest checkpoint.
 
   python -m experiments.train                                   # tiny CI config
   python -m experiments.train --config=experiments/configs/train_go.py --workdir=runs/go
@@ -13,6 +15,8 @@ command after an interruption continues from the newest checkpoint.
       --workdir=runs/no_gnn --config.updates=500
   go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \
       --export=go --export_dir=runs/pretrained     # then --checkpoint=runs/pretrained/go
+  go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \
+      --curves=only                                # learning curves of a finished run
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Sequence
 from absl import app, flags
 
 from go_jax import pretrained, training
+from go_jax.training import evaluation
 from experiments import cli
 
 FLAGS = flags.FLAGS
@@ -44,6 +49,12 @@ flags.DEFINE_bool("export_to_package", False, "Developers: allow --export_dir to
                   "package's go_jax/pretrained of a source checkout (shipping a checkpoint).")
 flags.DEFINE_bool("progress", True, "Log a progress line (updates/s, placements/s, ETA) per "
                   "jitted call.")
+flags.DEFINE_enum("curves", "after", ["after", "only", "off"], "Learning curves: evaluate "
+                  "the parameters after imitation and every kept checkpoint on the training "
+                  "instances (greedy and best of --curve_samples, per graph family) and write "
+                  "eval.jsonl and learning_curves.png to --workdir: after training, only (a "
+                  "finished run, no training), or off.")
+flags.DEFINE_integer("curve_samples", 16, "K of the learning curves' best-of-K.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -52,15 +63,25 @@ def main(argv: Sequence[str]) -> None:
   cli.check_out(FLAGS.workdir, flag="workdir")
   if FLAGS.export:
     cli.check_out(FLAGS.export_dir, flag="export_dir")
+  config = _CONFIG.value
   try:
-    result = training.train(_CONFIG.value, FLAGS.workdir, progress=FLAGS.progress)
+    if FLAGS.curves != "only":
+      result = training.train(config, FLAGS.workdir, progress=FLAGS.progress)
+      for row in result.summary:
+        print(f"{row['instance']}: best {row['best_objective']} = {row['best_ratio']} x "
+              f"{row['reference_method']}, greedy {row['greedy_objective']}")
+      print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
+            f"{os.path.abspath(FLAGS.workdir)}")
+      trainer = result.trainer
+    if FLAGS.curves != "off":
+      if FLAGS.curves == "only":
+        graphs, topos, names = training.build_instances(config)
+        trainer = training.make_train(config, graphs, topos, names=names)
+      evaluation.checkpoint_curve(FLAGS.workdir, trainer, samples=FLAGS.curve_samples,
+                                  progress=FLAGS.progress)
+      print(f"wrote {os.path.join(os.path.abspath(FLAGS.workdir), evaluation.PLOT_NAME)}")
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
-  for row in result.summary:
-    print(f"{row['instance']}: best {row['best_objective']} = {row['best_ratio']} x "
-          f"{row['reference_method']}, greedy {row['greedy_objective']}")
-  print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
-        f"{os.path.abspath(FLAGS.workdir)}")
   if FLAGS.export:
     folder = pretrained.export(FLAGS.workdir, FLAGS.export, FLAGS.export_dir,
                                allow_package=FLAGS.export_to_package)

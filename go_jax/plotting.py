@@ -327,3 +327,44 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
   ax.set_axisbelow(True)
   ax.margins(y=0.12)
   return save_figure(fig, path)
+
+
+def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = None,
+                    title: Optional[str] = None) -> str:
+  """Writes the learning curves of a training run: per graph family, the greedy action's and
+  the best of K sampled actions' objective ratio to the reference method, over updates.
+
+  Args:
+    rows: dicts with "step", "family", "greedy_ratio", "best_ratio" (go_jax.training.evaluation
+      .checkpoint_curve; family "all" is drawn thick and black) and optionally "seconds".
+    path: PNG file to write atomically.
+    samples: K, for the label of the second panel.
+  """
+  rows = [r for r in rows if r.get("greedy_ratio") is not None]
+  if not rows:
+    raise ValueError("learning_curves: no rows to plot")
+  families = sorted({r["family"] for r in rows} - {"all"}) + ["all"]
+  fig = Figure(figsize=(11.0, 4.0), dpi=_DPI)
+  cmap = colormaps["tab10"]
+  for k, (key, label) in enumerate((("greedy_ratio", "greedy action"),
+                                    ("best_ratio", f"best of {samples or 'K'} samples"))):
+    ax = fig.add_subplot(1, 2, k + 1)
+    for j, fam in enumerate(families):
+      pts = sorted((r["step"], r[key]) for r in rows if r["family"] == fam)
+      x, y = zip(*pts)
+      if fam == "all":
+        ax.plot(x, y, color="black", lw=2.2, marker="o", ms=3, label="all (geo-mean)")
+      else:
+        ax.plot(x, y, color=cmap(j % 10), lw=1.2, marker=".", ms=3, label=fam)
+    ax.axhline(1.0, color="0.3", ls="--", lw=1.0)
+    ax.set_yscale("log")
+    ax.set_xlabel("PPO update (0: after imitation)")
+    ax.set_ylabel("objective / reference (log)")
+    ax.set_title(label, fontsize=10)
+    ax.grid(color="0.9", lw=0.5)
+  last = max(rows, key=lambda r: r["step"])
+  secs = last.get("seconds")
+  fig.suptitle(title or ("learning curves per training family" +
+                         (f" ({secs / 60:.0f} min of training)" if secs else "")), fontsize=11)
+  fig.axes[-1].legend(fontsize=7, loc="upper right")
+  return save_figure(fig, path)

@@ -36,18 +36,24 @@ from simulator import topology_spec
 LAUNCHER = "transfer"
 JSON_NAME, CSV_NAME, MD_NAME = results.JSON_NAME, results.CSV_NAME, results.MD_NAME
 HINT = "best_list"
-# Learned row -> (policy variant of go_jax.policies, hint, task). "go_hint" is GO with the best
-# list scheduler's placement as a hint (go_jax/policies/go.py), "go" and "gdp" the papers'
-# systems, the rest ablations of go_hint. experiments/configs/pretrain.py builds their configs.
+# Learned row -> (policy variant of go_jax.policies, hint, task). "go" (the paper's GO with
+# go-jax's device-load state, pretrained with imitation then PPO) and "gdp" are the papers'
+# systems; "go_hint" is GO with the best list scheduler's placement as a hint (the checkpoint of
+# 2026-11-21); the rest are ablations of "go" with one part removed ("no_imitation": the same
+# policy pretrained by PPO alone). experiments/configs/pretrain.py builds their configs.
 ROWS: Dict[str, Tuple[str, str, str]] = {
-    "go_hint": ("go", HINT, "joint"),
     "go": ("go", "", "joint"),
     "gdp": ("gdp", "", "placement"),
-    "no_gnn": ("no_gnn", HINT, "joint"),
-    "no_attention": ("no_attention", HINT, "joint"),
-    "no_recurrence": ("no_recurrence", HINT, "joint"),
-    "no_superposition": ("no_superposition", HINT, "joint"),
+    "go_hint": ("go_hint", HINT, "joint"),
+    "no_gnn": ("no_gnn", "", "joint"),
+    "no_attention": ("no_attention", "", "joint"),
+    "no_recurrence": ("no_recurrence", "", "joint"),
+    "no_superposition": ("no_superposition", "", "joint"),
+    "no_load_state": ("no_load_state", "", "joint"),
+    "no_imitation": ("go", "", "joint"),
 }
+# Rows pretrained without the imitation warm start.
+NO_IMITATION = ("go_hint", "no_imitation")
 # Canonical stages of the summary (best of K is stored with its K: "zero-shot best of 64").
 GREEDY, BEST_K, TUNED = "zero-shot greedy", "zero-shot best", "fine-tuned"
 

@@ -256,6 +256,9 @@ def test_vmap_and_gradients(go_policy, graphs, topo4):
     np.testing.assert_allclose(out.value[i], o.value, atol=1e-5)
   flat = jax.tree_util.tree_flatten_with_path(grads)[0]
   dead = [jax.tree_util.keystr(k) for k, g in flat if not np.any(np.asarray(g) != 0)]
+  # the load state's memory barrier acts only where a device's estimated peak overflows, and
+  # these topologies' memory dwarfs the graphs (tests/test_load_state.py covers it)
+  dead = [k for k in dead if "guard_scale" not in k]
   assert not dead, f"no gradient reaches {dead}"
   assert all(np.all(np.isfinite(g)) for _, g in flat)
 

@@ -1,31 +1,54 @@
-"""Pretraining of GO policies for transfer (issue 5): the shipped checkpoint and the sweep rows.
+"""Pretraining of GO policies for transfer (issue 11): the shipped checkpoints and the sweep rows.
 
-  go-jax-train --config=experiments/configs/pretrain.py --workdir=runs/pretrain/go_hint \\
-      --export=go_hint --export_dir=go_jax/pretrained --export_to_package   # shipping it
-  go-jax-train --config=experiments/configs/pretrain.py:no_gnn --workdir=runs/pretrain/no_gnn
+  go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \\
+      --export=go --export_dir=go_jax/pretrained --export_to_package   # shipping it
+  go-jax-train --config=experiments/configs/pretrain.py:no_gnn,seed=1 --workdir=runs/abl/no_gnn_1
 
-The argument names the row (`ROWS`): "go_hint" (default: GO with the best list scheduler's
-placement as a hint, see go_jax/policies/go.py), "go" (the paper's GO: no hint), "gdp" (the
-paper's GDP: placement only, no superposition, no hint) and the ablations of go_hint without
-GNN, attention, segment recurrence or superposition. Every row trains for the same wall-clock
-budget (`max_seconds`) on the same instances.
+The argument names the row (`ROWS`, go_jax/transfer.py) and optionally a seed ("go,seed=2"):
+"go" (default: the paper's GO with go-jax's device-load state, no hint), "gdp" (placement only,
+no superposition), "go_hint" (GO with the best list scheduler's placement as a hint) and the
+ablations of "go" without GNN, attention, segment recurrence, superposition, load state or
+imitation. Every row trains for the same wall-clock budget on the same instances with the same
+seed: teachers + behaviour cloning (`imitation.max_seconds`, go_jax/training/imitation.py)
+then PPO (`max_seconds`); about 30 minutes in all on the 2-core CPU.
 
-Training graphs: six PipeDream training graphs (AlexNet, GNMT, GNMT-large, ResNet-18,
-SqueezeNet, ResNeXt-50) and three synthetic families; every one on nvlink2, and on nvlink4 and
-nvlink8 with 0.6x of the graph's single-device footprint per device. Held out for evaluation
-(experiments/transfer.py): PipeDream VGG-16, ResNet-50, Inception-v3 and ResNet-101.
+Training instances: every graph of `TRAIN_GRAPHS` on every topology of `TRAIN_TOPOLOGIES`:
+synthetic families at several sizes, PipeDream and Piper profiles, model-zoo graphs (coarsened
+to at most 512 ops), on 2-8 devices, one of them multi-host, with 0.4x-1.0x of the graph's
+single-device footprint per device. Every training graph has at most 512 ops, so the whole set
+pads to one 512-node bucket. Held out for evaluation (experiments/configs/transfer.py, never
+trained on): `HELD_OUT` (PipeDream VGG-16, ResNet-50, Inception-v3, ResNet-101) and
+`HELD_OUT_OTHER` (families absent from training).
 """
 
 from experiments.configs import train_base
 from go_jax import policies, transfer
 
 ROWS = transfer.ROWS  # row -> (policy variant, hint, task)
-TRAIN_GRAPHS = ("pipedream:alexnet", "pipedream:gnmt", "pipedream:gnmt_large",
-                "pipedream:resnet18", "pipedream:squeezenet1_0", "pipedream:resnext50",
-                "layered:n=300,width=16,seed=3", "regal:n=300,seed=3",
-                "series_parallel:n=300,seed=3")
+TRAIN_GRAPHS = (
+    # PipeDream profiles (layer level)
+    "pipedream:alexnet", "pipedream:gnmt", "pipedream:gnmt_large", "pipedream:resnet18",
+    "pipedream:squeezenet1_0", "pipedream:resnext50", "pipedream:densenet121,coarsen=512",
+    "pipedream:nasnetamobile,coarsen=512",
+    # Piper profiles
+    "piper:gnmt", "piper:resnet",
+    # synthetic families at several sizes
+    "layered:n=100,width=8,seed=11", "layered:n=300,width=16,seed=3",
+    "layered:n=500,width=32,seed=13", "regal:n=120,seed=14", "regal:n=300,seed=3",
+    "regal:n=500,seed=15", "series_parallel:n=100,seed=16", "series_parallel:n=300,seed=3",
+    "series_parallel:n=500,seed=17", "chain:n=64,seed=18",
+    # model zoo (operator level, through the HLO front end), coarsened to the bucket
+    "zoo:gnmt2,coarsen=512", "zoo:transformer_nmt,coarsen=512",
+    "zoo:transformer_xl2,coarsen=512",
+)
+TRAIN_TOPOLOGIES = ("nvlink2@mem=0.8x", "nvlink4@mem=0.6x", "nvlink4@mem=1.0x",
+                    "nvlink8@mem=0.6x", "nvlink8@mem=0.4x", "pcie4@mem=0.8x",
+                    "v100_2x4_ib@mem=0.5x")
 HELD_OUT = ("pipedream:vgg16", "pipedream:resnet50", "pipedream:inception_v3",
             "pipedream:resnet101")
+# Models none of whose kind is trained on (no BERT, GPT-2, WaveNet or AmoebaNet above)
+HELD_OUT_OTHER = ("zoo:bert_base,coarsen=512", "zoo:gpt2_small,coarsen=512",
+                  "zoo:wavenet_2x18,coarsen=512", "zoo:amoebanet,coarsen=512")
 
 
 def small_policy(row: str):
@@ -45,18 +68,43 @@ def small_policy(row: str):
   return p
 
 
-def get_config(arg: str = "go_hint"):
+def parse_arg(arg: str):
+  """"row" or "row,seed=N" -> (row, seed)."""
+  row, *opts = [a.strip() for a in (arg or "go").split(",")]
+  seed = 0
+  for opt in opts:
+    key, _, value = opt.partition("=")
+    if key != "seed" or not value.lstrip("-").isdigit():
+      raise ValueError(f"pretrain.py: bad option {opt!r} in {arg!r}; the only option is "
+                       "seed=N (e.g. --config=experiments/configs/pretrain.py:go,seed=1)")
+    seed = int(value)
+  return row, seed
+
+
+def get_config(arg: str = "go"):
+  row, seed = parse_arg(arg)
   config = train_base.get_config()
-  config.policy = small_policy(arg)
-  config.task = ROWS[arg][2]
+  config.policy = small_policy(row)
+  config.task = ROWS[row][2]
   config.graphs = TRAIN_GRAPHS
-  config.topologies = ("nvlink2", "nvlink4@mem=0.6x", "nvlink8@mem=0.6x")
+  config.topologies = TRAIN_TOPOLOGIES
+  config.seed = seed
   config.samples = 64
   config.graphs_per_update = 4
-  config.updates = 5000  # the wall-clock budget below ends the run first on a 2-core CPU
+  config.updates = 5000  # about what the wall-clock budget below allows on a 2-core CPU
   config.updates_per_call = 10
-  config.max_seconds = 360.0
-  config.learning_rate = 5e-4
+  config.epochs = 1
+  config.max_seconds = 1080.0  # PPO
+  config.learning_rate = 3e-4
   config.entropy_coef = 0.01
-  config.checkpoint_every = 50
+  config.checkpoint_every = 200
+  config.keep_checkpoints = 40  # the learning curves evaluate them (experiments/learning_curves.py)
+  config.imitation.enabled = row not in transfer.NO_IMITATION
+  config.imitation.seed = seed
+  config.imitation.steps = 3000  # about what the wall-clock budget below allows on a 2-core CPU
+  config.imitation.steps_per_call = 20
+  config.imitation.graphs_per_step = 8
+  config.imitation.max_seconds = 420.0
+  if not config.imitation.enabled and row != "go_hint":
+    config.max_seconds += config.imitation.max_seconds  # the same wall-clock budget, all PPO
   return config

@@ -31,12 +31,15 @@ Derived configs import this one and override fields. Fields:
     pretrained policy on held-out graphs (None: fresh parameters).
   max_seconds: wall-clock budget, checked between jitted calls (None: none).
   policy: the policy network (go_jax.policies.variant_config).
+  imitation: behaviour cloning of the best baselines before PPO (go_jax.training.imitation;
+    `imitation.enabled` False: PPO from fresh parameters).
 """
 
 import ml_collections
 from ml_collections import config_dict
 
 from go_jax import policies
+from go_jax.training import imitation
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -72,4 +75,5 @@ def get_config() -> ml_collections.ConfigDict:
   config.init_params = config_dict.placeholder(str)  # None; --config.init_params=runs/go
   config.max_seconds = config_dict.placeholder(float)
   config.policy = policies.variant_config("go")
+  config.imitation = imitation.default_config()
   return config

@@ -5,9 +5,10 @@
   params = policy.init(key, feats)         # feats: ONE graph's GraphFeatures (features.py)
   out = policy.apply(params, feats)        # PolicyOutput; vmap apply over a batch of graphs
 
-`POLICIES` maps a policy kind (config.policy) to its module class; the named variants ("go",
-"gdp", "no_gnn", "no_attention", "no_recurrence", "no_superposition", "go_hint") are
-configurations of the one GO module, listed in `VARIANTS`. A config's `hint` (a method name of
+`POLICIES` maps a policy kind (config.policy) to its module class; the named variants (the
+paper's "go" with go-jax's load state, "gdp", the ablations "no_gnn", "no_attention",
+"no_recurrence", "no_superposition", "no_load_state", and "go_hint") are configurations of the
+one GO module, listed in `VARIANTS`. A config's `hint` (a method name of
 go_jax.training.hints) turns on the module's `use_hint`; features then carry that method's
 placement.
 """
@@ -30,14 +31,16 @@ POLICIES: Dict[str, Callable[..., nn.Module]] = {"go": GOPolicy}
 # Variant name -> overrides of default_config().
 VARIANTS: Dict[str, Dict[str, object]] = {
     "go": {},
-    "gdp": {"superposition": False, "priority_head": False},  # placement only, one graph at a time
+    # placement only, no superposition (GDP, Zhou et al. 2019); with the load state, like "go"
+    "gdp": {"superposition": False, "priority_head": False},
     "no_gnn": {"use_gnn": False},
     "no_attention": {"use_attention": False},
     "no_recurrence": {"recurrence": False},
     "no_superposition": {"superposition": False},
-    # GO plus a fast baseline's placement as a hint (go-jax-place's default, the shipped
-    # checkpoint); the paper's GO is "go", so "go" vs "go_hint" is the hint's ablation row
-    "go_hint": {"hint": "best_list"},
+    "no_load_state": {"load_state": False},
+    # GO plus a fast baseline's placement as a hint and without the load state (the shipped
+    # checkpoint of 2026-11-21; policies/go.py): "go" vs "go_hint" is the hint's row
+    "go_hint": {"hint": "best_list", "load_state": False},
 }
 
 _META_KEYS = ("policy", "variant", "hint")  # config keys that are not module fields
@@ -67,6 +70,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.attention_impl = "scan"  # "scan" (faster on CPU) or "parallel": the same outputs
   c.hint = ""  # baseline whose placement the policy sees ("": none; go_jax.training.hints)
   c.hint_init = 5.0  # initial logit bonus of the hint (GOPolicy.hint_init)
+  c.load_state = True  # placement sees the device load committed so far (policies/load.py)
+  c.load_block = 8  # nodes per block of the load state's scan
+  c.load_guard = True  # memory barrier on devices the estimated peak overflows (load.py)
+  c.load_margin = 0.1  # memory share the greedy decode keeps free (load.py)
   return c
 
 
@@ -93,7 +100,7 @@ def make_policy(config) -> nn.Module:
     raise ValueError(f"policy config has unknown field(s) {unknown}; valid: {sorted(fields)}")
   kwargs = {k: v for k, v in cfg.items() if k in fields}
   kwargs["use_hint"] = bool(cfg.get("hint", ""))
-  for k in ("hidden", "heads", "segment_len", "priority_levels", "max_devices"):
+  for k in ("hidden", "heads", "segment_len", "priority_levels", "max_devices", "load_block"):
     if k in kwargs and int(kwargs[k]) < 1:
       raise ValueError(f"policy config: {k} must be >= 1, got {kwargs[k]}")
   for k in ("gnn_layers", "attention_layers"):

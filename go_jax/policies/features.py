@@ -27,6 +27,14 @@ Node features (`NODE_FEATURES`, one column each, float32, 0 on padding rows):
   log_flops        log1p(flops / mean flops), 0 when the graph records no flops
   log_bytes_acc    log1p(bytes_accessed / mean), 0 when the graph records none
 
+Load inputs (`GraphFeatures.node_load`, `node_end`, `device_capacity`; raw shares, not logs,
+because the policy's load state adds them up, see load.py):
+  node_load        param_bytes / T, out_bytes / T, temp_bytes / T and cost / the graph's total
+                   cost, T = the graph's total param + output bytes
+  node_end         topological position of the op's last consumer (the last position when
+                   nothing consumes it)
+  device_capacity  min(mem_capacity / T, MEM_RATIO_CAP)
+
 Device features (`DEVICE_FEATURES`, 0 on padding devices):
   speed            speed / the topology's largest speed
   log_memory       log1p(min(mem_capacity / T, MEM_RATIO_CAP)), T = the graph's total output +
@@ -151,6 +159,27 @@ def device_features(graph: CompGraph, topology: Topology) -> np.ndarray:
   return np.stack([cols[k] for k in DEVICE_FEATURES], axis=1).astype(np.float32)
 
 
+def load_inputs(graph: CompGraph, topology: Topology) -> tuple:
+  """((N, 4) node_load, (N,) node_end, (D,) device_capacity) of the real nodes and devices
+  (see the module docstring): what the policy's load state adds up."""
+  n = graph.num_nodes
+  total_mem = float(graph.param_bytes.sum() + graph.out_bytes.sum())
+  total_cost = float(graph.cost.sum())
+  node_load = np.stack([_relative(np.asarray(graph.param_bytes, np.float64), total_mem),
+                        _relative(np.asarray(graph.out_bytes, np.float64), total_mem),
+                        _relative(np.asarray(graph.temp_bytes, np.float64), total_mem),
+                        _relative(np.asarray(graph.cost, np.float64), total_cost)], axis=1)
+  pos = np.empty(n, np.int64)
+  pos[graph.topological_order()] = np.arange(n)
+  end = pos.copy()
+  np.maximum.at(end, graph.senders, pos[graph.receivers])
+  end[graph.out_degree() == 0] = n - 1  # rule 7: an output nobody consumes lives to the end
+  cap = np.asarray(topology.mem_capacity, np.float64)
+  ratio = cap / total_mem if total_mem > 0 else np.full(cap.shape, np.inf)
+  return (node_load.astype(np.float32), end.astype(np.int32),
+          np.minimum(ratio, MEM_RATIO_CAP).astype(np.float32))
+
+
 def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int] = None,
                    num_edges: Optional[int] = None, max_devices: int = 8,
                    hint_placement: Optional[np.ndarray] = None) -> GraphFeatures:
@@ -193,6 +222,10 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
   topo_position[topo_order] = np.arange(np_, dtype=np.int32)
   dev = np.zeros((max_devices, NUM_DEVICE_FEATURES), np.float32)
   dev[:d] = device_features(graph, topology)
+  node_load = np.zeros((np_, 4), np.float32)
+  node_end = np.zeros(np_, np.int32)
+  capacity = np.zeros(max_devices, np.float32)
+  node_load[:n], node_end[:n], capacity[:d] = load_inputs(graph, topology)
   hint = None
   if hint_placement is not None:
     given = np.asarray(hint_placement)
@@ -205,7 +238,8 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
       node_feats=feats, op_type=op_type, node_mask=np.arange(np_) < n,
       senders=senders, receivers=receivers, edge_mask=np.arange(ep) < e,
       topo_order=topo_order, topo_position=topo_position,
-      device_mask=np.arange(max_devices) < d, device_feats=dev, hint=hint)
+      device_mask=np.arange(max_devices) < d, device_feats=dev, hint=hint, node_load=node_load,
+      node_end=node_end, device_capacity=capacity)
 
 
 def batch_features(graphs: Sequence[CompGraph], topologies: Sequence[Topology],

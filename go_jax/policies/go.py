@@ -5,6 +5,10 @@
     -> segment-recurrent relative attention over the topological order (attention.py),
        each layer's input modulated by parameter superposition
     -> heads: placement logits (Np, Dmax), priority logits (Np, L), value ()
+       (with `load_state`, the placement logits are decoded block by block in topological
+       order, each block seeing the memory and compute the blocks before committed: load.py;
+       sampling uses the expected load, the greedy action `greedy_placement_logits` decoded
+       against the load its own earlier blocks commit)
 
 Placement scores each node against device embeddings built from the topology's device features
 (plus a learned embedding per device slot, so identical devices can still be told apart), so one
@@ -23,8 +27,9 @@ one-hot is added to the placement logits, while a learned per-level bias (`hint_
 middle level) concentrates the priority head. At initialisation the greedy action is then the
 baseline's placement with its order (the tie-break, see go_jax/training/problems.py), and
 sampling explores placements a few ops away from it; PPO learns where deviating pays. This is
-how go-jax makes a CPU-sized budget of PPO competitive with the list schedulers; the paper's GO
-(no hint) stays the `go` variant and the hint's contribution is an ablation row.
+how the 2026-11-21 checkpoint `go_hint` made a CPU-sized budget of PPO competitive with the list
+schedulers. The paper's GO (no hint) is the `go` variant: it gets there with the load state and
+an imitation warm start instead (go_jax/training/imitation.py), and `go_hint` stays a row.
 
 The module takes ONE graph's GraphFeatures; callers vmap over graphs. Padding never changes a
 real node's outputs: padded edges and nodes are masked in the encoder, masked as attention keys,
@@ -33,11 +38,14 @@ left out of every mean, and padded devices only touch their own (masked) logit c
 
 from __future__ import annotations
 
+from typing import Optional
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from go_jax.policies.attention import SegmentAttention
+from go_jax.policies.load import LoadDecoder
 from go_jax.policies.sage import GraphSAGE
 from go_jax.policies.types import GraphFeatures, PolicyOutput
 from simulator.ops import NUM_OP_TYPES
@@ -100,9 +108,17 @@ class GOPolicy(nn.Module):
   attention_impl: str = "scan"  # "scan" or "parallel": the same function (attention.py)
   use_hint: bool = False  # take GraphFeatures.hint (see the module docstring)
   hint_init: float = 5.0  # initial logit bonus of the hint's device and of the middle level
+  load_state: bool = False  # placement conditioned on the committed device load (load.py)
+  load_block: int = 8  # nodes per block of the load state's scan
+  load_guard: bool = True  # the load state's memory barrier (load.py)
+  load_margin: float = 0.1  # memory share the greedy decode keeps free (LoadDecoder)
 
   @nn.compact
-  def __call__(self, feats: GraphFeatures, deterministic: bool = True) -> PolicyOutput:
+  def __call__(self, feats: GraphFeatures, deterministic: bool = True,
+               placement: Optional[jnp.ndarray] = None) -> PolicyOutput:
+    """One forward pass. `placement` (Np,) int32, for a policy with the load state: decode the
+    placement logits against the load of that placement (teacher forcing, load.py "forced";
+    no greedy logits then)."""
     _check_features(feats, self.max_devices)
     hdim = self.hidden
     mask = jnp.asarray(feats.node_mask, bool)
@@ -151,7 +167,24 @@ class GOPolicy(nn.Module):
     q = nn.Dense(hdim, name="place_query")(h)
     k = nn.Dense(hdim, name="place_key")(dev)
     bias = nn.Dense(1, name="place_bias")(dev)[:, 0]
-    logits = q @ k.T * (1.0 / jnp.sqrt(jnp.float32(hdim))) + bias[None, :]
+    greedy_logits = None
+    if self.load_state:
+      if feats.node_load is None or feats.node_end is None or feats.device_capacity is None:
+        raise ValueError("GOPolicy(load_state=True) needs GraphFeatures.node_load, node_end "
+                         "and device_capacity (built by policies.graph_features)")
+      decoder = LoadDecoder(hdim, self.load_block, MASKED_LOGIT, self.load_guard,
+                            greedy_margin=self.load_margin, name="load")
+      args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
+              jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,
+              feats.topo_position, mask, feats.senders, feats.receivers,
+              jnp.asarray(feats.edge_mask, bool))
+      if placement is not None:
+        logits = decoder(*args, mode="forced", placement=placement)
+      else:
+        logits = decoder(*args, mode="expected")
+        greedy_logits = decoder(*args, mode="greedy")
+    else:
+      logits = q @ k.T * (1.0 / jnp.sqrt(jnp.float32(hdim))) + bias[None, :]
     n = h.shape[0]
     if self.priority_head:
       prio = nn.Dense(self.priority_levels, name="priority")(nn.gelu(
@@ -161,15 +194,20 @@ class GOPolicy(nn.Module):
     if hint is not None:
       scale = self.param("hint_scale", nn.initializers.constant(self.hint_init), ())
       logits = logits + scale * hint
+      if greedy_logits is not None:
+        greedy_logits = greedy_logits + scale * hint
       level = jax.nn.one_hot(self.priority_levels // 2, self.priority_levels) * self.hint_init
       prio = prio + self.param("hint_level_bias", lambda _: level)
     logits = jnp.where(dev_mask[None, :], logits, MASKED_LOGIT)
 
     pooled = jnp.concatenate([masked_mean(h, mask), graph_emb, masked_mean(dev, dev_mask)])
     value = nn.Dense(1, name="value_out")(nn.gelu(nn.Dense(hdim, name="value_hidden")(pooled)))
+    if greedy_logits is not None:
+      greedy_logits = jnp.where(dev_mask[None, :], greedy_logits, MASKED_LOGIT)
     return PolicyOutput(placement_logits=logits.astype(jnp.float32),
                         priority_logits=prio.astype(jnp.float32),
-                        value=value[0].astype(jnp.float32))
+                        value=value[0].astype(jnp.float32),
+                        greedy_placement_logits=greedy_logits)
 
   def _device_embeddings(self, feats: GraphFeatures, graph_emb: jnp.ndarray) -> jnp.ndarray:
     """(Dmax, H): MLP of device features + slot embedding + projection of the graph."""

@@ -30,6 +30,16 @@ class GraphFeatures:
   # (Np,) int32 device of each op in a hint placement (a fast baseline's), -1 on padding; None
   # when the policy takes no hint (see GOPolicy.use_hint and go_jax/training/hints.py)
   hint: Optional[jnp.ndarray] = None
+  # (Np, 4) float32 what each op commits to its device, as shares (policies/load.py NODE_LOAD):
+  # [param_bytes, out_bytes, temp_bytes] / the graph's total param + output bytes, and cost /
+  # the graph's total cost; 0 on padding. The policy's load state adds them up.
+  node_load: Optional[jnp.ndarray] = None
+  # (Np,) int32 topological position of each op's last consumer (the last real position when
+  # none consumes it); 0 on padding
+  node_end: Optional[jnp.ndarray] = None
+  # (Dmax,) float32 each device's memory capacity over the graph's total param + output bytes
+  # (clipped at features.MEM_RATIO_CAP; infinite memory gives the cap), 0 on padding devices
+  device_capacity: Optional[jnp.ndarray] = None
 
 
 @flax.struct.dataclass
@@ -38,3 +48,7 @@ class PolicyOutput:
   placement_logits: jnp.ndarray  # (Np, Dmax) float32; -inf-masked (large negative) off devices
   priority_logits: jnp.ndarray   # (Np, L) float32 over L priority levels
   value: jnp.ndarray             # () float32 predicted return of the graph
+  # (Np, Dmax) float32 placement logits of the greedy decode (load state from the most likely
+  # devices of the earlier blocks, policies/load.py); None: the greedy action is the argmax of
+  # placement_logits
+  greedy_placement_logits: Optional[jnp.ndarray] = None

@@ -10,8 +10,8 @@
 Modules: `problems` (host-side instances: padding, features, references), `rollout` (tasks,
 sampling from one forward pass, log-probabilities, rewards, advantages), `state` (TrainState,
 HParams, learning-rate schedules), `ppo` (the update under one jit, make_train), `loop`
-(resume, logging, checkpoints, summary, fine-tuning), `checkpoint` (orbax), `logging` (JSONL,
-TensorBoard, progress).
+(resume, logging, checkpoints, summary, fine-tuning), `imitation` (behaviour cloning of the best
+baselines before PPO), `checkpoint` (orbax), `logging` (JSONL, TensorBoard, progress).
 """
 
 from go_jax.training.loop import (FinetuneResult, TrainResult, ZeroShotResult, build_instances,

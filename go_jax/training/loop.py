@@ -38,6 +38,7 @@ from absl import logging
 
 from go_jax import methods
 from go_jax.training import checkpoint as ckpt_lib
+from go_jax.training import imitation
 from go_jax.training import logging as train_logging
 from go_jax.training import ppo
 from simulator import fileio, sources, topology_spec
@@ -231,6 +232,13 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
         init_params = os.path.join(init_params, PARAMS_NAME)
       state = trainer.init(int(config.get("seed", 0)),
                            params=ckpt_lib.load_params(init_params, state.params))
+    imitation_cfg = config.get("imitation", None)
+    if imitation_cfg is not None and imitation_cfg.get("enabled", False) and latest is None:
+      # behaviour cloning of the best baselines first (go_jax/training/imitation.py); a
+      # resumed run reloads the cloned parameters from the workdir
+      params = imitation.warm_start(trainer, state.params, imitation_cfg, workdir,
+                                    progress=progress)
+      state = trainer.init(int(config.get("seed", 0)), params=params)
     if workdir is not None:
       fileio.write_json(os.path.join(workdir, CONFIG_NAME), _config_dict(config))
       logger = train_logging.MetricsLogger(workdir, resume_step=start,

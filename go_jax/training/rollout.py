@@ -83,8 +83,11 @@ def sample(key, out: PolicyOutput, k: int) -> Actions:
 
 
 def greedy(out: PolicyOutput) -> Actions:
-  """The most likely action of each graph, as a batch of K = 1."""
-  place = jnp.argmax(out.placement_logits, axis=-1).astype(jnp.int32)[:, None]
+  """The greedy action of each graph, as a batch of K = 1: per node the most likely device (of
+  the greedy decode's logits where the policy has them: policies/load.py) and level."""
+  logits = (out.placement_logits if out.greedy_placement_logits is None
+            else out.greedy_placement_logits)
+  place = jnp.argmax(logits, axis=-1).astype(jnp.int32)[:, None]
   level = jnp.argmax(out.priority_logits, axis=-1).astype(jnp.int32)[:, None]
   return Actions(placement=place, level=level)
 

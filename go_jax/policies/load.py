@@ -1,0 +1,274 @@
+"""GO's device-load state: placement logits that see the memory and compute already committed.
+
+The encoder (GraphSAGE + segment attention) gives every node a state without knowing where the
+other nodes go, so a policy that places from those states alone cannot see where memory runs
+out: the paper's GO, zero-shot, put too much on one device and was out of memory on every
+held-out instance. GO's "state embedding" conditions each segment's placement on what the
+segments before it committed; this module does that within ONE forward pass.
+
+The nodes are taken in topological order in blocks of `block` nodes (a `lax.scan`). Before a
+block, every device carries a load state; the block's placement logits are the encoder's
+node-device scores plus a term of that state (an MLP of the per-device load features, added to
+the device keys and biases) minus a memory barrier; the block's placement distribution then
+updates the state. What the state counts is the decoder's `mode` (`MODES`):
+  expected  the EXPECTATION under the policy's own distribution (mean field: every node counts
+            on device d with its probability p_i(d)). The logits are then a deterministic
+            function of the graph and the parameters: every node's decision is an independent
+            categorical given the forward pass, K samples cost one pass, and PPO's
+            log-probabilities keep their form. Sampling and training use these logits.
+  greedy    every earlier node on its most likely device: the greedy action is decoded block by
+            block against the load it actually commits (GO's state embedding), so its memory
+            barrier sees the real devices' load, not a spread-out expectation (a policy that is
+            0.5-0.6 sure of each node looks balanced in expectation and piles up in argmax).
+  forced    a given placement (imitation's teacher forcing: the logits the greedy decode sees
+            when it follows the teacher).
+GOPolicy returns the expected logits as `placement_logits` and the greedy ones as
+`greedy_placement_logits` from one call (the encoder runs once; each mode is one cheap scan).
+
+Memory follows rule 7 of design.md section 4 with the topological order standing in for the
+schedule (on the baselines' solutions of the PipeDream graphs this estimate equals the
+simulator's peak; on random DAGs it is within ~30%). All sizes are shares of T, the graph's
+total parameter + output bytes, and c_d is device d's capacity over T:
+  params   P_d: parameter shares of the nodes placed on d so far (resident all step);
+  live     L_d(b): the outputs live on d at block b. An output placed on d is live from its
+           block to its last consumer's (an output nobody consumes lives to the end); an edge
+           s -> r brings the copy out_s x p_r(d) x (1 - p_s(d)) to d when r is placed, live
+           from s's block (the transfer starts when s ends) to s's last consumer's. The state
+           keeps the whole profile over blocks (a difference array), so a copy placed late
+           still counts where it was live;
+  high     H_d: the largest L_d(b) over all blocks; the estimated peak is P_d + H_d;
+  work     W_d: cost share placed on d (1 = the whole graph).
+Load features of device d before a block (`LOAD_FEATURES`; clipped at FEATURE_CAP):
+  params P_d / c_d, live L_d(b) / c_d, high H_d / c_d, peak (P_d + H_d) / c_d, its
+  log1p, work W_d x D (1 = a fair share), progress sum_e W_e.
+
+Memory barrier (`guard`): node i's logit of device d drops by
+  softplus(a) x max(0, (P_d + param_i + max(H_d, L_d(b) + out_i + temp_i + in_i(d))) / c_d - 1),
+with in_i(d) the copies i would receive on d (each input's output times the probability that
+it is not on d; inputs from i's own block in full): the estimated overflow of d's peak with i
+on it, times a learned scale (initially `guard_init`): an untrained or imitating policy is
+steered away from devices where memory runs out, and training can weaken the barrier where the
+estimate is loose. In the greedy decode the scale is at least GREEDY_BARRIER: the committed load
+is known there, so a device the estimate says would overflow is all but masked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+# What the state counts: "expected" (each node with its placement distribution: the logits of
+# sampling and of PPO's log-probabilities), "greedy" (each node on its most likely device: the
+# greedy action's logits) or "forced" (a given placement: imitation's teacher forcing).
+MODES = ("expected", "greedy", "forced")
+LOAD_FEATURES = ("params", "live", "high", "peak", "log_peak", "work", "progress")
+NODE_LOAD = ("param", "out", "temp", "cost")  # columns of GraphFeatures.node_load
+# Barrier scale of the greedy decode: there the state is the committed load, so a device the
+# estimate says would overflow is all but masked (1 logit per 1e-5 of overflow); when every
+# device would overflow, the least overflowing one wins.
+GREEDY_BARRIER = 1e5
+FEATURE_CAP = 10.0  # memory features are clipped here (a device 10x over is simply "full")
+
+
+def load_features(params, live, high, work, capacity, device_mask):
+  """(Dmax, len(LOAD_FEATURES)) features of the load state (each (Dmax,))."""
+  dev = device_mask.astype(jnp.float32)
+  cap = jnp.where(device_mask, jnp.maximum(capacity, 1e-6), 1.0)
+  peak = (params + jnp.maximum(high, live)) / cap
+  num = jnp.maximum(jnp.sum(dev), 1.0)
+  clip = lambda x: jnp.minimum(x, FEATURE_CAP)
+  feats = jnp.stack([clip(params / cap), clip(live / cap), clip(high / cap), clip(peak),
+                     jnp.log1p(peak), work * num,
+                     jnp.broadcast_to(jnp.sum(work * dev), peak.shape)], axis=-1)
+  return feats * dev[:, None]
+
+
+@flax.struct.dataclass
+class LoadState:
+  """The per-device load carried from block to block (shares of T; see the module docstring)."""
+  probs: jnp.ndarray  # (n_blk * S, Dmax) float32 placement distribution per topological position
+  params: jnp.ndarray  # (Dmax,) P_d
+  work: jnp.ndarray  # (Dmax,) W_d
+  # (n_blk + 2, Dmax) difference array of the live-output profile: the live bytes of block b
+  # on d are cumsum(diff)[b, d] (intervals known so far, including their future ends)
+  diff: jnp.ndarray
+
+
+@flax.struct.dataclass
+class _Layout:
+  """The graph cut into blocks in topological order (padded), and its edges."""
+  shares: jnp.ndarray  # (n_blk, S, 4) node shares (NODE_LOAD) per block
+  free_blk: jnp.ndarray  # (n_blk, S) int32 block at whose start a node's output is freed
+  e_src: jnp.ndarray  # (Ep,) int32 topological position of each edge's sender
+  e_dst: jnp.ndarray  # (Ep,) int32 ... and receiver
+  e_blk: jnp.ndarray  # (Ep,) int32 receiver's block (-1 on padding)
+  e_out: jnp.ndarray  # (Ep,) float32 sender's output share (0 on padding)
+  e_free: jnp.ndarray  # (Ep,) int32 block at whose start the copy is freed
+
+
+def _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
+            edge_mask, block: int) -> _Layout:
+  n = node_load.shape[0]
+  n_blk = -(-n // block)
+  pad = n_blk * block - n
+  share = jnp.where(jnp.asarray(node_mask, bool)[:, None], node_load, 0.0)
+  emask = jnp.asarray(edge_mask, bool)
+  return _Layout(
+      shares=jnp.pad(share[topo_order], ((0, pad), (0, 0))).reshape(n_blk, block, 4),
+      free_blk=jnp.pad(node_end[topo_order] // block + 1, (0, pad)).reshape(n_blk, block),
+      e_src=topo_position[senders], e_dst=topo_position[receivers],
+      e_blk=jnp.where(emask, topo_position[receivers] // block, -1),
+      e_out=jnp.where(emask, share[senders, 1], 0.0),
+      e_free=node_end[senders] // block + 1)
+
+
+def _init_state(n_blk: int, block: int, dmax: int) -> LoadState:
+  zeros = jnp.zeros(dmax, jnp.float32)
+  return LoadState(probs=jnp.zeros((n_blk * block, dmax), jnp.float32), params=zeros,
+                   work=zeros, diff=jnp.zeros((n_blk + 2, dmax), jnp.float32))
+
+
+def _profile(state: LoadState) -> jnp.ndarray:
+  """(n_blk, Dmax) live-output bytes per block of the intervals known so far."""
+  return jnp.cumsum(state.diff, axis=0)[:-2]
+
+
+def _commit(state: LoadState, lay: _Layout, b, p) -> LoadState:
+  """Block b placed with distribution p (S, Dmax): its parameters, cost, outputs (live from b
+  to their last consumer's block) and the copies its nodes receive (live from the sender's
+  block to the sender's last consumer's block) added: rule 7 with the topological order as the
+  schedule."""
+  sb, fb = lay.shares[b], lay.free_blk[b]
+  s = sb.shape[0]
+  probs = jax.lax.dynamic_update_slice(state.probs, p, (b * s, 0))
+  own = p * sb[:, 1:2]  # (S, Dmax) expected output shares per device
+  into = (lay.e_blk == b).astype(jnp.float32)[:, None]  # (Ep, 1) edges into this block
+  copies = into * lay.e_out[:, None] * probs[lay.e_dst] * (1.0 - probs[lay.e_src])
+  diff = (state.diff.at[b].add(own.sum(0)).at[fb].add(-own)
+          .at[lay.e_src // s].add(copies).at[lay.e_free].add(-copies))
+  return LoadState(probs=probs, params=state.params + p.T @ sb[:, 0],
+                   work=state.work + p.T @ sb[:, 3], diff=diff)
+
+
+def estimated_peak(placement, node_load, node_end, topo_order, topo_position, node_mask,
+                   senders, receivers, edge_mask, num_devices: int, block: int = 32):
+  """(num_devices,) the load state's peak estimate P_d + max over blocks of the live outputs
+  (shares of T) of a fixed placement (Np,): what the barrier compares with the capacity once
+  every node is placed."""
+  lay = _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
+                edge_mask, block)
+  n_blk = lay.shares.shape[0]
+  onehot = jax.nn.one_hot(jnp.pad(placement[topo_order], (0, n_blk * block - placement.shape[0])),
+                          num_devices).reshape(n_blk, block, num_devices)
+
+  def step(state, xs):
+    b, p = xs
+    return _commit(state, lay, b, p), None
+
+  state, _ = jax.lax.scan(step, _init_state(n_blk, block, num_devices),
+                          (jnp.arange(n_blk), onehot))
+  return state.params + _profile(state).max(0)
+
+
+class LoadDecoder(nn.Module):
+  """Placement logits (Np, Dmax) decoded block by block with the load state (module docstring).
+
+  Call with q (Np, H) node queries, k (Dmax, H) device keys and bias (Dmax,) device biases (the
+  load-free scores are q k^T / sqrt(H) + bias), node_load (Np, 4) shares (NODE_LOAD), node_end
+  (Np,) int32 topological position of each node's last consumer (the last real position when
+  nothing consumes it: such an output lives to the end, rule 7; features.load_inputs),
+  device_capacity (Dmax,), device_mask (Dmax,) bool,
+  topo_order / topo_position (Np,) int32, node_mask (Np,) bool, and the edges senders /
+  receivers / edge_mask (Ep,). Logits of padded devices are `masked_logit`; padded nodes and
+  edges add nothing to the state.
+  """
+  hidden: int
+  block: int = 32
+  masked_logit: float = -1e9
+  guard: bool = True
+  guard_init: float = 100.0  # initial barrier per unit of relative overflow (1% over: 1 logit)
+  # share of each device's memory the greedy decode keeps free: the estimate follows the
+  # topological order, the simulator the priorities, and their peaks can differ by ~10-20%
+  greedy_margin: float = 0.1
+
+  @nn.compact
+  def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
+               topo_position, node_mask, senders, receivers, edge_mask, mode: str = "expected",
+               placement=None):
+    if mode not in MODES:
+      raise ValueError(f"LoadDecoder: unknown mode {mode!r}; choose from {MODES}")
+    if (mode == "forced") != (placement is not None):
+      raise ValueError("LoadDecoder: mode 'forced' takes a placement, the other modes none")
+    if self.block < 1:
+      raise ValueError(f"LoadDecoder: block must be >= 1, got {self.block}")
+    h = self.hidden
+    f = len(LOAD_FEATURES)
+    w1 = self.param("w1", nn.initializers.lecun_normal(), (f, h), jnp.float32)
+    b1 = self.param("b1", nn.initializers.zeros, (h,), jnp.float32)
+    # The load term starts small (not zero, so that w1 gets a gradient at once).
+    small = nn.initializers.normal(1e-2)
+    w2 = self.param("w2", small, (h, h), jnp.float32)
+    wb = self.param("w_bias", small, (h,), jnp.float32)
+    guard = jnp.float32(0.0)
+    if self.guard:
+      raw = self.param("guard_scale", nn.initializers.constant(
+          math.log(math.expm1(self.guard_init))), (), jnp.float32)
+      guard = jax.nn.softplus(raw)
+
+    n, dmax = q.shape[0], k.shape[0]
+    s = self.block
+    n_blk = -(-n // s)
+    dev_mask = jnp.asarray(device_mask, bool)
+    cap = jnp.where(dev_mask, jnp.maximum(device_capacity, 1e-6), 1.0)
+    lay = _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
+                  edge_mask, s)
+    qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
+    scale = 1.0 / jnp.sqrt(jnp.float32(h))
+
+    forced = None
+    if placement is not None:
+      forced = jax.nn.one_hot(jnp.pad(placement[topo_order], (0, n_blk * s - n)), dmax,
+                              dtype=jnp.float32).reshape(n_blk, s, dmax)
+    else:
+      forced = jnp.zeros((n_blk, 1, 1), jnp.float32)  # unused
+
+    def step(state: LoadState, xs):
+      b, qb, fb = xs
+      sb = lay.shares[b]
+      prof = _profile(state)
+      live, high = prof[b], prof.max(0)
+      feats = load_features(state.params, live, high, state.work, cap, dev_mask)
+      le = jax.nn.gelu(feats @ w1 + b1) @ w2  # (Dmax, H)
+      logits = qb @ (k + le).T * scale + (bias + le @ wb)[None, :]
+      if self.guard:
+        # the copies node i would receive on d: its inputs not (expected) on d already; inputs
+        # from this very block are not placed yet and count in full
+        into = ((lay.e_blk == b) & (lay.e_src < b * s)).astype(jnp.float32)[:, None]
+        missing = into * lay.e_out[:, None] * (1.0 - state.probs[lay.e_src])  # (Ep, Dmax)
+        same = ((lay.e_blk == b) & (lay.e_src >= b * s)).astype(jnp.float32) * lay.e_out
+        recv = jnp.zeros((s, dmax), jnp.float32).at[
+            jnp.clip(lay.e_dst - b * s, 0, s - 1)].add(missing + same[:, None])
+        peak = state.params[None, :] + sb[:, :1] + jnp.maximum(
+            high[None, :], live[None, :] + sb[:, 1:2] + sb[:, 2:3] + recv)
+        if mode == "greedy":
+          scale_b, limit = jnp.maximum(guard, GREEDY_BARRIER), 1.0 - self.greedy_margin
+        else:
+          scale_b, limit = guard, 1.0
+        logits = logits - scale_b * jnp.maximum(peak / cap[None, :] - limit, 0.0)
+      logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
+      # the distribution the state counts (padded rows have zero shares: they add nothing)
+      if mode == "expected":
+        p = jax.nn.softmax(logits, axis=-1)
+      elif mode == "greedy":
+        p = jax.nn.one_hot(jnp.argmax(logits, axis=-1), dmax, dtype=jnp.float32)
+      else:
+        p = fb
+      return _commit(state, lay, b, p), logits
+
+    _, logits = jax.lax.scan(step, _init_state(n_blk, s, dmax),
+                             (jnp.arange(n_blk), qs, forced))
+    return logits.reshape(n_blk * s, dmax)[:n][topo_position]  # back to node-id order

@@ -1,0 +1,357 @@
+"""Imitation warm start: behaviour cloning of the best baseline solution before PPO.
+
+A hint-free GO starts from random parameters; PPO alone, in a CPU-sized budget, leaves it out of
+memory on held-out graphs (BENCHMARKS.md, 2026-11-21: zero-shot 6-30x the best baseline). The
+recipe of DOPPLER (Yao et al., ICLR 2026) is to clone good solutions first and then improve on
+them with RL. Here, for every training instance:
+
+1. the teachers (`config.imitation.teachers`, registered placement / joint methods: by default
+   the list schedulers, METIS and the expert split) solve it and the best by the objective
+   (infeasible ranks last) is the target;
+2. the target placement is relabelled canonically where the topology allows it: devices in the
+   order of their first use along the topological order, but only when that permutation maps
+   the topology onto itself (same speeds, capacities, overheads and links), so the simulated
+   result is unchanged and identical devices do not teach the policy arbitrary labels;
+   An instance whose best target is out of memory is not cloned (weight 0);
+3. the target's priority becomes a priority level per op: its rank among the op priorities,
+   cut into the policy's L levels (higher level runs first, within a level the critical path:
+   the tie-break of `problems`);
+4. `steps` Adam steps of cross-entropy between the policy's heads and the targets, counted over
+   the decisions `rollout.log_prob` counts (placement over real colocation roots, levels over
+   real nodes), on `graphs_per_step` instances drawn at random per step, all under one jit
+   (`lax.scan` over `steps_per_call` steps per call). Where the policy has a load state
+   (policies/load.py), its placement logits are decoded against the load of the target
+   placement (teacher forcing, mode "forced"): what its greedy decode sees when it follows the
+   teacher. Label smoothing keeps the cloned policy sampling around the target (PPO needs that
+   spread) and curbs memorising.
+
+The resulting parameters start PPO (`loop.train`); they are written to
+`<workdir>/imitation.msgpack` (atomically) and a resumed run reloads them instead of cloning
+again, so a resumed run continues bit-exactly. `<workdir>/imitation.json` records per instance
+the teacher, its objective and the objective of the target action as the policy expresses it
+(quantised levels), and the final cross-entropies and accuracies.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+
+from go_jax import methods
+from go_jax.training import checkpoint as ckpt_lib
+from go_jax.training import hints, rollout
+from go_jax.training.problems import Problems, TrainData
+from simulator import fileio
+from simulator.topology import Topology
+
+PARAMS_NAME, SUMMARY_NAME = "imitation.msgpack", "imitation.json"
+DEFAULT_TEACHERS = ("heft", "m_etf", "m_sct", "metis", "expert")
+TRACES: Dict[str, int] = {"bc_chunk": 0}
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """`config.imitation` of a training run (off unless `enabled`)."""
+  c = ml_collections.ConfigDict()
+  c.enabled = False
+  c.teachers = DEFAULT_TEACHERS  # placement / joint methods of the registry
+  c.steps = 400  # Adam steps (a multiple of steps_per_call)
+  c.steps_per_call = 20
+  c.graphs_per_step = 8  # instances per step (capped at the number of instances)
+  c.learning_rate = 1e-3
+  c.priority_weight = 1.0  # weight of the level cross-entropy (joint task)
+  # share of each target spread uniformly over the choices: keeps the cloned policy from
+  # collapsing onto one action, so PPO still samples around it, and curbs memorising
+  c.label_smoothing = 0.1
+  c.max_seconds = ml_collections.config_dict.placeholder(float)  # wall budget of the cloning
+  c.seed = 0
+  return c
+
+
+# ------------------------------------------------------------------ targets (host)
+def canonical_devices(placement: np.ndarray, order: np.ndarray,
+                      topology: Topology) -> np.ndarray:
+  """`placement` with devices renamed in the order of first use along `order`, if that
+  renaming maps the topology onto itself (else `placement` unchanged)."""
+  d = topology.num_devices
+  first = []
+  for dev in np.asarray(placement)[order].tolist():
+    if dev not in first:
+      first.append(dev)
+      if len(first) == d:
+        break
+  old = np.asarray(first + [x for x in range(d) if x not in first], np.int64)  # new -> old
+  same = (np.array_equal(np.asarray(topology.speed)[old], np.asarray(topology.speed)) and
+          np.array_equal(np.asarray(topology.overhead)[old], np.asarray(topology.overhead)) and
+          np.array_equal(np.asarray(topology.mem_capacity)[old],
+                         np.asarray(topology.mem_capacity)) and
+          np.array_equal(np.asarray(topology.bandwidth)[np.ix_(old, old)],
+                         np.asarray(topology.bandwidth)) and
+          np.array_equal(np.asarray(topology.latency)[np.ix_(old, old)],
+                         np.asarray(topology.latency)))
+  if not same:
+    return np.asarray(placement, np.int64)
+  new = np.empty(d, np.int64)
+  new[old] = np.arange(d)
+  return new[np.asarray(placement, np.int64)]
+
+
+def priority_levels(priority: np.ndarray, levels: int) -> np.ndarray:
+  """(N,) level in [0, levels) of each op: its priority's rank (ties share the lowest rank)
+  cut into `levels` equal parts, so the highest priorities get the highest level."""
+  priority = np.asarray(priority, np.float64)
+  n = priority.size
+  if n == 0:
+    return np.zeros(0, np.int64)
+  order = np.argsort(priority, kind="stable")
+  rank = np.empty(n, np.int64)
+  rank[order] = np.arange(n)
+  # equal priorities: the lowest rank of their group, so ties never split across levels
+  _, inv = np.unique(priority, return_inverse=True)
+  low = np.full(inv.max() + 1, n, np.int64)
+  np.minimum.at(low, inv, rank)
+  return np.minimum(low[inv] * levels // n, levels - 1)
+
+
+@flax.struct.dataclass
+class Targets:
+  """What the policy clones, stacked like TrainData (leading instance axis I)."""
+  placement: jnp.ndarray  # (I, Np) int32 target device per op (0 on padding)
+  level: jnp.ndarray  # (I, Np) int32 target priority level per op (0 on padding)
+  weight: jnp.ndarray  # (I,) float32 1 where the target is memory-feasible, else 0 (the policy
+  #                      is not taught an out-of-memory solution)
+
+
+def build_targets(problems: Problems, data: TrainData, teachers: Sequence[str], levels: int,
+                  task: rollout.Task, progress: bool = True
+                  ) -> Tuple[Targets, List[Dict[str, Any]]]:
+  """Targets of every instance and a report row per instance (see the module docstring)."""
+  from go_jax.methods import learned  # pylint: disable=g-import-not-at-top  (registry cycle)
+  for m in teachers:
+    spec = methods.get(m)
+    if m in learned.METHOD_NAMES:
+      raise ValueError(f"imitation.teachers: '{m}' is a learned policy; teachers are baselines")
+    if spec.kind == "schedule":
+      raise ValueError(f"imitation.teachers: '{m}' only schedules; name placement or joint "
+                       "methods (e.g. 'heft', 'metis')")
+  np_ = problems.num_nodes_padded
+  tiebreak = np.asarray(jax.device_get(data.tiebreak))
+  fixed_prio = np.asarray(jax.device_get(data.fixed_priority))
+  places, lvls, weights, rows = [], [], [], []
+  t0 = time.perf_counter()
+  for i, (name, g, t) in enumerate(zip(problems.names, problems.graphs, problems.topologies)):
+    solved: Dict[str, methods.Solution] = {}
+    sols = [hints.solve_once(m, g, t, problems.objective, solved) for m in teachers]
+    best = min(sols, key=lambda s: s.objective)
+    place = canonical_devices(best.placement, g.topological_order(), t)
+    level = priority_levels(best.priority, levels)
+    n = g.num_nodes
+    if task.learns_priority:
+      prio = level + tiebreak[i, :n]
+    else:
+      prio = fixed_prio[i, :n]
+    if task.learns_placement:
+      target = methods.evaluate(g, t, place, prio, problems.objective)
+    else:
+      target = methods.evaluate(g, t, np.asarray(jax.device_get(data.fixed_placement[i]))[:n],
+                                prio, problems.objective)
+    rows.append({"instance": name, "teacher": best.method, "teacher_objective": best.objective,
+                 "teacher_feasible": best.feasible, "target_objective": target["objective"],
+                 "target_feasible": target["feasible"],
+                 "reference": float(problems.reference[i]),
+                 "target_ratio": target["objective"] / float(problems.reference[i])})
+    p = np.zeros(np_, np.int32)
+    p[:n] = place
+    lv = np.zeros(np_, np.int32)
+    lv[:n] = level
+    places.append(p)
+    lvls.append(lv)
+    weights.append(1.0 if target["feasible"] else 0.0)
+    if progress and (i + 1 == len(problems.names) or (i + 1) % 10 == 0):
+      logging.info("imitation targets: %d/%d instances (%.1f s)", i + 1, len(problems.names),
+                   time.perf_counter() - t0)
+  if not any(weights):
+    raise ValueError("imitation: no teacher found a memory-feasible solution on any training "
+                     f"instance (teachers {list(teachers)}); loosen the memory or add teachers")
+  return Targets(placement=jnp.asarray(np.stack(places)), level=jnp.asarray(np.stack(lvls)),
+                 weight=jnp.asarray(weights, jnp.float32)), rows
+
+
+# ------------------------------------------------------------------ cloning (one jit)
+@flax.struct.dataclass
+class CloneState:
+  """Behaviour cloning's carry."""
+  params: Any  # policy parameters
+  opt_state: Any  # optax Adam state
+  key: jnp.ndarray  # (Kd,) uint32 raw PRNG key data
+  step: jnp.ndarray  # () int32 steps done
+
+
+def _losses(params, module, task: rollout.Task, data: TrainData, targets: Targets,
+            smoothing: float = 0.0):
+  """(placement cross-entropy, level cross-entropy, placement accuracy, level accuracy), each
+  a mean over the decisions the task counts; the cross-entropies with label smoothing (a
+  `smoothing` share of the target spread uniformly over the real devices / the levels)."""
+  if getattr(module, "load_state", False):  # teacher forcing: the load of the target placement
+    out = jax.vmap(lambda f, pl: module.apply(params, f, placement=pl))(data.feats,
+                                                                        targets.placement)
+  else:
+    out = jax.vmap(module.apply, in_axes=(None, 0))(params, data.feats)
+  real = data.feats.node_mask
+  w = targets.weight[:, None]
+  place_mask = (data.decides_place & real).astype(jnp.float32) * w
+  level_mask = real.astype(jnp.float32) * w
+  lp = jax.nn.log_softmax(out.placement_logits, -1)
+  ll = jax.nn.log_softmax(out.priority_logits, -1)
+  dev = data.feats.device_mask[:, None, :].astype(jnp.float32)  # (G, 1, Dmax)
+  uniform_p = -jnp.sum(jnp.where(dev > 0, lp, 0.0), -1) / jnp.maximum(jnp.sum(dev, -1), 1.0)
+  ce_p = ((1.0 - smoothing) * -jnp.take_along_axis(lp, targets.placement[..., None], -1)[..., 0]
+          + smoothing * uniform_p)
+  ce_l = ((1.0 - smoothing) * -jnp.take_along_axis(ll, targets.level[..., None], -1)[..., 0]
+          + smoothing * -jnp.mean(ll, -1))
+  acc_p = (jnp.argmax(lp, -1) == targets.placement).astype(jnp.float32)
+  acc_l = (jnp.argmax(ll, -1) == targets.level).astype(jnp.float32)
+
+  def mean(x, m):
+    return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+  return (mean(ce_p, place_mask), mean(ce_l, level_mask), mean(acc_p, place_mask),
+          mean(acc_l, level_mask))
+
+
+@functools.partial(jax.jit, static_argnames=("module", "task_name", "graphs", "steps", "lr",
+                                             "priority_weight", "smoothing", "prng_impl",
+                                             "total"))
+def bc_chunk(state: CloneState, data: TrainData, targets: Targets, *, module, task_name: str,
+             graphs: int, steps: int, lr: float, priority_weight: float, smoothing: float,
+             prng_impl: str, total: int):
+  """`steps` cloning steps in one lax.scan; metrics stacked, shape (steps,) each."""
+  TRACES["bc_chunk"] += 1
+  task = rollout.get_task(task_name)
+  opt = _optimizer(lr, total)
+  num = data.upper_bound.shape[0]
+  w_p = 1.0 if task.learns_placement else 0.0
+  w_l = priority_weight if task.learns_priority else 0.0
+
+  def loss_fn(params, d, tg):
+    ce_p, ce_l, acc_p, acc_l = _losses(params, module, task, d, tg, smoothing)
+    return w_p * ce_p + w_l * ce_l, {"ce_placement": ce_p, "ce_level": ce_l,
+                                     "acc_placement": acc_p, "acc_level": acc_l}
+
+  def step(s: CloneState, _):
+    key = jax.random.wrap_key_data(s.key, impl=prng_impl)
+    key, k_pick = jax.random.split(key)
+    idx = (jnp.arange(num) if graphs == num else
+           jax.random.choice(k_pick, num, (graphs,), replace=False))
+    d = jax.tree_util.tree_map(lambda x: x[idx], data)
+    tg = jax.tree_util.tree_map(lambda x: x[idx], targets)
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(s.params, d, tg)
+    updates, opt_state = opt.update(grads, s.opt_state, s.params)
+    new = CloneState(params=optax.apply_updates(s.params, updates), opt_state=opt_state,
+                     key=jax.random.key_data(key), step=s.step + 1)
+    return new, dict(aux, loss=loss)
+
+  return jax.lax.scan(step, state, None, length=steps)
+
+
+def _optimizer(lr: float, total: int) -> optax.GradientTransformation:
+  return optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.adam(optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.1)))
+
+
+def check_config(cfg, num_instances: int) -> None:
+  """ValueError naming the first bad `config.imitation` field."""
+  if int(cfg.steps) < 1 or int(cfg.steps_per_call) < 1 or int(cfg.steps) % int(
+      cfg.steps_per_call):
+    raise ValueError(f"imitation.steps ({cfg.steps}) must be a positive multiple of "
+                     f"imitation.steps_per_call ({cfg.steps_per_call})")
+  if int(cfg.graphs_per_step) < 1:
+    raise ValueError(f"imitation.graphs_per_step must be >= 1, got {cfg.graphs_per_step}")
+  if not float(cfg.learning_rate) > 0:
+    raise ValueError(f"imitation.learning_rate must be > 0, got {cfg.learning_rate}")
+  if not 0.0 <= float(cfg.get("label_smoothing", 0.0)) < 1.0:
+    raise ValueError(f"imitation.label_smoothing must be in [0, 1), got {cfg.label_smoothing}")
+  if not list(cfg.teachers):
+    raise ValueError("imitation.teachers must name at least one placement or joint method")
+  if cfg.get("max_seconds", None) is not None and not float(cfg.max_seconds) > 0:
+    raise ValueError(f"imitation.max_seconds must be > 0, got {cfg.max_seconds}")
+  del num_instances
+
+
+def clone(trainer, params, cfg, *, progress: bool = True
+          ) -> Tuple[Any, Dict[str, Any]]:
+  """Behaviour cloning of the teachers' best solutions from `params`; returns (params, report).
+
+  `trainer` is a `ppo.Trainer` (its problems, policy and task); `cfg` the `imitation` config.
+  """
+  check_config(cfg, trainer.problems.num_instances)
+  task = rollout.get_task(trainer.hp.task)
+  module = trainer.policy.module
+  levels = int(getattr(module, "priority_levels", 8))
+  t0 = time.perf_counter()
+  targets, rows = build_targets(trainer.problems, trainer.data, tuple(cfg.teachers), levels,
+                                task, progress)
+  target_seconds = time.perf_counter() - t0
+  steps, per_call = int(cfg.steps), int(cfg.steps_per_call)
+  graphs = min(int(cfg.graphs_per_step), trainer.problems.num_instances)
+  lr = float(cfg.learning_rate)
+  impl = trainer.hp.prng_impl
+  key = jax.random.key(int(cfg.get("seed", 0)), impl=impl)
+  state = CloneState(params=params, opt_state=_optimizer(lr, steps).init(params),
+                     key=jax.random.key_data(key), step=jnp.int32(0))
+  max_seconds = cfg.get("max_seconds", None)
+  deadline = None if max_seconds is None else t0 + float(max_seconds)
+  history: List[Dict[str, float]] = []
+  t_clone = time.perf_counter()
+  while int(state.step) < steps:
+    state, metrics = bc_chunk(state, trainer.data, targets, module=module,
+                              task_name=trainer.hp.task, graphs=graphs, steps=per_call, lr=lr,
+                              priority_weight=float(cfg.get("priority_weight", 1.0)),
+                              smoothing=float(cfg.get("label_smoothing", 0.0)),
+                              prng_impl=impl, total=steps)
+    metrics = jax.device_get(metrics)
+    done = int(state.step)
+    last = {k: float(v[-1]) for k, v in metrics.items()}
+    history.append(dict(last, step=done, seconds=time.perf_counter() - t_clone))
+    if progress:
+      rate = done / max(time.perf_counter() - t_clone, 1e-9)
+      logging.info("imitation: step %d/%d (%.2f steps/s, ETA %.0f s): ce placement %.3f "
+                   "(acc %.3f), ce level %.3f (acc %.3f)", done, steps, rate,
+                   (steps - done) / max(rate, 1e-9), last["ce_placement"],
+                   last["acc_placement"], last["ce_level"], last["acc_level"])
+    if deadline is not None and time.perf_counter() >= deadline:
+      logging.info("imitation: wall-clock budget of %.0f s spent after %d steps",
+                   float(max_seconds), done)
+      break
+  report = {"teachers": list(cfg.teachers), "steps": int(state.step),
+            "target_seconds": target_seconds,
+            "clone_seconds": time.perf_counter() - t_clone, "instances": rows,
+            "history": history}
+  return state.params, report
+
+
+def warm_start(trainer, params, cfg, workdir: Optional[str], *, progress: bool = True):
+  """The cloned parameters of a run: read from `<workdir>/imitation.msgpack` when an earlier
+  (interrupted) run of this workdir finished cloning, else cloned now and saved there."""
+  path = None if workdir is None else os.path.join(workdir, PARAMS_NAME)
+  if path is not None and os.path.exists(path):
+    logging.info("imitation: loading the cloned parameters of %s", path)
+    return ckpt_lib.load_params(path, params)
+  params, report = clone(trainer, params, cfg, progress=progress)
+  if workdir is not None:
+    fileio.write_json(os.path.join(workdir, SUMMARY_NAME), report)
+    ckpt_lib.save_params(path, params)
+  return params
+
+
+__all__ = ["default_config", "clone", "warm_start", "build_targets", "canonical_devices",
+           "priority_levels", "Targets", "CloneState", "PARAMS_NAME", "SUMMARY_NAME"]

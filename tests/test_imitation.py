@@ -1,0 +1,147 @@
+"""The hint-free GO learns a memory-tight toy (imitation + PPO), and the imitation pieces.
+
+The toy: chains whose parameters do not fit one device (each device holds 0.6x of the chain's
+single-device footprint), so every feasible placement splits the chain; the real GO policy (at
+a tiny size, with its load state) is cloned from the list schedulers and then trained with PPO
+for a few updates, and must then place every training chain feasibly within 2% of the best list
+scheduler and place two chains of lengths it never saw feasibly, zero-shot.
+"""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.configs import train_base
+from go_jax import methods
+from go_jax.training import imitation, loop, ppo, rollout
+from simulator import CompGraph, Topology
+
+TEACHERS = ("heft", "m_sct")
+
+
+def tight_chain(n: int, seed: int) -> CompGraph:
+  rng = np.random.default_rng(seed)
+  s = np.arange(n - 1)
+  return CompGraph(cost=rng.uniform(0.5, 1.5, n), senders=s, receivers=s + 1,
+                   out_bytes=np.full(n, 0.1), param_bytes=rng.uniform(0.5, 1.5, n),
+                   name=f"tight_chain{n}_{seed}")
+
+
+def tight_topology(graph: CompGraph, devices: int = 2) -> Topology:
+  """0.6x of the chain's single-device footprint (its parameters plus two outputs) per device."""
+  footprint = graph.param_bytes.sum() + 2 * graph.out_bytes.max()
+  return Topology.uniform(devices, bandwidth=10.0, latency=0.5, mem_capacity=0.6 * footprint)
+
+
+def toy_config(updates=20, imitation_steps=100):
+  cfg = train_base.get_config()
+  cfg.update(task="joint", samples=16, graphs_per_update=4, updates=updates,
+             updates_per_call=10, epochs=1, minibatches=1, warmup_updates=0,
+             learning_rate=3e-3, lr_schedule="constant", entropy_coef=0.01,
+             checkpoint_every=10, tensorboard=False)
+  cfg.policy.update(hidden=16, gnn_layers=1, attention_layers=1, heads=2, segment_len=8,
+                    priority_levels=4, load_block=4)
+  cfg.imitation.update(enabled=True, steps=imitation_steps, steps_per_call=20,
+                       teachers=TEACHERS, learning_rate=3e-3)
+  return cfg
+
+
+def best_teacher(graph, topology):
+  return min(methods.solve(m, graph, topology).objective for m in TEACHERS)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+  graphs = [tight_chain(n, s) for n, s in ((12, 0), (16, 1), (20, 2), (24, 3))]
+  topos = [tight_topology(g) for g in graphs]
+  for g, t in zip(graphs, topos):  # the toy is what it claims: one device cannot hold it
+    single = methods.solve("single", g, t)
+    assert not single.feasible, g.name
+  workdir = str(tmp_path_factory.mktemp("go_toy"))
+  cfg = toy_config()
+  result = loop.train(cfg, workdir, instances=(graphs, topos, [g.name for g in graphs]),
+                      progress=False)
+  return cfg, graphs, topos, workdir, result
+
+
+def test_hint_free_go_learns_memory_tight_chains(toy_run):
+  cfg, graphs, topos, _, result = toy_run
+  for row, g, t in zip(result.summary, graphs, topos):
+    assert row["greedy_feasible"], row["instance"]
+    assert row["greedy_objective"] <= 1.02 * best_teacher(g, t), row["instance"]
+  # chains of lengths never trained on, zero-shot (greedy action of one forward pass)
+  held = [tight_chain(18, 7), tight_chain(28, 8)]
+  held_topos = [tight_topology(g) for g in held]
+  trainer = ppo.make_train(dict(cfg, graphs_per_update=1), held, held_topos)
+  rows = loop.summarize(trainer, trainer.init(0).replace(params=result.state.params))
+  for row, g, t in zip(rows, held, held_topos):
+    assert row["greedy_feasible"], row["instance"]
+    assert row["greedy_objective"] <= 1.1 * best_teacher(g, t), row["instance"]
+
+
+def test_imitation_writes_its_report_and_a_resumed_run_reloads_it(toy_run, monkeypatch):
+  cfg, graphs, topos, workdir, result = toy_run
+  with open(os.path.join(workdir, imitation.SUMMARY_NAME)) as fh:
+    report = json.load(fh)
+  assert report["steps"] == cfg.imitation.steps and len(report["instances"]) == len(graphs)
+  for row in report["instances"]:
+    assert row["teacher"] in TEACHERS and row["target_feasible"]
+    # the target as the policy expresses it (levels + critical-path tie-break) stays close
+    assert row["target_objective"] <= 1.05 * row["teacher_objective"]
+  assert report["history"][-1]["acc_placement"] > report["history"][0]["acc_placement"] - 1e-6
+  params_file = os.path.join(workdir, imitation.PARAMS_NAME)
+  assert os.path.isfile(params_file)
+
+  calls = []
+  monkeypatch.setattr(imitation, "clone", lambda *a, **k: calls.append(1))
+  trainer = result.trainer
+  state = trainer.init(0)
+  reloaded = imitation.warm_start(trainer, state.params, cfg.imitation, workdir)
+  assert not calls  # the cloned parameters are read back, not cloned again
+  jax.tree_util.tree_map(np.testing.assert_array_equal, reloaded,
+                         loop.ckpt_lib.load_params(params_file, state.params))
+
+
+def test_priority_levels_cut_the_rank_into_levels():
+  prio = np.array([0.1, 5.0, 3.0, 3.0, 9.0, -1.0, 7.0, 2.0])
+  levels = imitation.priority_levels(prio, 4)
+  assert levels.tolist() == [0, 2, 1, 1, 3, 0, 3, 1]  # ties share a level; higher runs first
+  assert imitation.priority_levels(np.zeros(0), 4).size == 0
+  assert set(imitation.priority_levels(np.arange(100.0), 8).tolist()) == set(range(8))
+
+
+def test_canonical_devices_only_where_the_topology_allows_it():
+  g = tight_chain(8, 0)
+  order = g.topological_order()
+  place = np.array([2, 2, 0, 0, 3, 3, 1, 1])
+  uniform = Topology.uniform(4, bandwidth=10.0, latency=0.5)
+  canon = imitation.canonical_devices(place, order, uniform)
+  assert canon.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+  prio = np.arange(8.0)[::-1].copy()
+  assert np.isclose(methods.evaluate(g, uniform, canon, prio)["objective"],
+                    methods.evaluate(g, uniform, place, prio)["objective"])
+  mixed = Topology(speed=[1.0, 2.0, 1.0, 1.0], overhead=np.zeros(4),
+                   mem_capacity=np.full(4, np.inf), bandwidth=np.full((4, 4), 10.0),
+                   latency=np.full((4, 4), 0.5))
+  assert imitation.canonical_devices(place, order, mixed).tolist() == place.tolist()
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("steps", 30, "multiple of"), ("graphs_per_step", 0, "graphs_per_step"),
+    ("learning_rate", 0.0, "learning_rate"), ("label_smoothing", 1.0, "label_smoothing"),
+    ("teachers", (), "teachers")])
+def test_bad_imitation_config_raises_clear_errors(field, value, match):
+  cfg = imitation.default_config()
+  cfg[field] = value
+  with pytest.raises(ValueError, match=match):
+    imitation.check_config(cfg, 4)
+
+
+def test_schedule_only_teachers_are_refused(toy_run):
+  _, _, _, _, result = toy_run
+  with pytest.raises(ValueError, match="only schedules"):
+    imitation.build_targets(result.trainer.problems, result.trainer.data, ("critical_path",), 4,
+                            rollout.get_task("joint"), progress=False)
