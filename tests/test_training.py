@@ -338,7 +338,8 @@ def tiny_hint_config(**overrides):
   from go_jax import policies  # pylint: disable=g-import-not-at-top
   config = train_test.get_config()
   policy = policies.variant_config("go_hint")
-  policy.update(dict(config.policy), variant="go_hint", hint="best_list")
+  # the variant's own fields win: go_hint has no load state (policies.VARIANTS)
+  policy.update(dict(config.policy), variant="go_hint", hint="best_list", load_state=False)
   config.policy = policy
   config.update(overrides)
   return config
