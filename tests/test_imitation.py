@@ -137,7 +137,7 @@ def test_bad_imitation_config_raises_clear_errors(field, value, match):
   cfg = imitation.default_config()
   cfg[field] = value
   with pytest.raises(ValueError, match=match):
-    imitation.check_config(cfg, 4)
+    imitation.check_config(cfg)
 
 
 def test_schedule_only_teachers_are_refused(toy_run):

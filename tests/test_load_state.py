@@ -62,22 +62,29 @@ def _policy_and_feats(graph, topo, hidden=16, **overrides):
   return policy, feats
 
 
-@pytest.mark.parametrize("guard", [True, False])
-def test_barrier_moves_nodes_off_a_device_that_would_overflow(guard):
-  """Parameters of 1 each on 2 devices that hold 7, and device biases favouring device 0 by 8
-  logits: without the barrier the whole chain goes to device 0 (12 > 7); with it the expected
-  parameters per device stay about within capacity."""
+def _params_chain():
+  """A 12-op chain with parameters of 1 each on 2 devices holding 7, and the decoder's
+  arguments with zero node/device scores and device biases favouring device 0 by 8 logits."""
   n = 12
   s = np.arange(n - 1)
   g = CompGraph(cost=np.ones(n), senders=s, receivers=s + 1, out_bytes=np.full(n, 1e-3),
                 param_bytes=np.ones(n), name="params_chain")
   topo = Topology.uniform(2, bandwidth=1.0, latency=0.0, mem_capacity=7.0)
   f = features.graph_features(g, topo, max_devices=2)
+  args = (jnp.zeros((f.node_mask.size, 4)), jnp.zeros((2, 4)), jnp.array([8.0, 0.0]),
+          f.node_load, f.node_end, f.device_capacity, f.device_mask, f.topo_order,
+          f.topo_position, f.node_mask, f.senders, f.receivers, f.edge_mask)
+  return g, f, args
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_barrier_moves_nodes_off_a_device_that_would_overflow(guard):
+  """Parameters of 1 each on 2 devices that hold 7, and device biases favouring device 0 by 8
+  logits: without the barrier the whole chain goes to device 0 (12 > 7); with it the expected
+  parameters per device stay about within capacity."""
+  g, f, args = _params_chain()
+  n = g.num_nodes
   dec = load.LoadDecoder(hidden=4, block=1, guard=guard)
-  q, k = jnp.zeros((f.node_mask.size, 4)), jnp.zeros((2, 4))
-  args = (q, k, jnp.array([8.0, 0.0]), f.node_load, f.node_end, f.device_capacity,
-          f.device_mask, f.topo_order, f.topo_position, f.node_mask, f.senders, f.receivers,
-          f.edge_mask)
   params = dec.init(jax.random.PRNGKey(0), *args)
   probs = jax.nn.softmax(dec.apply(params, *args)[:n], -1)
   params_per_device = np.asarray(probs.sum(0)) * g.param_bytes[0]
@@ -133,16 +140,9 @@ def test_greedy_decode_packs_against_the_committed_load_and_forcing_reproduces_i
   devices holding 7 and a preference for device 0, the greedy decode fills device 0 up to its
   capacity and puts the rest on device 1 (the expected mode spreads every node). Teacher forcing
   with the greedy placement sees the same state."""
-  n = 12
-  s = np.arange(n - 1)
-  g = CompGraph(cost=np.ones(n), senders=s, receivers=s + 1, out_bytes=np.full(n, 1e-3),
-                param_bytes=np.ones(n), name="params_chain")
-  topo = Topology.uniform(2, bandwidth=1.0, latency=0.0, mem_capacity=7.0)
-  f = features.graph_features(g, topo, max_devices=2)
+  g, f, args = _params_chain()
+  n = g.num_nodes
   dec = load.LoadDecoder(hidden=4, block=1)
-  args = (jnp.zeros((f.node_mask.size, 4)), jnp.zeros((2, 4)), jnp.array([8.0, 0.0]),
-          f.node_load, f.node_end, f.device_capacity, f.device_mask, f.topo_order,
-          f.topo_position, f.node_mask, f.senders, f.receivers, f.edge_mask)
   params = dec.init(jax.random.PRNGKey(0), *args)
   greedy = dec.apply(params, *args, mode="greedy")
   place = np.asarray(jnp.argmax(greedy[:n], -1))

@@ -268,7 +268,7 @@ def _optimizer(lr: float, total: int) -> optax.GradientTransformation:
                      optax.adam(optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.1)))
 
 
-def check_config(cfg, num_instances: int) -> None:
+def check_config(cfg) -> None:
   """ValueError naming the first bad `config.imitation` field."""
   if int(cfg.steps) < 1 or int(cfg.steps_per_call) < 1 or int(cfg.steps) % int(
       cfg.steps_per_call):
@@ -284,7 +284,6 @@ def check_config(cfg, num_instances: int) -> None:
     raise ValueError("imitation.teachers must name at least one placement or joint method")
   if cfg.get("max_seconds", None) is not None and not float(cfg.max_seconds) > 0:
     raise ValueError(f"imitation.max_seconds must be > 0, got {cfg.max_seconds}")
-  del num_instances
 
 
 def clone(trainer, params, cfg, *, progress: bool = True
@@ -293,7 +292,7 @@ def clone(trainer, params, cfg, *, progress: bool = True
 
   `trainer` is a `ppo.Trainer` (its problems, policy and task); `cfg` the `imitation` config.
   """
-  check_config(cfg, trainer.problems.num_instances)
+  check_config(cfg)
   task = rollout.get_task(trainer.hp.task)
   module = trainer.policy.module
   levels = int(getattr(module, "priority_levels", 8))
