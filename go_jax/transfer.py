@@ -56,12 +56,42 @@ ROWS: Dict[str, Tuple[str, str, str]] = {
 NO_IMITATION = ("go_hint", "no_imitation")
 # Canonical stages of the summary (best of K is stored with its K: "zero-shot best of 64").
 GREEDY, BEST_K, TUNED = "zero-shot greedy", "zero-shot best", "fine-tuned"
+SEED_SUFFIX = "_s"  # "go_s2": row "go" pretrained with seed 2 (the seeds of the ablation table)
+
+
+def parse_row(label: str) -> Tuple[str, int]:
+  """A row label -> (row of ROWS, pretraining seed): "go" -> ("go", 0), "go_s2" -> ("go", 2);
+  ValueError for a label that names no row."""
+  if label in ROWS:
+    return label, 0
+  base, sep, seed = label.rpartition(SEED_SUFFIX)
+  if sep and base in ROWS and seed.isdigit():
+    return base, int(seed)
+  raise ValueError(f"unknown learned row {label!r}; rows: {list(ROWS)}, each optionally with "
+                   f"a seed suffix ({SEED_SUFFIX}N, e.g. 'go{SEED_SUFFIX}1')")
+
+
+def is_row(label: str) -> bool:
+  try:
+    parse_row(label)
+    return True
+  except ValueError:
+    return False
+
+
+def pretrain_arg(label: str, cfg: Mapping[str, Any]) -> str:
+  """The experiments/configs/pretrain.py argument that pretrains a row label: "go_s1" with
+  pretrain_options "updates=800" -> "go,seed=1,updates=800"."""
+  row, seed = parse_row(label)
+  parts = [row] + ([f"seed={seed}"] if seed else [])
+  extra = str(cfg.get("pretrain_options", "") or "").strip(", ")
+  return ",".join(parts + ([extra] if extra else []))
 
 
 def method_of(row: str) -> str:
   """The registered learned method a row's checkpoint runs under: gdp for placement-only
   policies, go_hint for hinted ones, go otherwise."""
-  _, hint, task = ROWS[row]
+  _, hint, task = ROWS[parse_row(row)[0]]
   return "gdp" if task == "placement" else ("go_hint" if hint else "go")
 
 
@@ -80,11 +110,12 @@ def ensure_pretrained(row: str, cfg: Mapping[str, Any],
   folder = checkpoint_of(row, cfg)
   if os.path.isfile(os.path.join(folder, pretrained.PARAMS_NAME)):
     return folder
+  arg = pretrain_arg(row, cfg)
   if not cfg.get("pretrain_missing", True) or pretrain_config is None:
     raise ValueError(f"row {row!r}: no pretrained policy at {folder} (run go-jax-train with "
-                     f"experiments/configs/pretrain.py:{row}, or allow pretrain_missing)")
-  logging.info("row %s: pretraining into %s", row, folder)
-  training.train(pretrain_config(row), folder)
+                     f"experiments/configs/pretrain.py:{arg}, or allow pretrain_missing)")
+  logging.info("row %s: pretraining (%s) into %s", row, arg, folder)
+  training.train(pretrain_config(arg), folder)
   return folder
 
 
@@ -106,9 +137,11 @@ def settings(config) -> Dict[str, Any]:
   for spec in cfg["topologies"]:
     topology_spec.parse_topology(spec)
   objectives.get_objective(cfg["objective"])
-  unknown = [r for r in cfg["rows"] if r not in ROWS]
-  if unknown:
-    raise ValueError(f"transfer config: unknown row(s) {unknown}; rows: {list(ROWS)}")
+  for r in cfg["rows"]:
+    try:
+      parse_row(r)
+    except ValueError as e:
+      raise ValueError(f"transfer config: {e}") from e
   return cfg
 
 
@@ -147,7 +180,7 @@ def run(config, out: str, pretrain_config: Optional[Callable[[str], Any]] = None
   cells = plan(cfg)
 
   def before(cell):
-    if cell.label in ROWS and cell.label not in cfg["baselines"]:
+    if is_row(cell.label) and cell.label not in cfg["baselines"]:
       ensure_pretrained(cell.label, cfg, pretrain_config)
 
   rows = harness.execute(cells, harness.Instances({"budget": None, "schedule_placement": None}),

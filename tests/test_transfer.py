@@ -99,13 +99,43 @@ def test_summary_geometric_means_by_hand():
 
 
 def test_config_errors(tmp_path):
-  with pytest.raises(ValueError, match="unknown row"):
+  with pytest.raises(ValueError, match="unknown learned row"):
     transfer.settings(tiny_config(tmp_path, rows=("go_hint", "nope")))
   bad = dict(tiny_config(tmp_path), finetune_seconds={"go": 3.0})
   with pytest.raises(ValueError, match="default"):
     transfer.settings(bad)
   with pytest.raises(ValueError, match="no pretrained policy"):
     transfer.ensure_pretrained("go", dict(tiny_config(tmp_path), pretrain_missing=False))
+
+
+def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
+  from experiments.configs import ablation, pretrain  # pylint: disable=g-import-not-at-top
+  assert transfer.parse_row("go") == ("go", 0)
+  assert transfer.parse_row("no_gnn_s12") == ("no_gnn", 12)
+  assert transfer.method_of("gdp_s1") == "gdp"
+  for bad in ("go_s", "nope_s1", "go_sx"):
+    with pytest.raises(ValueError, match="unknown learned row"):
+      transfer.parse_row(bad)
+  cfg = dict(tiny_config(tmp_path), pretrain_options="updates=40,imitation_steps=30")
+  assert transfer.pretrain_arg("go_s2", cfg) == "go,seed=2,updates=40,imitation_steps=30"
+  assert transfer.checkpoint_of("go_s2", cfg).endswith(os.path.join("pretrain", "go_s2"))
+  # the step budget: no wall-clock caps, multiples of the per-call chunks, and the row
+  # without imitation gets the cloning steps' time as PPO updates
+  go = pretrain.get_config("go,seed=2,updates=40,imitation_steps=30")
+  assert (go.seed, go.imitation.seed, go.updates, go.imitation.steps) == (2, 2, 40, 20)
+  assert go.max_seconds is None and go.imitation.max_seconds is None
+  no_im = pretrain.get_config("no_imitation,updates=40,imitation_steps=40")
+  assert not no_im.imitation.enabled and no_im.updates == 60
+  full = pretrain.get_config("go")
+  assert full.max_seconds == 1080.0 and full.imitation.max_seconds == 420.0
+  with pytest.raises(ValueError, match="bad option"):
+    pretrain.get_config("go,epochs=2")
+  with pytest.raises(ValueError, match="updates must be >= 1"):
+    pretrain.get_config("go,updates=0")
+  abl = ablation.get_config()
+  transfer.settings(abl)  # every row of the ablation table is a valid (seeded) row
+  assert {transfer.parse_row(r)[0] for r in abl.rows} == {
+      r for r in transfer.ROWS if r not in ("gdp", "go_hint")}
 
 
 def test_launcher_end_to_end_baselines_only(tmp_path):

@@ -3,8 +3,10 @@
   go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \\
       --export=go --export_dir=go_jax/pretrained --export_to_package   # shipping it
   go-jax-train --config=experiments/configs/pretrain.py:no_gnn,seed=1 --workdir=runs/abl/no_gnn_1
+  go-jax-train --config=experiments/configs/pretrain.py:go,updates=800,imitation_steps=600 ...
 
-The argument names the row (`ROWS`, go_jax/transfer.py) and optionally a seed ("go,seed=2"):
+The argument names the row (`ROWS`, go_jax/transfer.py) and optionally a seed ("go,seed=2") and
+a fixed step budget in place of the wall-clock one ("updates=U,imitation_steps=S"):
 "go" (default: the paper's GO with go-jax's device-load state, no hint), "gdp" (placement only,
 no superposition), "go_hint" (GO with the best list scheduler's placement as a hint) and the
 ablations of "go" without GNN, attention, segment recurrence, superposition, load state or
@@ -68,21 +70,32 @@ def small_policy(row: str):
   return p
 
 
+# Options of "row,opt=value,...": the seed, and a fixed step budget in place of the wall-clock
+# one (the ablation table, experiments/configs/ablation.py: every row gets the same number of
+# cloning steps and PPO updates whatever the machine's load).
+OPTIONS = ("seed", "updates", "imitation_steps")
+
+
 def parse_arg(arg: str):
-  """"row" or "row,seed=N" -> (row, seed)."""
+  """"row" or "row,seed=N,updates=U,imitation_steps=S" -> (row, {option: int})."""
   row, *opts = [a.strip() for a in (arg or "go").split(",")]
-  seed = 0
+  values = {}
   for opt in opts:
     key, _, value = opt.partition("=")
-    if key != "seed" or not value.lstrip("-").isdigit():
-      raise ValueError(f"pretrain.py: bad option {opt!r} in {arg!r}; the only option is "
-                       "seed=N (e.g. --config=experiments/configs/pretrain.py:go,seed=1)")
-    seed = int(value)
-  return row, seed
+    if key not in OPTIONS or not value.lstrip("-").isdigit():
+      raise ValueError(f"pretrain.py: bad option {opt!r} in {arg!r}; options: "
+                       f"{', '.join(k + '=N' for k in OPTIONS)} (e.g. "
+                       "--config=experiments/configs/pretrain.py:go,seed=1)")
+    values[key] = int(value)
+  for key in ("updates", "imitation_steps"):
+    if key in values and values[key] < 1:
+      raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
+  return row, values
 
 
 def get_config(arg: str = "go"):
-  row, seed = parse_arg(arg)
+  row, opts = parse_arg(arg)
+  seed = opts.get("seed", 0)
   config = train_base.get_config()
   config.policy = small_policy(row)
   config.task = ROWS[row][2]
@@ -105,6 +118,23 @@ def get_config(arg: str = "go"):
   config.imitation.steps_per_call = 20
   config.imitation.graphs_per_step = 8
   config.imitation.max_seconds = 420.0
-  if not config.imitation.enabled and row != "go_hint":
+  if "updates" in opts or "imitation_steps" in opts:
+    # A step budget: no wall-clock caps; a row without imitation gets the PPO updates that
+    # the cloning steps' time buys (a cloning step costs about half a PPO update here:
+    # 2340 steps in 400 s vs 3120 updates in 1080 s, BENCHMARKS.md).
+    per_call = config.updates_per_call
+    config.updates = opts.get("updates", config.updates)
+    config.imitation.steps = opts.get("imitation_steps", config.imitation.steps)
+    config.imitation.steps -= config.imitation.steps % config.imitation.steps_per_call
+    config.imitation.steps = max(config.imitation.steps, config.imitation.steps_per_call)
+    config.max_seconds = None
+    config.imitation.max_seconds = None
+    if not config.imitation.enabled and row != "go_hint":
+      config.updates += config.imitation.steps // 2
+    config.updates -= config.updates % per_call
+    config.updates = max(config.updates, per_call)
+    config.checkpoint_every = max(per_call, config.updates // 20 // per_call * per_call)
+    config.keep_checkpoints = 2
+  elif not config.imitation.enabled and row != "go_hint":
     config.max_seconds += config.imitation.max_seconds  # the same wall-clock budget, all PPO
   return config

@@ -32,6 +32,9 @@ def get_config():
   c.finetune_seconds = {"default": 120.0}
   c.finetune_lr = 1e-3
   c.pretrain_dir = "runs/pretrain"  # <pretrain_dir>/<row>: a row's pretrained run
+  # Appended to a missing row's experiments/configs/pretrain.py argument, e.g.
+  # "updates=720,imitation_steps=600" (a step budget; configs/ablation.py).
+  c.pretrain_options = ""
   c.pretrain_missing = True  # pretrain rows whose checkpoint is missing
   c.use_shipped = True  # a row with a shipped checkpoint (go_hint) uses it
   return c
