@@ -132,6 +132,11 @@ def settings(config) -> Dict[str, Any]:
   missing = [k for k in required if k not in cfg]
   if missing:
     raise ValueError(f"transfer config: missing field(s) {missing}")
+  updates = cfg.get("finetune_updates")
+  if updates is not None and (isinstance(updates, bool) or not isinstance(updates, int)
+                              or updates < 1):
+    raise ValueError(f"transfer config: finetune_updates must be an integer >= 1 or None, "
+                     f"got {updates!r}")
   if "default" not in cfg["finetune_seconds"]:
     raise ValueError("transfer config: finetune_seconds needs a 'default' entry")
   for spec in cfg["topologies"]:
@@ -166,6 +171,8 @@ def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
         budget = float(cfg["finetune_seconds"].get(row, cfg["finetune_seconds"]["default"]))
         opts = dict(checkpoint=checkpoint_of(row, cfg), finetune_seconds=budget,
                     samples=int(cfg["samples"]), learning_rate=float(cfg["finetune_lr"]))
+        if cfg.get("finetune_updates"):  # a fixed number of updates, not a wall-clock budget
+          opts.update(finetune_seconds=0.0, max_updates=int(cfg["finetune_updates"]))
         cells.append(harness.Cell(method_of(row), *common, label=row,
                                   options=tuple(sorted(opts.items()))))
   return cells

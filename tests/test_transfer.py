@@ -133,7 +133,11 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   with pytest.raises(ValueError, match="updates must be >= 1"):
     pretrain.get_config("go,updates=0")
   abl = ablation.get_config()
-  transfer.settings(abl)  # every row of the ablation table is a valid (seeded) row
+  cells = [c for c in transfer.plan(transfer.settings(abl)) if c.label == "go_s1"]
+  assert cells and all(dict(c.options)["max_updates"] == 100 and
+                       dict(c.options)["finetune_seconds"] == 0.0 for c in cells)
+  with pytest.raises(ValueError, match="finetune_updates"):
+    transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))  # every row of the ablation table is a valid (seeded) row
   assert {transfer.parse_row(r)[0] for r in abl.rows} == {
       r for r in transfer.ROWS if r not in ("gdp", "go_hint")}
 

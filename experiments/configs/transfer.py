@@ -31,6 +31,9 @@ def get_config():
   c.samples = 64  # K of zero-shot best-of-K and of each fine-tuning update
   c.finetune_seconds = {"default": 120.0}
   c.finetune_lr = 1e-3
+  # An int: fine-tune every row for this many PPO updates instead of finetune_seconds (a
+  # budget that does not depend on the machine's load; configs/ablation.py).
+  c.finetune_updates = ml_collections.config_dict.placeholder(int)
   c.pretrain_dir = "runs/pretrain"  # <pretrain_dir>/<row>: a row's pretrained run
   # Appended to a missing row's experiments/configs/pretrain.py argument, e.g.
   # "updates=720,imitation_steps=600" (a step budget; configs/ablation.py).
