@@ -157,3 +157,25 @@ def test_greedy_decode_packs_against_the_committed_load_and_forcing_reproduces_i
     dec.apply(params, *args, mode="forced")
   with pytest.raises(ValueError, match="unknown mode"):
     dec.apply(params, *args, mode="nope")
+
+
+def test_greedy_block_commits_node_by_node_whatever_the_training_block():
+  """With blocks of 12 the whole chain is one block: every node sees the empty start state, so
+  the greedy decode piles all 12 parameters onto device 0 (capacity 7). `greedy_block=1`
+  decodes the same parameters node by node and stops at 6, as block=1 does; the expected
+  logits (sampling, PPO) keep the training block."""
+  g, f, args = _params_chain()
+  n = g.num_nodes
+  wide = load.LoadDecoder(hidden=4, block=12)
+  params = wide.init(jax.random.PRNGKey(0), *args)
+  piled = np.asarray(jnp.argmax(wide.apply(params, *args, mode="greedy")[:n], -1))
+  assert np.all(piled == 0)
+  fixed = load.LoadDecoder(hidden=4, block=12, greedy_block=1)
+  place = np.asarray(jnp.argmax(fixed.apply(params, *args, mode="greedy")[:n], -1))
+  assert np.sum(place == 0) == 6 and np.all(place[:6] == 0)
+  np.testing.assert_array_equal(
+      fixed.apply(params, *args, mode="greedy"),
+      load.LoadDecoder(hidden=4, block=1).apply(params, *args, mode="greedy"))
+  np.testing.assert_array_equal(fixed.apply(params, *args), wide.apply(params, *args))
+  with pytest.raises(ValueError, match="greedy_block"):
+    load.LoadDecoder(hidden=4, greedy_block=-1).apply(params, *args, mode="greedy")

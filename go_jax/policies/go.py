@@ -112,6 +112,7 @@ class GOPolicy(nn.Module):
   load_block: int = 8  # nodes per block of the load state's scan
   load_guard: bool = True  # the load state's memory barrier (load.py)
   load_margin: float = 0.1  # memory share the greedy decode keeps free (LoadDecoder)
+  load_greedy_block: int = 1  # nodes per block of the greedy decode (LoadDecoder.greedy_block)
 
   @nn.compact
   def __call__(self, feats: GraphFeatures, deterministic: bool = True,
@@ -173,7 +174,8 @@ class GOPolicy(nn.Module):
         raise ValueError("GOPolicy(load_state=True) needs GraphFeatures.node_load, node_end "
                          "and device_capacity (built by policies.graph_features)")
       decoder = LoadDecoder(hdim, self.load_block, MASKED_LOGIT, self.load_guard,
-                            greedy_margin=self.load_margin, name="load")
+                            greedy_margin=self.load_margin,
+                            greedy_block=self.load_greedy_block, name="load")
       args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,
               feats.topo_position, mask, feats.senders, feats.receivers,
