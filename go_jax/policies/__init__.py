@@ -74,7 +74,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_block = 8  # nodes per block of the load state's scan
   c.load_guard = True  # memory barrier on devices the estimated peak overflows (load.py)
   c.load_margin = 0.1  # memory share the greedy decode keeps free (load.py)
-  c.load_greedy_block = 1  # nodes per block of the greedy decode: 1 commits node by node
+  c.load_greedy_block = 0  # nodes per block of the greedy decode (0: load_block; 1: node by node)
   return c
 
 

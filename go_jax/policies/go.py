@@ -112,7 +112,7 @@ class GOPolicy(nn.Module):
   load_block: int = 8  # nodes per block of the load state's scan
   load_guard: bool = True  # the load state's memory barrier (load.py)
   load_margin: float = 0.1  # memory share the greedy decode keeps free (LoadDecoder)
-  load_greedy_block: int = 1  # nodes per block of the greedy decode (LoadDecoder.greedy_block)
+  load_greedy_block: int = 0  # nodes per block of the greedy decode (0: load_block; load.py)
 
   @nn.compact
   def __call__(self, feats: GraphFeatures, deterministic: bool = True,

@@ -195,10 +195,11 @@ class LoadDecoder(nn.Module):
   # topological order, the simulator the priorities, and their peaks can differ by ~10-20%
   greedy_margin: float = 0.1
   # nodes per block of the greedy decode (0: `block`). Within a block every node sees the state
-  # of the block's start, so up to `block` nodes can pile onto one device unseen by the barrier
-  # (PipeDream VGG-16: six nodes holding 7 GB of outputs in one block of 8 went to one device,
-  # 0.5% over its memory); 1 commits node by node, GO's state embedding exactly. The parameters
-  # do not depend on the block size, so a policy trained with `block` decodes with any.
+  # of the block's start, so up to `block` nodes can pile onto one device unseen by the
+  # barrier; 1 commits node by node (GO's state embedding exactly). The parameters do not
+  # depend on the block size, so a policy trained with `block` decodes with any. Measured on
+  # the shipped `go` (BENCHMARKS.md, issue 11): 1 is better on the training set as a whole but
+  # worse on 4 of its 7 families, so the default stays the training block.
   greedy_block: int = 0
 
   @nn.compact
