@@ -71,7 +71,10 @@ def parse_row(label: str) -> Tuple[str, int]:
                    f"a seed suffix ({SEED_SUFFIX}N, e.g. 'go{SEED_SUFFIX}1')")
 
 
-def is_row(label: str) -> bool:
+def is_row(label: Optional[str]) -> bool:
+  """Whether a cell label names a learned row (baseline cells have no label)."""
+  if not isinstance(label, str):
+    return False
   try:
     parse_row(label)
     return True

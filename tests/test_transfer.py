@@ -113,6 +113,7 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert transfer.parse_row("go") == ("go", 0)
   assert transfer.parse_row("no_gnn_s12") == ("no_gnn", 12)
   assert transfer.method_of("gdp_s1") == "gdp"
+  assert transfer.is_row("go_s3") and not transfer.is_row(None) and not transfer.is_row("heft")
   for bad in ("go_s", "nope_s1", "go_sx"):
     with pytest.raises(ValueError, match="unknown learned row"):
       transfer.parse_row(bad)
