@@ -7,6 +7,7 @@
       piper:gnmt                          piper:bert32a100,tensor_parallel=4,variant=recomp
       zoo:resnet50,size=small,stage=post,device=a100      zoo:gnmt8      zoo:gpt2_small,batch=4
       jax:my_models.step:program,stage=post,device=a100   (a JAX program: `jax_program`)
+      costgraph:graphs/graph_1f2e.pbtxt   (a TensorFlow CostGraphDef text file: `costgraph`)
   * a path ending in ".npz" (a graph saved by `CompGraph.save`);
   * a bare model name: a PipeDream model if it is one (`pipedream:<name>`), else a model-zoo
     model (`zoo:<name>`);
@@ -32,7 +33,7 @@ import os
 from typing import Callable, Dict, List, Optional
 
 from simulator.graph import CompGraph
-from simulator.sources import jax_program, pipedream, piper, synthetic
+from simulator.sources import costgraph, jax_program, pipedream, piper, synthetic
 from simulator.sources import zoo as zoo_source
 from simulator.sources.datafiles import DATA_ENV_VAR, data_root
 from simulator.sources.pipedream import load_pipedream
@@ -106,6 +107,9 @@ REGISTRY: Dict[str, SourceKind] = {
                       positional_help="'package.module:function'",
                       description="a JAX program (fn, args) or CompGraph from a function of no "
                       "arguments, via the HLO front end + cost model"),
+    "costgraph": SourceKind(costgraph.load_costgraph, positional="path",
+                            positional_help="a CostGraphDef text file (.pbtxt)",
+                            description="TensorFlow CostGraphDef text file (REGAL's format)"),
 }
 
 
@@ -268,7 +272,7 @@ def _load_graph(spec: str) -> CompGraph:
       raise ValueError(f"graph spec {spec!r}: bad value for {key!r}: {e}") from None
   if kind.positional is not None:
     if not args:
-      listing = ("" if kind_name == "jax" else "; available: " + (
+      listing = ("" if kind_name in ("jax", "costgraph") else "; available: " + (
           ", ".join(available_graphs().get(kind_name, [])) or "(none found)"))
       raise ValueError(f"graph spec {spec!r}: {kind_name} needs {kind.positional_help} after "
                        f"'{kind_name}:'{listing}")

@@ -1,0 +1,138 @@
+"""REGAL's "XLA set" counterpart: training-step graphs of the model zoo, split by model family.
+
+REGAL evaluates transfer on graphs of real models (TensorFlow / XLA programs) besides its
+synthetic set. Here they come from `simulator.zoo` through the HLO front end and the roofline
+cost model (`zoo:` graph specs): every model at several zoo sizes (`tiny`, `small`, optionally
+`default`) and knob overrides, the program after XLA's optimisation passes (`stage=post`, what
+actually runs), contracted to at most `coarsen` ops where larger (the policies' node bucket).
+
+Split by MODEL FAMILY, so that valid and test families are never seen in training: a model's
+family is the zoo module that defines it (resnet, inception, amoebanet, wavenet, transformer
+(BERT, GPT-2, Transformer NMT), gnmt, transformer_xl). By default wavenet is the validation
+family and inception and transformer_xl the test families; the rest train.
+
+The folder layout, manifest, atomic writes, resuming and de-duplication are those of the
+synthetic set (`go_jax.datasets.store`). The room-for-improvement filter is off by default
+(REGAL does not filter its real-model graphs); `filter=True` applies the synthetic set's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from go_jax.datasets import regal, store
+from simulator.graph import CompGraph
+
+DEFAULT_VALID_FAMILIES = ("wavenet",)
+DEFAULT_TEST_FAMILIES = ("inception", "transformer_xl")
+DEFAULT_SIZES = ("tiny", "small")
+
+
+def model_family(model: str) -> str:
+  """The family of zoo model `model`: the name of the zoo module that defines it."""
+  from simulator import zoo  # pylint: disable=g-import-not-at-top
+  names = zoo.available()
+  if model not in names:
+    raise ValueError(f"unknown zoo model {model!r}; available: {', '.join(sorted(names))}")
+  builder = zoo.MODELS[model].builder
+  while isinstance(builder, functools.partial):  # gnmt2/4/8 are partials of one builder
+    builder = builder.func
+  return builder.__module__.rsplit(".", 1)[-1]
+
+
+def family_split(family: str, valid_families: Sequence[str],
+                 test_families: Sequence[str]) -> str:
+  """train, valid or test for a family (ValueError when listed as both valid and test)."""
+  if family in valid_families and family in test_families:
+    raise ValueError(f"model family {family!r} is listed as both a valid and a test family")
+  return "valid" if family in valid_families else "test" if family in test_families else "train"
+
+
+def zoo_variants(models: Optional[Sequence[str]] = None,
+                 sizes: Sequence[str] = DEFAULT_SIZES, knobs: Sequence[str] = ("",),
+                 stage: str = "post", coarsen: Optional[int] = 512,
+                 device: str = "v100") -> List[Tuple[str, str]]:
+  """(family, graph spec) of every model x size x knob set, sorted by family then model.
+
+  `knobs` are extra spec items per variant ("" = the size's own knobs; e.g. "batch=2").
+  """
+  from simulator import zoo  # pylint: disable=g-import-not-at-top
+  models = sorted(zoo.available()) if models is None else list(models)
+  out = []
+  for model in models:
+    family = model_family(model)
+    for size in sizes:
+      for extra in knobs:
+        spec = f"zoo:{model},size={size},stage={stage},device={device}"
+        spec += f",{extra}" if extra else ""
+        spec += f",coarsen={coarsen}" if coarsen else ""
+        out.append((family, spec))
+  return sorted(out, key=lambda fs: (fs[0], fs[1]))
+
+
+def build_xla_dataset(out: str, *, models: Optional[Sequence[str]] = None,
+                      sizes: Sequence[str] = DEFAULT_SIZES, knobs: Sequence[str] = ("",),
+                      stage: str = "post", coarsen: Optional[int] = 512, device: str = "v100",
+                      valid_families: Sequence[str] = DEFAULT_VALID_FAMILIES,
+                      test_families: Sequence[str] = DEFAULT_TEST_FAMILIES,
+                      filter: bool = False, topology: str = regal.DEFAULT_TOPOLOGY,  # pylint: disable=redefined-builtin
+                      objective: str = "makespan", low_budget: int = regal.LOW_BUDGET,
+                      high_budget: int = regal.HIGH_BUDGET,
+                      min_improvement: float = regal.MIN_IMPROVEMENT,
+                      variants: Optional[Sequence[Tuple[str, str]]] = None,
+                      load: Optional[Callable[[str], CompGraph]] = None,
+                      save_seconds: float = 5.0, log: Optional[Callable[[str], None]] = print,
+                      solve: Optional[Callable] = None) -> Dict:
+  """Builds (or resumes) the XLA set in `out` (module docstring); returns the manifest.
+
+  `variants` ((family, spec) pairs) replaces the zoo's list (tests); `load` replaces
+  `simulator.sources.load_graph`. A variant that fails to build is recorded as rejected
+  ("build_failed" with the error) and the build goes on. Every kept entry records its
+  `family`, `model spec` and `split`.
+  """
+  if variants is None:
+    variants = zoo_variants(models, sizes, knobs, stage, coarsen, device)
+  variants = [tuple(v) for v in variants]
+  splits = {fam: family_split(fam, valid_families, test_families) for fam, _ in variants}
+  if load is None:
+    from simulator.sources import load_graph as load  # pylint: disable=g-import-not-at-top
+  settings = dict(variants=[list(v) for v in variants], valid_families=list(valid_families),
+                  test_families=list(test_families), filter=bool(filter))
+  if filter:
+    settings.update(topology=str(topology), objective=objective, low_budget=low_budget,
+                    high_budget=high_budget, min_improvement=min_improvement)
+  db = store.DatasetStore(out, "xla", settings, save_seconds=save_seconds, log=log)
+  targets = {s: sum(1 for fam, _ in variants if splits[fam] == s) for s in store.SPLITS}
+  try:
+    while db.candidates < len(variants):
+      index = db.candidates
+      family, spec = variants[index]
+      base = dict(candidate=index, family=family, spec=spec)
+      try:
+        graph = load(spec)
+      except ValueError as e:
+        db.reject("build_failed", error=str(e)[:500], **base)
+        continue
+      digest = store.topology_hash(graph)
+      if digest in db.hashes:
+        db.reject("duplicate", hash=digest, **base)
+        continue
+      fig = {}
+      if filter:
+        fig = regal.room_for_improvement(graph, topology, low_budget=low_budget,
+                                         high_budget=high_budget, objective=objective,
+                                         min_improvement=min_improvement, solve=solve)
+        if not fig.pop("keep"):
+          db.reject(fig["rule"], hash=digest, **base, **fig)
+          continue
+      db.add(splits[family], graph, digest, source=graph.name, **base, **fig)
+      db.progress(targets, every=10.0)
+  finally:
+    db.save()
+  db.progress(targets, force=True)
+  return db.manifest
+
+
+__all__ = ["DEFAULT_VALID_FAMILIES", "DEFAULT_TEST_FAMILIES", "DEFAULT_SIZES", "model_family",
+           "family_split", "zoo_variants", "build_xla_dataset"]

@@ -1,0 +1,178 @@
+"""REGAL dataset builders (go_jax/datasets, docs/regal_data.md): hash, filter, build, resume."""
+
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+
+from go_jax import datasets
+from go_jax.datasets import regal, store, xla_set
+from simulator.graph import CompGraph
+from simulator.sources import regal_dag
+
+
+def _permuted(g: CompGraph, seed: int) -> CompGraph:
+  perm = np.random.default_rng(seed).permutation(g.num_nodes)  # old id -> new id
+  inv = np.argsort(perm)
+  return CompGraph(cost=g.cost[inv], senders=perm[g.senders], receivers=perm[g.receivers],
+                   out_bytes=g.out_bytes[inv] + 1.0)
+
+
+def test_topology_hash_is_invariant_to_relabelling_only():
+  g = regal_dag(40, seed=1)
+  assert store.topology_hash(g) == store.topology_hash(_permuted(g, 0))  # costs ignored too
+  assert store.topology_hash(g) != store.topology_hash(regal_dag(40, seed=2))
+  # same degree sequence, different structure: two chains vs a longer chain and a pair
+  a = CompGraph(cost=np.ones(4), senders=[0, 2], receivers=[1, 3])
+  b = CompGraph(cost=np.ones(4), senders=[0, 1], receivers=[1, 2])
+  assert store.topology_hash(a) != store.topology_hash(b)
+
+
+def _fake_solve(rules):
+  """A stand-in for methods.solve: (low, high) results from `rules(graph)`; counts calls."""
+  calls = []
+
+  def solve(name, graph, topology, *, objective, budget, seed):
+    assert name == "brkga" and objective == "makespan"
+    calls.append((graph.num_nodes, budget))
+    low, high = rules(graph)
+    feasible, makespan = low if budget <= 100 else high
+    return types.SimpleNamespace(makespan=makespan, feasible=feasible, search_seconds=0.0)
+  solve.calls = calls
+  return solve
+
+
+@pytest.mark.parametrize("low,high,rule,keep", [
+    ((False, 10.0), (True, 9.5), "fits_only_high", True),
+    ((True, 10.0), (True, 7.9), "faster_high", True),
+    ((True, 10.0), (True, 8.5), "no_room", False),
+    ((False, 10.0), (False, 5.0), "high_oom", False),
+])
+def test_filter_rule(low, high, rule, keep):
+  fig = regal.room_for_improvement(regal_dag(10, seed=0), "nvlink2@mem=1e9", low_budget=100,
+                                   high_budget=1000, solve=_fake_solve(lambda g: (low, high)))
+  assert fig["rule"] == rule and fig["keep"] is keep
+  assert fig["capacity"] == 1e9
+  with pytest.raises(ValueError, match="low_budget < high_budget"):
+    regal.room_for_improvement(regal_dag(10, seed=0), low_budget=100, high_budget=100)
+
+
+def _keep_even(g):  # keeps graphs with an even number of ops: deterministic, about half
+  return ((False, 2.0), (True, 1.0)) if g.num_nodes % 2 == 0 else ((True, 1.0), (True, 1.0))
+
+
+# "nvlink2" (no relative memory): no footprint simulation, so no compile in these tests.
+TINY = dict(train=6, valid=2, test=2, min_nodes=8, max_nodes=14, save_seconds=0.0,
+            log=None, low_budget=100, high_budget=1000, topology="nvlink2")
+
+
+def test_tiny_build_resumes_after_interruption(tmp_path):
+  out = str(tmp_path / "regal")
+  reference = regal.build_regal_dataset(str(tmp_path / "ref"), solve=_fake_solve(_keep_even),
+                                        **TINY)
+  assert store.acceptance(reference)["kept"] == 10
+  solve = _fake_solve(_keep_even)
+
+  def interrupted(*args, **kwargs):
+    if len(solve.calls) >= 12:
+      raise KeyboardInterrupt  # a Ctrl-C in the middle of candidate 6
+    return solve(*args, **kwargs)
+  with pytest.raises(KeyboardInterrupt):
+    regal.build_regal_dataset(out, solve=interrupted, **TINY)
+  first = store.read_manifest(out)
+  assert first["candidates"] == 6 and 0 < len(first["graphs"]) < 10
+  mtimes = {g["file"]: os.stat(os.path.join(out, g["file"])).st_mtime_ns
+            for g in first["graphs"]}
+  again = _fake_solve(_keep_even)
+  manifest = regal.build_regal_dataset(out, solve=again, **TINY)
+  # finished candidates were not examined again (2 solves per new, non-duplicate candidate)
+  assert len(again.calls) == 2 * (manifest["candidates"] - 6 - sum(
+      r["reason"] == "duplicate" and r["candidate"] >= 6 for r in manifest["rejected"]))
+  assert all(os.stat(os.path.join(out, f)).st_mtime_ns == t for f, t in mtimes.items())
+  # the same dataset as an uninterrupted build
+  strip = lambda m: [{k: v for k, v in g.items() if "seconds" not in k} for g in m["graphs"]]
+  assert strip(manifest) == strip(reference)
+  counts = {s: sum(g["split"] == s for g in manifest["graphs"]) for s in store.SPLITS}
+  assert counts == {"train": 6, "valid": 2, "test": 2}
+  assert len({g["hash"] for g in manifest["graphs"]}) == 10
+  # files are CostGraphDefs named by hash, and a split loads back as graphs
+  names, graphs = datasets.load_split(f"regal_data:train,dir={out},limit=4")
+  assert len(graphs) == 4 and all(n.startswith("graph_") for n in names)
+  entry = manifest["graphs"][0]
+  assert graphs[0].num_nodes == entry["nodes"] and graphs[0].num_edges == entry["edges"]
+  assert store.topology_hash(graphs[0]) == entry["hash"]
+  names, graphs = datasets.load_split("test", out)
+  assert len(graphs) == 2
+  # growing the sample keeps what is there; other recipe options are refused
+  more = regal.build_regal_dataset(out, solve=_fake_solve(_keep_even), **dict(TINY, train=7))
+  assert strip(more)[:10] == strip(manifest)
+  with pytest.raises(ValueError, match=r"other settings \(differing: \['max_nodes'\]\)"):
+    regal.build_regal_dataset(out, solve=solve, **dict(TINY, max_nodes=20))
+
+
+def test_duplicate_topology_is_rejected(tmp_path, monkeypatch):
+  base = regal_dag(10, seed=5)
+  make = lambda index, **kw: base if index % 2 == 0 else _permuted(base, index)
+  monkeypatch.setattr(regal, "candidate_graph", make)
+  keep_all = _fake_solve(lambda g: ((False, 2.0), (True, 1.0)))
+  manifest = regal.build_regal_dataset(str(tmp_path / "d"), solve=keep_all,
+                                       **dict(TINY, train=1, valid=0, test=0,
+                                              max_candidates=4))
+  assert len(manifest["graphs"]) == 1 and manifest["candidates"] == 1
+  manifest = regal.build_regal_dataset(str(tmp_path / "d"), solve=keep_all,
+                                       **dict(TINY, train=2, valid=0, test=0,
+                                              max_candidates=4))
+  assert len(manifest["graphs"]) == 1  # every later candidate is the same topology
+  assert [r["reason"] for r in manifest["rejected"]] == ["duplicate"] * 3
+  assert len(keep_all.calls) == 2  # duplicates never reach the filter
+
+
+def test_data_spec_errors(tmp_path):
+  assert store.parse_data_spec(f"regal_data:valid,dir={tmp_path},limit=3") == (
+      str(tmp_path), "valid", 3)
+  assert store.parse_data_spec("xla_data:test")[0].endswith("regal_xla")
+  for spec, match in [("regal_data:dev", "unknown split 'dev'"), ("regal:train", "expected"),
+                      ("regal_data:train,limit=0", "bad item 'limit=0'"),
+                      ("regal_data:train,bogus=1", "bad item")]:
+    with pytest.raises(ValueError, match=match):
+      store.parse_data_spec(spec)
+  with pytest.raises(ValueError, match="no dataset manifest"):
+    datasets.load_split(f"regal_data:train,dir={tmp_path}")
+  (tmp_path / "manifest.json").write_text("{not json")
+  with pytest.raises(ValueError, match="manifest.json: not a readable manifest"):
+    datasets.load_split("train", str(tmp_path))
+
+
+def test_model_families_of_the_zoo():
+  assert xla_set.model_family("gnmt8") == "gnmt"
+  assert xla_set.model_family("bert_base") == "transformer"
+  assert xla_set.model_family("transformer_xl2") == "transformer_xl"
+  with pytest.raises(ValueError, match="unknown zoo model"):
+    xla_set.model_family("nope")
+  variants = xla_set.zoo_variants(sizes=("tiny",), coarsen=256)
+  families = {f for f, _ in variants}
+  assert {"gnmt", "resnet", "inception", "transformer_xl", "wavenet"} <= families
+  assert all(s.endswith(",coarsen=256") and ",stage=post," in s for _, s in variants)
+
+
+def test_xla_set_split_by_family(tmp_path):
+  variants = [("fam_a", "chain:n=6"), ("fam_a", "chain:n=7"), ("fam_b", "chain:n=8"),
+              ("fam_c", "series_parallel:n=9,seed=1"), ("fam_c", "chain:n=6"),
+              ("fam_d", "chain:n=0")]
+  from simulator.sources import load_graph
+  manifest = xla_set.build_xla_dataset(str(tmp_path / "x"), variants=variants, load=load_graph,
+                                       valid_families=("fam_b",), test_families=("fam_c",),
+                                       save_seconds=0.0, log=None)
+  split_families = {}
+  for g in manifest["graphs"]:
+    split_families.setdefault(g["split"], set()).add(g["family"])
+  assert split_families == {"train": {"fam_a"}, "valid": {"fam_b"},
+                            "test": {"fam_c"}}
+  reasons = sorted(r["reason"] for r in manifest["rejected"])
+  assert reasons == ["build_failed", "duplicate"]  # chain:n=6 twice; n=0 is invalid
+  assert json.loads(json.dumps(manifest)) == store.read_manifest(str(tmp_path / "x"))
+  with pytest.raises(ValueError, match="both a valid and a test family"):
+    xla_set.build_xla_dataset(str(tmp_path / "y"), variants=variants, valid_families=("fam_a",),
+                              test_families=("fam_a",), log=None)
