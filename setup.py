@@ -50,7 +50,11 @@ EXTRAS_REQUIRE = {
         # tests/test_package.py builds a wheel with `pip wheel --no-build-isolation`, for which
         # setuptools before 70.1 (e.g. the one Python 3.11's venv installs) needs `wheel`.
         "wheel>=0.40,<1",
+        "optuna>=3.6,<6",  # tests/test_regal_baselines.py runs the BRKGA tuner end to end
     ],
+    # experiments/tune_brkga.py (go_jax.methods.tuned.tune): tunes BRKGA's hyper-parameters for
+    # `brkga_tuned`, which itself only reads the shipped JSON and needs no optuna.
+    "tune": ["optuna>=3.6,<6"],
 }
 
 setup(
@@ -64,7 +68,9 @@ setup(
     packages=find_packages(include=["simulator*", "go_jax*", "experiments*"]),
     package_data={
         # The pretrained GO policies go-jax-place starts from (go_jax/pretrained/<name>/).
-        "go_jax": ["pretrained/*/config.json", "pretrained/*/params.msgpack"],
+        "go_jax": ["pretrained/*/config.json", "pretrained/*/params.msgpack",
+                   # brkga_tuned's hyper-parameters (go_jax/methods/tuned.py)
+                   "methods/data/*.json"],
         # Profiled graphs (PipeDream, Piper) with their MIT license texts, and example topology
         # files: simulator/sources/datafiles.py finds them here. Plain globs, no "**", so that
         # any setuptools builds the same wheel; tests/test_package.py checks the wheel holds
