@@ -1,6 +1,9 @@
-r"""Trains a GO-style policy with PPO (go-jax-train); resumes from --workdir's checkpoint.
+r"""Trains a GO-style policy with PPO, or REGAL / GAS with REINFORCE (go-jax-train); resumes
+from --workdir's checkpoint.
 
-A thin launcher over `go_jax.training.train`: the config (an ml_collections file, see
+A thin launcher over the trainer that the config's `algorithm` field selects
+(go_jax/training/trainers.py: "ppo", the default, is `go_jax.training.train`; "regal" is
+go_jax/regal/trainer.py, experiments/configs/regal.py). For PPO the config (an ml_collections file, see
 experiments/configs/train_base.py) names the graphs, topologies, task, objective, PPO settings
 and policy variant. Writes to --workdir: checkpoints/ (orbax, newest kept), metrics.jsonl (one
 line per update), tensorboard/ (event files), config.json, summary.json (best and greedy action
@@ -26,8 +29,8 @@ from typing import Sequence
 
 from absl import app, flags
 
-from go_jax import pretrained, training
-from go_jax.training import evaluation
+from go_jax import pretrained
+from go_jax.training import trainers
 from experiments import cli
 
 FLAGS = flags.FLAGS
@@ -65,21 +68,18 @@ def main(argv: Sequence[str]) -> None:
     cli.check_out(FLAGS.export_dir, flag="export_dir")
   config = _CONFIG.value
   try:
+    spec = trainers.get(config)  # config.algorithm: PPO (default) or another trainer
+    result = None
     if FLAGS.curves != "only":
-      result = training.train(config, FLAGS.workdir, progress=FLAGS.progress)
-      for row in result.summary:
-        print(f"{row['instance']}: best {row['best_objective']} = {row['best_ratio']} x "
-              f"{row['reference_method']}, greedy {row['greedy_objective']}")
+      result = spec.train(config, FLAGS.workdir, progress=FLAGS.progress)
+      for line in spec.report(result):
+        print(line)
       print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
             f"{os.path.abspath(FLAGS.workdir)}")
-      trainer = result.trainer
     if FLAGS.curves != "off":
-      if FLAGS.curves == "only":
-        graphs, topos, names = training.build_instances(config)
-        trainer = training.make_train(config, graphs, topos, names=names)
-      evaluation.checkpoint_curve(FLAGS.workdir, trainer, samples=FLAGS.curve_samples,
-                                  progress=FLAGS.progress)
-      print(f"wrote {os.path.join(os.path.abspath(FLAGS.workdir), evaluation.PLOT_NAME)}")
+      path = spec.curves(FLAGS.workdir, config, samples=FLAGS.curve_samples,
+                         progress=FLAGS.progress, trained=result)
+      print(f"wrote {path}")
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   if FLAGS.export:

@@ -168,11 +168,14 @@ def _decode(keys, d: int):
                                              "elite_bias", "scan_len", "sharding"))
 def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, seed_mask, *,
                kind: str, population: int, elites: int, mutants: int, elite_bias: float,
-               scan_len: int, sharding=None):
+               scan_len: int, sharding=None, guide=None):
   """The whole BRKGA run: `num_gens` generations (traced) in a scan of `scan_len` steps.
 
   seed_keys (S, Np, D + 1) replace the first chromosomes of the first generation where
   seed_mask (S,) is set (S = NUM_SEEDS for brkga, the number of seeds for brkga_seeded).
+  `guide` (REGAL's guided BRKGA, go_jax/regal/guided.py; None: plain BRKGA) maps the uniform
+  keys of the initial population and the mutants to its per-op Beta draws (`guide.draw(u)`) and
+  gives the per-op elite-key coin thresholds in 1/256 (`guide.threshold`, (Np,) int32).
   Returns the final sorted population and the best objective after each scan step (scan_len,).
   """
   TRACES["brkga"] += 1
@@ -182,7 +185,9 @@ def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, se
   children = new_n - mutants
   coin_threshold = min(int(round(elite_bias * 256)), 256)  # byte < threshold: elite's key
   k_init, k_loop = jax.random.split(key)
-  init = _Population(keys=jax.random.uniform(k_init, (population,) + shape),
+  draw = (lambda u: u) if guide is None else guide.draw
+  threshold = coin_threshold if guide is None else guide.threshold[:, None]  # (Np, 1)
+  init = _Population(keys=draw(jax.random.uniform(k_init, (population,) + shape)),
                      fitness=jnp.full((population,), jnp.inf, jnp.float32))
 
   def generation(pop: _Population, t):
@@ -190,12 +195,12 @@ def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, se
     # few: float keys for the mutants only; the children's crossover coins are bytes, four per
     # 32-bit word (p = round(256 * elite_bias) / 256); one more word per child picks parents.
     k_mut, k_coin = jax.random.split(jax.random.fold_in(k_loop, t))
-    mutant_keys = jax.random.uniform(k_mut, (mutants,) + shape)
+    mutant_keys = draw(jax.random.uniform(k_mut, (mutants,) + shape))
     words = -(-(d + 1) // 4)
     bits = jax.random.bits(k_coin, (children, np_ + 1, words), jnp.uint32)
     coins = jax.lax.bitcast_convert_type(bits[:, :np_], jnp.uint8).reshape(
         children, np_, 4 * words)[..., :d + 1]  # (C, Np, D + 1) uniform bytes
-    take_elite = coins.astype(jnp.int32) < coin_threshold
+    take_elite = coins.astype(jnp.int32) < threshold
     pick = bits[:, np_, 0]  # (C,) uint32: high half elite parent, low half the other
     e_par = ((pick >> 16) * elites >> 16).astype(jnp.int32)
     n_par = elites + ((pick & 0xFFFF) * (population - elites) >> 16).astype(jnp.int32)

@@ -11,7 +11,8 @@ Modules: `problems` (host-side instances: padding, features, references), `rollo
 sampling from one forward pass, log-probabilities, rewards, advantages), `state` (TrainState,
 HParams, learning-rate schedules), `ppo` (the update under one jit, make_train), `loop`
 (resume, logging, checkpoints, summary, fine-tuning), `imitation` (behaviour cloning of the best
-baselines before PPO), `checkpoint` (orbax), `logging` (JSONL, TensorBoard, progress).
+baselines before PPO), `checkpoint` (orbax), `logging` (JSONL, TensorBoard, progress),
+`trainers` (go-jax-train's trainers by `config.algorithm`: PPO here, REGAL in go_jax/regal).
 """
 
 from go_jax.training.loop import (FinetuneResult, TrainResult, ZeroShotResult, build_instances,

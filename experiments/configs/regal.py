@@ -1,0 +1,71 @@
+"""REGAL (Paliwal et al., ICLR 2020) and GAS: REINFORCE training of the guided BRKGA's policy.
+
+  go-jax-train --config=experiments/configs/regal.py --workdir=runs/regal
+  go-jax-train --config=experiments/configs/regal.py:gas --workdir=runs/gas
+
+Derived from train_base.py: the PPO-only fields are removed and `algorithm = "regal"` selects
+the trainer (go_jax/training/trainers.py -> go_jax/regal/trainer.py). Fields beyond the base's:
+  algorithm: "regal" (the trainer registry key; GAS is the same trainer).
+  held_out: graph specs never trained on (different seeds), for the held-out comparison
+    (python -m go_jax.regal.heldout; docs/regal.md).
+  baseline: "leave_one_out" (the mean reward of the instance's other samples, same BRKGA seed)
+    or "ema" (moving average per instance, decay ema_decay).
+  brkga: the BRKGA of training (population, elite_frac, mutant_frac, elite_bias as BRKGA's
+    defaults; evaluations per run).
+  policy: go_jax.regal.policy.default_config(); graph_aware=False is GAS.
+
+Honest budget note: the shipped checkpoints were trained on a shared 2-core CPU in at most ~13
+minutes each (max_seconds = 720 stops a run early, checkpointed), so every training run here
+uses BRKGA with 480 evaluations (6 generations of population 100), not the 5000 of inference,
+on 80-128-op synthetic REGAL graphs on 2 devices, with K = 4 samples + 1 plain run on 2 graphs
+per update. `graphs` is a list of graph specs, so
+it can take any source of simulator.sources (e.g. a CostGraphDef dataset loader's specs).
+"""
+
+import ml_collections
+
+from experiments.configs import train_base
+from go_jax.regal import policy
+
+PPO_ONLY = ("task", "reference", "fixed_placement", "epochs", "minibatches", "clip_eps",
+            "value_coef", "advantage", "normalize_advantages", "init_params", "imitation")
+SIZES = (80, 96, 112, 128)  # one padded bucket (128 ops): one compiled update
+
+
+def regal_graphs(seeds):
+  return tuple(f"regal:n={SIZES[s % len(SIZES)]},seed={s}" for s in seeds)
+
+
+def get_config(variant: str = "regal") -> ml_collections.ConfigDict:
+  if variant not in ("regal", "gas"):
+    raise ValueError(f"experiments/configs/regal.py: variant must be regal or gas, got "
+                     f"{variant!r}")
+  config = train_base.get_config()
+  for field in PPO_ONLY:
+    del config[field]
+  config.algorithm = "regal"
+  config.graphs = regal_graphs(range(32))
+  config.held_out = regal_graphs(range(1000, 1020))
+  config.topologies = ("nvlink2",)
+  config.objective = "peak_memory"
+  config.samples = 4
+  config.graphs_per_update = 2
+  config.updates = 300
+  config.updates_per_call = 5
+  config.learning_rate = 3e-3
+  config.lr_schedule = "constant"
+  config.warmup_updates = 0
+  config.max_grad_norm = 1.0
+  config.entropy_coef = 0.01
+  config.baseline = "leave_one_out"
+  config.ema_decay = 0.9
+  config.checkpoint_every = 25
+  config.keep_checkpoints = 2
+  config.tensorboard = False
+  config.max_seconds = 720.0
+  config.brkga = ml_collections.ConfigDict(dict(population=100, elite_frac=0.2,
+                                                mutant_frac=0.1, elite_bias=0.7,
+                                                evaluations=480))
+  config.policy = policy.default_config()
+  config.policy.graph_aware = variant == "regal"
+  return config

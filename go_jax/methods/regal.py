@@ -1,0 +1,140 @@
+"""REGAL and GAS as registered methods: one policy forward pass, then the guided BRKGA.
+
+  sol = methods.solve("regal", graph, topology, objective="peak_memory", budget=5000)
+  sol = methods.solve("gas", graph, topology, objective="peak_memory")
+
+Both (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkpoint`: a
+shipped name of go_jax.pretrained, "regal" / "gas" by default, or a folder holding the run's
+config.json and params.msgpack, e.g. a training workdir), read the graph once with its policy,
+take the most likely choice per op and key (`decode="mode"`; "sample": one draw, seeded by the
+problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the checkpoint's
+population, elite / mutant fractions and elite_bias, the problem's seed and `budget`
+evaluations (default `evaluations` = 5000, REGAL's "BRKGA 5K" budget). `info` holds the
+checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
+(`uniform_share`) and brkga's per-generation best objectives. A topology with more devices than
+the policy's `max_devices`, a checkpoint of another algorithm or with parameters that do not fit
+its policy is a ValueError naming the problem.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from go_jax.methods import Problem, Proposal, register
+
+DECODES = ("mode", "sample")
+_CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtime) -> loaded
+
+
+def load_checkpoint(method: str, checkpoint: str):
+  """(training config, policy module, params) of a REGAL / GAS checkpoint; ValueError naming
+  what is wrong (unknown name, missing files, another algorithm, parameters that do not fit)."""
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from go_jax.regal import policy as pol  # pylint: disable=g-import-not-at-top
+  from go_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  try:
+    config = pretrained.load_config(checkpoint)
+    folder = pretrained._folder(checkpoint)  # pylint: disable=protected-access
+  except ValueError as e:
+    raise ValueError(f"{method}: {e}") from e
+  if config.get("algorithm", "ppo") != "regal" or "policy" not in config or (
+      "brkga" not in config):
+    raise ValueError(f"{method}: checkpoint {checkpoint!r} is not a REGAL / GAS run (its "
+                     f"config.json has algorithm {config.get('algorithm', 'ppo')!r}; train one "
+                     "with experiments/configs/regal.py)")
+  path = os.path.join(folder, pretrained.PARAMS_NAME)
+  if not os.path.isfile(path):
+    raise ValueError(f"{method}: checkpoint {checkpoint!r} has no {pretrained.PARAMS_NAME}")
+  cache_key = (os.path.realpath(path), os.path.getmtime(path))
+  if cache_key not in _CACHE:
+    try:
+      module = pol.make_policy(config.policy)
+    except ValueError as e:
+      raise ValueError(f"{method}: checkpoint {checkpoint!r}: {e}") from e
+    feats = _template_features(module.max_devices)
+    shapes = jax.eval_shape(module.init, jax.random.key(0), feats)
+    params = ckpt_lib.load_params(path, shapes)
+    got = [np.shape(x) for x in jax.tree_util.tree_leaves(params)]
+    want = [tuple(x.shape) for x in jax.tree_util.tree_leaves(shapes)]
+    if got != want:
+      raise ValueError(f"{method}: parameters in {path} do not fit the policy of its "
+                       "config.json (shapes differ)")
+    _CACHE[cache_key] = (config, module, params)
+  return _CACHE[cache_key]
+
+
+def _template_features(max_devices: int):
+  from go_jax.policies.features import graph_features  # pylint: disable=g-import-not-at-top
+  from simulator import preset  # pylint: disable=g-import-not-at-top
+  from simulator.graph import CompGraph  # pylint: disable=g-import-not-at-top
+  graph = CompGraph(cost=np.ones(2), senders=[0], receivers=[1], out_bytes=np.ones(2))
+  return graph_features(graph, preset("nvlink2"), max_devices=max_devices)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(module, params, feats):
+  """The policy's logits of one graph (one compile per module and padded size)."""
+  return module.apply(params, feats)
+
+
+def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Proposal:
+  """The body of `regal` and `gas` (module docstring)."""
+  from go_jax.policies.features import graph_features  # pylint: disable=g-import-not-at-top
+  from go_jax.regal import guided  # pylint: disable=g-import-not-at-top
+  from go_jax.regal import policy as pol  # pylint: disable=g-import-not-at-top
+  from simulator.simulate import padded  # pylint: disable=g-import-not-at-top
+  if config["decode"] not in DECODES:
+    raise ValueError(f"{method}: decode must be one of {list(DECODES)}, got "
+                     f"{config['decode']!r}")
+  checkpoint = config["checkpoint"]
+  if not isinstance(checkpoint, str) or not checkpoint:
+    raise ValueError(f"{method}: checkpoint must be a shipped name or a folder, got "
+                     f"{checkpoint!r}")
+  train_config, module, params = load_checkpoint(method, checkpoint)
+  d = problem.topology.num_devices
+  if d > module.max_devices:
+    raise ValueError(f"{method}: the policy of checkpoint {checkpoint!r} serves at most "
+                     f"{module.max_devices} devices, the topology has {d}; train one with "
+                     f"config.policy.max_devices >= {d}")
+  t0 = time.perf_counter()
+  pg = padded(problem.graph)
+  feats = graph_features(problem.graph, problem.topology, pg.num_nodes_padded,
+                         int(pg.senders.shape[0]), module.max_devices)
+  key_logits, bias_logits = _apply(module, params, feats)
+  key_logits = pol.used_logits(key_logits, d)
+  if config["decode"] == "mode":
+    kc, bc = pol.mode(key_logits, bias_logits)
+  else:
+    kc, bc = pol.sample(jax.random.key(problem.seed), key_logits, bias_logits, 1)
+    kc, bc = kc[0], bc[0]
+  guide = pol.guide_of(kc, bc, jnp.asarray(feats.node_mask))
+  kc = np.asarray(kc)[:problem.graph.num_nodes]
+  forward_seconds = time.perf_counter() - t0
+  brkga = dict(train_config.brkga)
+  brkga["evaluations"] = int(config["evaluations"])
+  prop = guided.search(problem, guide, brkga, name=method)
+  info = dict(prop.info, checkpoint=checkpoint, forward_seconds=forward_seconds,
+              uniform_share=float(np.mean(kc == pol.UNIFORM)) if kc.size else 1.0,
+              decode=config["decode"])
+  return Proposal(prop.placement, prop.priority, prop.evaluations, info)
+
+
+@register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "
+          "crossover bias for BRKGA (one forward pass + guided BRKGA, budget evaluations)",
+          checkpoint="regal", evaluations=5000, decode="mode")
+def regal(problem: Problem, config) -> Proposal:
+  return solve_regal("regal", problem, config)
+
+
+@register("gas", "joint", "GAS (REGAL's graph-agnostic search): BRKGA with learned key "
+          "distributions and bias shared by all ops (same trainer as REGAL)",
+          checkpoint="gas", evaluations=5000, decode="mode")
+def gas(problem: Problem, config) -> Proposal:
+  return solve_regal("gas", problem, config)

@@ -1,0 +1,165 @@
+"""REGAL's guided BRKGA (Paliwal et al., ICLR 2020): BRKGA whose random keys come from per-op
+Beta distributions and whose crossover bias is per op (normative semantics: docs/regal.md).
+
+It is `go_jax.methods.evolution._brkga_run` itself, given a `Guide` (no second BRKGA): the
+search is ONE jit, and the plain BRKGA is exactly the guide alpha = beta = 1, bias = elite_bias.
+
+  guide = make_guide(alpha, beta, bias)             # (Np, D + 1), (Np, D + 1), (Np,) numpy
+  prop = search(problem, guide, brkga_config)       # a methods.Proposal, like brkga's
+  best = batched_best(pg, topo, keys, ub, guides, ...)   # (G, R) for training, one jit
+
+Key draws (inverse CDF, so a guided run consumes exactly the uniforms u of the plain run with
+the same seed: common random numbers, which make REGAL's reward far less noisy): a key of op i,
+slot k is F^-1(u) of Beta(alpha[i, k], beta[i, k]); exactly u where alpha = beta = 1,
+u ** (1 / alpha) where beta = 1, 1 - (1 - u) ** (1 / beta) where alpha = 1 (closed forms), and
+otherwise bisection on the regularized incomplete beta function (BISECTION_STEPS steps, float32
+resolution; compiled only for guides built with `closed_form=False`).
+Crossover: a child takes key (i, k) from its elite parent when a random byte is below
+`threshold[i]` = min(round(256 * bias[i]), 256), the plain BRKGA's coin with a per-op bias.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from go_jax.methods import Problem, Proposal
+from go_jax.methods import evolution
+from simulator.padding import PaddedGraph
+from simulator.simulate import padded
+from simulator.topology import Topology
+
+BISECTION_STEPS = 30  # general Beta quantiles: interval halvings (2**-30 < float32 spacing)
+
+
+def bias_threshold(bias):
+  """Per-op elite-key coin thresholds in 1/256 (int32), as BRKGA quantises elite_bias."""
+  return jnp.minimum(jnp.round(jnp.asarray(bias, jnp.float32) * 256), 256).astype(jnp.int32)
+
+
+def beta_quantile(u, alpha, beta, closed_form: bool = True):
+  """F^-1(u) of Beta(alpha, beta), elementwise (see the module docstring); u itself where
+  alpha = beta = 1. `closed_form`: every pair has alpha = 1 or beta = 1 (no bisection)."""
+  one_a, one_b = alpha == 1.0, beta == 1.0
+  high = u ** (1.0 / alpha)  # Beta(a, 1): CDF x**a
+  low = 1.0 - (1.0 - u) ** (1.0 / beta)  # Beta(1, b): CDF 1 - (1 - x)**b
+  x = jnp.where(one_b, high, low)
+  if not closed_form:
+    a, b = jnp.broadcast_to(alpha, u.shape), jnp.broadcast_to(beta, u.shape)
+
+    def halve(_, bounds):
+      lo, hi = bounds
+      mid = 0.5 * (lo + hi)
+      below = jax.scipy.special.betainc(a, b, mid) < u
+      return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, BISECTION_STEPS, halve,
+                               (jnp.zeros_like(u), jnp.ones_like(u)))
+    x = jnp.where(one_a | one_b, x, 0.5 * (lo + hi))
+  return jnp.where(one_a & one_b, u, x)
+
+
+@flax.struct.dataclass
+class Guide:
+  """Per-op key distributions and crossover bias of a guided BRKGA (padded ops included)."""
+  alpha: jnp.ndarray  # (Np, D + 1) float32 > 0: Beta alpha of each op's D affinity + priority key
+  beta: jnp.ndarray  # (Np, D + 1) float32 > 0: Beta beta of the same keys
+  threshold: jnp.ndarray  # (Np,) int32 in [0, 256]: coin byte < threshold -> elite parent's key
+  closed_form: bool = flax.struct.field(pytree_node=False, default=True)  # alpha=1 or beta=1
+
+  def draw(self, u):
+    """Keys (..., Np, D + 1) from uniforms u of the same shape."""
+    return beta_quantile(u, self.alpha, self.beta, self.closed_form).astype(u.dtype)
+
+
+def make_guide(alpha, beta, bias) -> Guide:
+  """A Guide from host arrays: alpha, beta (Np, D + 1) > 0 and bias (Np,) in [0, 1].
+
+  Raises:
+    ValueError: shapes that do not pair up, non-finite or non-positive Beta parameters, or a
+      bias outside [0, 1].
+  """
+  alpha, beta = np.asarray(alpha, np.float32), np.asarray(beta, np.float32)
+  bias = np.asarray(bias, np.float64)
+  if alpha.ndim != 2 or alpha.shape != beta.shape or bias.shape != alpha.shape[:1]:
+    raise ValueError(f"guide: alpha and beta must be (Np, D + 1) and bias (Np,), got "
+                     f"{alpha.shape}, {beta.shape} and {bias.shape}")
+  for name, x in (("alpha", alpha), ("beta", beta)):
+    if not np.all(np.isfinite(x) & (x > 0)):
+      raise ValueError(f"guide: {name} must be finite and > 0")
+  if not np.all((bias >= 0) & (bias <= 1)):
+    raise ValueError("guide: bias must be in [0, 1]")
+  closed = bool(np.all((alpha == 1) | (beta == 1)))
+  return Guide(alpha=jnp.asarray(alpha), beta=jnp.asarray(beta),
+               threshold=bias_threshold(bias), closed_form=closed)
+
+
+def uniform_guide(num_nodes_padded: int, num_devices: int, elite_bias: float) -> Guide:
+  """The guide of the plain BRKGA: Beta(1, 1) keys, bias = elite_bias on every op."""
+  shape = (num_nodes_padded, num_devices + 1)
+  return make_guide(np.ones(shape), np.ones(shape), np.full(num_nodes_padded, elite_bias))
+
+
+def search(problem: Problem, guide: Guide, config: Dict[str, Any],
+           name: str = "guided_brkga") -> Proposal:
+  """The guided BRKGA on one problem, with brkga's config fields (population, elite_frac,
+  mutant_frac, elite_bias, evaluations) and budget semantics; `seed_heuristics` is not used
+  (REGAL's populations are drawn from the guide). With `uniform_guide` its answer and info are
+  exactly those of `methods.solve("brkga", ...)` with the same seed and config."""
+  p, e, mu, bias = evolution._brkga_counts(config, name)  # pylint: disable=protected-access
+  budget = evolution._budget(problem, config)  # pylint: disable=protected-access
+  per_gen = p - e
+  if budget < per_gen:
+    raise ValueError(f"{name}: budget {budget} is below one generation ({per_gen} = "
+                     f"population - elites evaluations); lower population or raise the budget")
+  gens = budget // per_gen
+  pg = padded(problem.graph)
+  n, d = problem.graph.num_nodes, problem.topology.num_devices
+  want = (pg.num_nodes_padded, d + 1)
+  if tuple(guide.alpha.shape) != want:
+    raise ValueError(f"{name}: the guide is for {tuple(guide.alpha.shape)} keys, the problem "
+                     f"needs {want} (padded ops, devices + 1)")
+  seed_keys, seed_mask = evolution._seed_keys(problem, pg.num_nodes_padded, False)  # pylint: disable=protected-access
+  ub = jnp.float32(problem.upper_bound())
+  pop, best = evolution._brkga_run(  # pylint: disable=protected-access
+      pg, problem.topology, evolution._loop_key(problem), ub, jnp.int32(gens),  # pylint: disable=protected-access
+      seed_keys, seed_mask, kind=problem.objective, population=p, elites=e, mutants=mu,
+      elite_bias=bias, scan_len=evolution._step_bucket(gens),  # pylint: disable=protected-access
+      sharding=evolution._batch_sharding(per_gen), guide=guide)  # pylint: disable=protected-access
+  keys = np.asarray(pop.keys[0])
+  best = np.asarray(best, np.float64)[:gens]
+  return Proposal(placement=np.argmax(keys[:n, :d], axis=-1),
+                  priority=keys[:n, d].astype(np.float64), evaluations=gens * per_gen,
+                  info=dict(best_per_generation=best.tolist(), generations=gens,
+                            best_objective=float(best[-1]), population=p, elites=e,
+                            mutants=mu))
+
+
+def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, kind: str,
+                 population: int, elites: int, mutants: int, elite_bias: float,
+                 generations: int):
+  """(G, R) best objective of R guided BRKGA runs on each of G instances (traceable).
+
+  pg, topo: stacked instances (leading axis G, one padded size and device count); keys (G,)
+  PRNG keys (one BRKGA seed per instance, shared by its R runs: common random numbers, since
+  the key is not batched over runs); ub (G,) upper bounds; guides: Guide fields (G, R, ...).
+  """
+  np_ = pg.cost.shape[-1]
+  d = topo.speed.shape[-1]
+  seed_keys = jnp.zeros((evolution.NUM_SEEDS, np_, d + 1), jnp.float32)
+  seed_mask = jnp.zeros((evolution.NUM_SEEDS,), bool)
+
+  def instance(pg_i, topo_i, key_i, ub_i, guides_i):
+    def run(guide):
+      pop, _ = evolution._brkga_run(  # pylint: disable=protected-access
+          pg_i, topo_i, key_i, ub_i, jnp.int32(generations), seed_keys, seed_mask,
+          kind=kind, population=population, elites=elites, mutants=mutants,
+          elite_bias=elite_bias, scan_len=generations, guide=guide)
+      return pop.fitness[0]
+    return jax.vmap(run)(guides_i)
+
+  return jax.vmap(instance)(pg, topo, keys, ub, guides)

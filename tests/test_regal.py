@@ -1,0 +1,200 @@
+"""Tests of REGAL / GAS (go_jax/regal, go_jax/methods/regal.py): the guided BRKGA, the trainer
+and the registered methods.
+
+Every graph is a "pairs" toy of 12 producer -> consumer pairs (24 ops: one padded size), every
+BRKGA has population 20 and budget 48 (3 generations), and the training runs share one config,
+so the tests compile the guided search, the plain BRKGA and the training update once each.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from go_jax import methods, pretrained
+from go_jax.methods import Problem, evaluate, regal as regal_method
+from go_jax.regal import guided, policy, trainer
+from go_jax.training import checkpoint as ckpt_lib
+from simulator import CompGraph, Topology
+from simulator.simulate import padded
+
+BRKGA = dict(population=20, elite_frac=0.2, mutant_frac=0.1, elite_bias=0.7)
+BUDGET = 48  # 3 generations of 16
+TOPO = Topology.uniform(2, bandwidth=1e9, latency=1e-5)
+PAIRS = 12
+
+
+def pairs(seed: int) -> CompGraph:
+  """12 independent pairs a_i -> b_i: a_i outputs a large tensor (50-150 bytes) that only b_i
+  reads, b_i outputs 1 byte. For peak memory, the consumer b_i should run as soon as it can
+  (high priority key: "b before any other a" is always right); random priorities start several
+  a's first and hold their large outputs together."""
+  rng = np.random.default_rng(seed)
+  n = 2 * PAIRS
+  out = np.ones(n)
+  out[:PAIRS] = rng.integers(50, 150, PAIRS)
+  return CompGraph(cost=np.ones(n), senders=np.arange(PAIRS),
+                   receivers=np.arange(PAIRS, n), out_bytes=out, name=f"pairs{seed}")
+
+
+def problem(graph, seed=0):
+  return Problem(graph, TOPO, "peak_memory", seed, BUDGET, None)
+
+
+def config(updates=40):
+  c = ml_collections.ConfigDict()
+  c.algorithm = "regal"
+  c.graphs, c.topologies, c.objective = (), (), "peak_memory"
+  c.samples, c.graphs_per_update = 4, 4
+  c.updates, c.updates_per_call = updates, 10
+  c.learning_rate, c.lr_schedule, c.warmup_updates, c.max_grad_norm = 0.03, "constant", 0, 1.0
+  c.entropy_coef, c.baseline, c.ema_decay = 0.0, "leave_one_out", 0.9
+  c.seed, c.prng_impl = 0, "rbg"
+  c.checkpoint_every, c.keep_checkpoints, c.tensorboard = 10, 2, False
+  c.max_seconds = ml_collections.config_dict.placeholder(float)
+  c.brkga = ml_collections.ConfigDict(dict(BRKGA, evaluations=BUDGET))
+  c.policy = policy.default_config()
+  c.policy.hidden, c.policy.gnn_layers = 16, 1
+  return c
+
+
+TRAIN = [pairs(s) for s in range(8)]
+HELD_OUT = [pairs(s) for s in range(100, 106)]
+
+
+def instances():
+  return TRAIN, [TOPO] * len(TRAIN), [g.name for g in TRAIN]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A toy run of 40 updates in a workdir (its config.json + params.msgpack: a checkpoint)."""
+  workdir = str(tmp_path_factory.mktemp("regal_toy"))
+  result = trainer.train(config(), workdir, progress=False, instances=instances())
+  return workdir, result
+
+
+def test_uniform_guide_is_exactly_brkga():
+  g = pairs(1)
+  sol = methods.solve("brkga", g, TOPO, objective="peak_memory", seed=3, budget=BUDGET,
+                      **BRKGA)
+  np_ = padded(g).num_nodes_padded
+  prop = guided.search(problem(g, 3), guided.uniform_guide(np_, 2, 0.7),
+                       dict(BRKGA, evaluations=5000))
+  np.testing.assert_array_equal(prop.placement, sol.placement)
+  np.testing.assert_array_equal(prop.priority, sol.priority)
+  assert prop.info["best_per_generation"] == sol.info["best_per_generation"]
+  assert prop.evaluations == sol.evaluations
+
+
+def test_betas_favouring_device_0_place_on_device_0():
+  g = pairs(2)
+  np_ = padded(g).num_nodes_padded
+  alpha, beta = np.ones((np_, 3)), np.ones((np_, 3))
+  alpha[:, 0], beta[:, 1] = 12.0, 12.0  # affinity 0 high, affinity 1 low
+  prop = guided.search(problem(g), guided.make_guide(alpha, beta, np.full(np_, 0.7)),
+                       dict(BRKGA, evaluations=BUDGET))
+  assert np.mean(prop.placement == 0) >= 0.9
+
+
+def test_beta_quantile_closed_form_and_bisection():
+  u = jax.random.uniform(jax.random.key(0), (20000,))
+  np.testing.assert_array_equal(guided.beta_quantile(u, 1.0, 1.0), u)
+  high = guided.beta_quantile(u, 4.0, 1.0)
+  assert abs(float(high.mean()) - 0.8) < 0.01
+  general = guided.beta_quantile(u, jnp.float32(2.0), jnp.float32(5.0), closed_form=False)
+  assert abs(float(general.mean()) - 2 / 7) < 0.01
+  assert abs(float(general.var()) - 10 / 392) < 0.003
+  with pytest.raises(ValueError, match="alpha must be finite"):
+    guided.make_guide(np.zeros((4, 3)), np.ones((4, 3)), np.full(4, 0.7))
+  with pytest.raises(ValueError, match="bias must be in"):
+    guided.make_guide(np.ones((4, 3)), np.ones((4, 3)), np.full(4, 1.5))
+
+
+def test_learns_the_toy_and_beats_plain_brkga(trained):
+  workdir, result = trained
+  assert int(result.state.step) == 40
+  for name in ("metrics.jsonl", "params.msgpack", "config.json", trainer.CURVE_NAME):
+    assert os.path.isfile(os.path.join(workdir, name)), name
+  wins = []
+  for g in HELD_OUT:
+    plain = methods.solve("brkga", g, TOPO, objective="peak_memory", seed=0, budget=BUDGET,
+                          **BRKGA)
+    ours = methods.solve("regal", g, TOPO, objective="peak_memory", seed=0, budget=BUDGET,
+                         checkpoint=workdir)
+    wins.append((plain.objective - ours.objective) / plain.objective)
+  assert np.mean(wins) > 0.1 and min(wins) >= 0.0, wins
+
+
+def test_training_resumes_bit_exactly(trained, tmp_path):
+  _, straight = trained
+  workdir = str(tmp_path / "resumed")
+  cut = config()
+  cut.max_seconds = 1e-9  # stops after the first call (10 updates), checkpointed
+  first = trainer.train(cut, workdir, progress=False, instances=instances())
+  assert int(first.state.step) == 10
+  again = trainer.train(config(), workdir, progress=False, instances=instances())
+  assert again.resumed_from == 10 and int(again.state.step) == 40
+  for a, b in zip(jax.tree_util.tree_leaves(straight.state),
+                  jax.tree_util.tree_leaves(again.state)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_solve_resimulates_exactly(trained):
+  workdir, _ = trained
+  g = HELD_OUT[0]
+  sol = methods.solve("regal", g, TOPO, objective="peak_memory", seed=4, budget=BUDGET,
+                      checkpoint=workdir)
+  again = evaluate(g, TOPO, sol.placement, sol.priority, "peak_memory")
+  assert again["objective"] == sol.objective
+  np.testing.assert_allclose(sol.objective, sol.info["best_objective"], rtol=1e-5)
+  assert sol.evaluations == BUDGET and sol.info["checkpoint"] == workdir
+  assert 0.0 <= sol.info["uniform_share"] <= 1.0
+
+
+def test_bad_checkpoint_and_config_raise_value_errors(trained, tmp_path):
+  workdir, _ = trained
+  g = HELD_OUT[0]
+  with pytest.raises(ValueError, match="no pretrained checkpoint"):
+    methods.solve("regal", g, TOPO, objective="peak_memory", checkpoint=str(tmp_path / "x"))
+  with pytest.raises(ValueError, match="not a REGAL"):
+    methods.solve("regal", g, TOPO, objective="peak_memory", checkpoint="go")
+  with pytest.raises(ValueError, match="decode"):
+    methods.solve("regal", g, TOPO, objective="peak_memory", checkpoint=workdir,
+                  decode="greedy")
+  with pytest.raises(ValueError, match="at most 2 devices"):
+    methods.solve("regal", g, Topology.uniform(4, bandwidth=1e9), objective="peak_memory",
+                  checkpoint=workdir)
+  broken = tmp_path / "broken"
+  broken.mkdir()
+  (broken / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
+  ckpt_lib.save_params(str(broken / "params.msgpack"), {"nothing": np.zeros(3)})
+  with pytest.raises(ValueError, match="do not fit"):
+    regal_method.load_checkpoint("regal", str(broken))
+  bad = config()
+  bad.clip_eps = 0.2
+  with pytest.raises(ValueError, match="clip_eps"):
+    trainer.check_config(bad)
+  bad = config()
+  bad.samples = 1
+  with pytest.raises(ValueError, match="samples must be >= 2"):
+    trainer.check_config(bad)
+  bad = config()
+  bad.brkga.elite_frac = 0.95
+  with pytest.raises(ValueError, match="population"):
+    trainer.check_config(bad)
+  bad = config()
+  bad.policy.hiden = 3
+  with pytest.raises(ValueError, match="hiden"):
+    trainer.check_config(bad)
+
+
+def test_shipped_checkpoints_load():
+  for name in ("regal", "gas"):
+    assert name in pretrained.available()
+    cfg, module, _ = regal_method.load_checkpoint(name, name)
+    assert cfg.objective == "peak_memory" and module.max_devices == 2
+    assert module.graph_aware == (name == "regal")
