@@ -329,32 +329,11 @@ PROGRESS_METRICS = ("reward_mean", "reward_best_sample", "p_uniform")
 
 
 def _run_chunks(trainer, state, total, logger, checkpointer, every, prog, deadline, history):
-  """Calls update_chunk until `total` updates or, after a call, past the deadline; logs each
-  update, checkpoints every `every` updates and at the end; returns (state, last speed)."""
-  per_call, speed = trainer.hp.updates_per_call, {}
-  saved = int(state.step)
-  while int(state.step) < total:
-    state, metrics = trainer.update_chunk(state)
-    metrics = jax.device_get(metrics)
-    step = int(state.step)
-    speed = prog.update(step, {k: float(metrics[k][-1]) for k in PROGRESS_METRICS})
-    for u in range(per_call):
-      row = {k: float(v[u]) for k, v in metrics.items()}
-      if u == per_call - 1:
-        row.update(speed)
-      history.append(dict(row, step=step - per_call + 1 + u))
-      if logger is not None:
-        logger.write(step - per_call + 1 + u, row)
-    if logger is not None:
-      logger.flush()
-    if checkpointer is not None and (step % every == 0 or step >= total):
-      checkpointer.save(step, state)
-      saved = step
-    if deadline is not None and time.perf_counter() >= deadline:
-      break
-  if checkpointer is not None and saved != int(state.step):
-    checkpointer.save(int(state.step), state)
-  return state, speed
+  """PPO's host loop (`loop._run_chunks`) with REGAL's progress metrics."""
+  return loop._run_chunks(  # pylint: disable=protected-access
+      trainer, state, total=total, logger=logger, checkpointer=checkpointer,
+      checkpoint_every=every, progress=prog, deadline=deadline, history=history,
+      progress_metrics=PROGRESS_METRICS)
 
 
 @dataclasses.dataclass

@@ -155,9 +155,11 @@ def _scalar_metrics(metrics, u: int) -> Dict[str, float]:
 
 def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
                 checkpoint_every: int = 0, progress=None, deadline: Optional[float] = None,
-                history: Optional[list] = None):
+                history: Optional[list] = None,
+                progress_metrics=("ratio_mean", "ratio_greedy", "ratio_best_so_far")):
   """Calls update_chunk until `total` updates or, after a call, past the deadline; returns
-  (state, speed of the last call)."""
+  (state, speed of the last call). Shared by the PPO and REGAL trainers (`progress_metrics`:
+  the metrics the progress line shows)."""
   per_call = trainer.hp.updates_per_call
   speed: Dict[str, float] = {}
   saved = int(state.step)  # a fresh run's step 0 or the checkpoint it resumed from
@@ -166,8 +168,7 @@ def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
     metrics = jax.device_get(metrics)
     step = int(state.step)
     if progress is not None:
-      speed = progress.update(step, {k: float(metrics[k][-1]) for k in
-                                     ("ratio_mean", "ratio_greedy", "ratio_best_so_far")})
+      speed = progress.update(step, {k: float(metrics[k][-1]) for k in progress_metrics})
     for u in range(per_call):
       row = _scalar_metrics(metrics, u)
       if u == per_call - 1:
