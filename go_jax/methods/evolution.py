@@ -275,29 +275,35 @@ def _brkga_counts(config, name: str):
   return p, e, mu, bias
 
 
-def _brkga_search(problem: Problem, config, name: str, seeds) -> Proposal:
-  """Runs the jitted BRKGA with first-generation `seeds(np_) -> (keys (S, Np, D + 1), mask
-  (S,), evaluations spent making them, info)`; info holds the best objective per generation."""
+def _brkga_generations(problem: Problem, config, name: str):
+  """(population, elites, mutants, elite_bias, generations) of a BRKGA run within the budget
+  (shared by brkga and REGAL's guided BRKGA, go_jax/regal/guided.py)."""
   p, e, mu, bias = _brkga_counts(config, name)
   budget = _budget(problem, config)
   per_gen = p - e
   if budget < per_gen:
     raise ValueError(f"{name}: budget {budget} is below one generation ({per_gen} = "
                      f"population - elites evaluations); lower population or raise the budget")
-  gens = budget // per_gen
+  return p, e, mu, bias, budget // per_gen
+
+
+def _brkga_search(problem: Problem, config, name: str, seeds) -> Proposal:
+  """Runs the jitted BRKGA with first-generation `seeds(np_) -> (keys (S, Np, D + 1), mask
+  (S,), evaluations spent making them, info)`; info holds the best objective per generation."""
+  p, e, mu, bias, gens = _brkga_generations(problem, config, name)
   pg = padded(problem.graph)
   seed_keys, seed_mask, seed_evals, seed_info = seeds(pg.num_nodes_padded)
   ub = jnp.float32(problem.upper_bound())
   pop, best = _brkga_run(pg, problem.topology, _loop_key(problem), ub, jnp.int32(gens),
                          seed_keys, seed_mask, kind=problem.objective,
                          population=p, elites=e, mutants=mu, elite_bias=bias,
-                         scan_len=_step_bucket(gens), sharding=_batch_sharding(per_gen))
+                         scan_len=_step_bucket(gens), sharding=_batch_sharding(p - e))
   n, d = problem.graph.num_nodes, problem.topology.num_devices
   keys = np.asarray(pop.keys[0])
   place = np.argmax(keys[:n, :d], axis=-1)
   best = np.asarray(best, np.float64)[:gens]
   return Proposal(placement=place, priority=keys[:n, d].astype(np.float64),
-                  evaluations=gens * per_gen + seed_evals,
+                  evaluations=gens * (p - e) + seed_evals,
                   info=dict(seed_info, best_per_generation=best.tolist(), generations=gens,
                             best_objective=float(best[-1]), population=p, elites=e,
                             mutants=mu))

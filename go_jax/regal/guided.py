@@ -110,13 +110,8 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   mutant_frac, elite_bias, evaluations) and budget semantics; `seed_heuristics` is not used
   (REGAL's populations are drawn from the guide). With `uniform_guide` its answer and info are
   exactly those of `methods.solve("brkga", ...)` with the same seed and config."""
-  p, e, mu, bias = evolution._brkga_counts(config, name)  # pylint: disable=protected-access
-  budget = evolution._budget(problem, config)  # pylint: disable=protected-access
-  per_gen = p - e
-  if budget < per_gen:
-    raise ValueError(f"{name}: budget {budget} is below one generation ({per_gen} = "
-                     f"population - elites evaluations); lower population or raise the budget")
-  gens = budget // per_gen
+  p, e, mu, bias, gens = evolution._brkga_generations(  # pylint: disable=protected-access
+      problem, config, name)
   pg = padded(problem.graph)
   n, d = problem.graph.num_nodes, problem.topology.num_devices
   want = (pg.num_nodes_padded, d + 1)
@@ -129,11 +124,11 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
       pg, problem.topology, evolution._loop_key(problem), ub, jnp.int32(gens),  # pylint: disable=protected-access
       seed_keys, seed_mask, kind=problem.objective, population=p, elites=e, mutants=mu,
       elite_bias=bias, scan_len=evolution._step_bucket(gens),  # pylint: disable=protected-access
-      sharding=evolution._batch_sharding(per_gen), guide=guide)  # pylint: disable=protected-access
+      sharding=evolution._batch_sharding(p - e), guide=guide)  # pylint: disable=protected-access
   keys = np.asarray(pop.keys[0])
   best = np.asarray(best, np.float64)[:gens]
   return Proposal(placement=np.argmax(keys[:n, :d], axis=-1),
-                  priority=keys[:n, d].astype(np.float64), evaluations=gens * per_gen,
+                  priority=keys[:n, d].astype(np.float64), evaluations=gens * (p - e),
                   info=dict(best_per_generation=best.tolist(), generations=gens,
                             best_objective=float(best[-1]), population=p, elites=e,
                             mutants=mu))
