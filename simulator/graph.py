@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from simulator import fileio
+from simulator.costref import CostReference
 
 # Per-node float fields, in the order they are stored and reported.
 FLOAT_FIELDS = ("cost", "out_bytes", "param_bytes", "temp_bytes", "flops", "bytes_accessed")
@@ -95,6 +96,8 @@ class CompGraph:
     colocation: (N,) int group id; ops of a group share a device; -1 = no group.
     name: graph name.
     node_names: optional tuple of N op names.
+    reference: the roofline device that made `cost` (`simulator.costref.CostReference`), set
+      by the cost model; fusion (design.md section 4.1) needs it. None for other sources.
 
   Edges are stored merged (duplicates removed) and sorted by (sender, receiver).
   """
@@ -111,6 +114,7 @@ class CompGraph:
   colocation: Optional[np.ndarray] = None
   name: str = "graph"
   node_names: Optional[Sequence[str]] = None
+  reference: Optional[CostReference] = None
 
   def __post_init__(self):
     set_ = lambda k, v: object.__setattr__(self, k, v)
@@ -132,6 +136,9 @@ class CompGraph:
         raise ValueError(f"CompGraph '{self.name}': node_names has {len(names)} entries, "
                          f"expected {n}")
       set_("node_names", names)
+    if self.reference is not None and not isinstance(self.reference, CostReference):
+      raise ValueError(f"CompGraph '{self.name}': reference must be a CostReference, got "
+                       f"{type(self.reference).__name__}")
 
     for f in ("op_type", "colocation") + FLOAT_FIELDS:
       arr = getattr(self, f)
@@ -283,6 +290,8 @@ class CompGraph:
     arrays["name"] = np.asarray(self.name)
     if self.node_names is not None:
       arrays["node_names"] = np.asarray(self.node_names, dtype=str)
+    if self.reference is not None:
+      arrays.update(self.reference.to_arrays())
     with fileio.atomic_open(path, "wb") as fh:
       np.savez_compressed(fh, **arrays)
 
@@ -304,6 +313,7 @@ class CompGraph:
         kwargs["name"] = str(data["name"]) if "name" in data.files else os.path.basename(path)
         if "node_names" in data.files:
           kwargs["node_names"] = [str(s) for s in data["node_names"]]
+        kwargs["reference"] = CostReference.from_arrays(data)
     except ValueError as e:
       if "pickle" in str(e):  # object arrays are never loaded (they would run code)
         raise ValueError(f"cannot read CompGraph file '{path}': it holds object (pickled) "

@@ -51,6 +51,9 @@ class PaddedGraph:
   edge_mask: jnp.ndarray  # (Ep,) bool
   num_iters: jnp.ndarray  # () int32 exact trip count of the simulator loop for `chunk`
   chunk: int = flax.struct.field(pytree_node=False, default=4)  # successor edges per iteration
+  # Per-op fusion inputs (`simulator.fusion.PaddedTables`), present when padded with
+  # `fusion=True`; `simulate_padded(..., fuse=...)` needs them.
+  fusion: Optional[object] = None
 
   @property
   def num_nodes_padded(self) -> int:
@@ -73,8 +76,12 @@ def choose_chunk(out_degree: np.ndarray, commit_weight: float = 6.0) -> int:
 
 
 def pad_graph(graph: CompGraph, num_nodes: Optional[int] = None,
-              num_edges: Optional[int] = None, chunk: Optional[int] = None) -> PaddedGraph:
-  """Pads `graph` to the given sizes (default: its power-of-two buckets)."""
+              num_edges: Optional[int] = None, chunk: Optional[int] = None,
+              fusion: bool = False) -> PaddedGraph:
+  """Pads `graph` to the given sizes (default: its power-of-two buckets).
+
+  With `fusion`, also its fusion tables (design.md 4.1; the graph must have a cost reference).
+  """
   n, e = graph.num_nodes, graph.num_edges
   np_ = bucket(n) if num_nodes is None else int(num_nodes)
   ep = bucket(e) if num_edges is None else int(num_edges)
@@ -113,7 +120,12 @@ def pad_graph(graph: CompGraph, num_nodes: Optional[int] = None,
       receivers=jnp.asarray(evec(graph.receivers)),
       edge_mask=jnp.asarray(np.arange(ep) < e),
       num_iters=jnp.asarray(loop_iterations(outdeg, chunk), jnp.int32),
-      chunk=chunk)
+      chunk=chunk, fusion=_fusion_tables(graph, np_) if fusion else None)
+
+
+def _fusion_tables(graph: CompGraph, num_nodes: int):
+  from simulator import fusion  # local: fusion imports this module's users
+  return fusion.pad_tables(graph, num_nodes)
 
 
 def pad_graphs(graphs: Sequence[CompGraph]) -> PaddedGraph:

@@ -62,11 +62,18 @@ def check_actions(graph: CompGraph, topology: Topology, placement, priority):
 
 
 def reference_simulate(graph: CompGraph, topology: Topology, placement,
-                       priority) -> ReferenceResult:
-  """Simulates one action exactly by section 4 (float64)."""
+                       priority, fuse=None) -> ReferenceResult:
+  """Simulates one action exactly by section 4 (float64).
+
+  With `fuse` (N,) bool, section 4.1: the quotient graph (`simulator.fusion.fuse_graph`) is
+  simulated and its results mapped back: each op reports its group's start and finish,
+  `placement` is each op's effective device, `order` and `transfers` name group roots.
+  """
   placement, priority = check_actions(graph, topology, placement, priority)
   if placement.ndim != 1:
     raise ValueError("reference_simulate takes one action: placement of shape (N,)")
+  if fuse is not None:
+    return _fused(graph, topology, placement, priority, fuse)
   n, d = graph.num_nodes, topology.num_devices
   place = placement[graph.colocation_root()].tolist()  # rule 1
   speed = topology.speed.tolist()
@@ -152,6 +159,20 @@ def reference_simulate(graph: CompGraph, topology: Topology, placement,
       makespan=makespan, start=np.asarray(start), finish=np.asarray(finish),
       peak_memory=peak, oom=bool(np.any(peak > cap)), placement=np.asarray(place),
       order=np.asarray(order), transfers=tuple(transfers), memory_events=events)
+
+
+def _fused(graph, topology, placement, priority, fuse) -> ReferenceResult:
+  from simulator import fusion  # local: fusion imports the cost model lazily, keep this light
+  fuse = np.asarray(fuse)
+  if fuse.shape != placement.shape:
+    raise ValueError(f"fuse has shape {fuse.shape}, expected {placement.shape} (the "
+                     f"placement's) for graph '{graph.name}'")
+  fg = fusion.fuse_graph(graph, placement, fuse.astype(bool))
+  res = reference_simulate(fg.graph, topology, fg.placement, priority[fg.roots])
+  return dataclasses.replace(
+      res, start=res.start[fg.group], finish=res.finish[fg.group],
+      placement=fusion.effective_placement(graph, placement), order=fg.roots[res.order],
+      transfers=tuple(dataclasses.replace(t, op=int(fg.roots[t.op])) for t in res.transfers))
 
 
 def _memory(graph, topology, place, start, finish, arrivals, makespan, succ, sptr):

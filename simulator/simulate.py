@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulator.graph import CompGraph
-from simulator import padding
+from simulator import fusion, padding
 from simulator.padding import PaddedGraph, pad_graph, tree_shape
 from simulator.reference import check_actions
 from simulator.topology import Topology
@@ -91,9 +91,14 @@ def _sequential_transfers(base, times, mask):
   return jnp.stack(starts, -1), jnp.stack(arrivals, -1)
 
 
-def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op):
+def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None):
   """Simulates one action; vmapped over the batch by `simulate_padded`."""
   dt = _dtype()
+  place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
+  place = jnp.where(pg.node_mask, place, 0)
+  root = None
+  if fuse is not None:  # section 4.1: absorbed members stop being nodes, roots carry groups
+    pg, root = fusion.apply_padded(pg, place, fuse, dt)
   np_ = pg.cost.shape[0]
   d = topo.speed.shape[0]
   levels_n, arity = tree_shape(np_)
@@ -104,8 +109,6 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op):
   cost, out_bytes = pg.cost.astype(dt), pg.out_bytes.astype(dt)
   dev_ids = jnp.arange(d)
 
-  place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
-  place = jnp.where(pg.node_mask, place, 0)
   # Leaf position of each op: its rank by (priority descending, id ascending).
   pos = jnp.zeros(np_, jnp.int32).at[pos2op].set(jnp.arange(np_, dtype=jnp.int32))
   # cons[u, e]: u has a consumer on device e (one transfer per consumer device, rule 3).
@@ -187,7 +190,11 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op):
         cur_avail=jnp.where(do, jnp.where(dev_ids == dstar, fin, arrival), c.cur_avail))
 
   c = jax.lax.while_loop(lambda c: c.it < pg.num_iters, body, carry)
-  return _schedule_events(pg, topo, place, cons, c.start, c.finish, c.send_start, dt)
+  makespan, start, finish, events = _schedule_events(pg, topo, place, cons, c.start, c.finish,
+                                                     c.send_start, dt)
+  if root is not None:  # members report their group's times
+    start, finish = start[root], finish[root]
+  return makespan, start, finish, events
 
 
 def _schedule_events(pg, topo, place, cons, start, finish, send_start, dt):
@@ -310,17 +317,24 @@ def _peak_memory(ev: _Events):
   return ev.base + peak
 
 
-def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority) -> SimResult:
+def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
+                    fuse=None) -> SimResult:
   """Pure, traceable simulator: placement (B, Np) int, priority (B, Np) float.
 
   Results keep the padded node axis. Padded nodes must carry a valid device id (e.g. 0); their
   values are ignored. vmap it over graphs (a stacked PaddedGraph) or topologies as needed.
+  `fuse` (B, Np) bool applies design.md section 4.1 (the graph must be padded with
+  `fusion=True`; padded entries must be False); a fused member reports its group's times.
   """
+  if fuse is not None and pg.fusion is None:
+    raise ValueError("simulate_padded(fuse=...) needs a graph padded with fusion tables "
+                     "(pad_graph(graph, fusion=True))")
   # Ops by priority descending, ties by lowest id; padding last.
   key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
   pos2op, _ = rank_order(key)
-  makespan, start, finish, events = jax.vmap(_simulate_one, in_axes=(None, None, 0, 0))(
-      pg, topology, placement, pos2op)
+  makespan, start, finish, events = jax.vmap(
+      _simulate_one, in_axes=(None, None, 0, 0, None if fuse is None else 0))(
+          pg, topology, placement, pos2op, fuse)
   peak = _peak_memory(events)
   oom = jnp.any(peak > jnp.asarray(topology.mem_capacity, peak.dtype), -1)
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)
@@ -330,12 +344,13 @@ _simulate_jit = jax.jit(simulate_padded)
 _PAD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def padded(graph: CompGraph) -> PaddedGraph:
-  """The graph padded to its bucket, cached per graph object and dtype mode."""
+def padded(graph: CompGraph, fusion: bool = False) -> PaddedGraph:
+  """The graph padded to its bucket (with its fusion tables where asked), cached per graph
+  object, dtype mode and `fusion`."""
   per_graph = _PAD_CACHE.setdefault(graph, {})
-  mode = bool(jax.config.jax_enable_x64)
+  mode = (bool(jax.config.jax_enable_x64), bool(fusion))
   if mode not in per_graph:
-    per_graph[mode] = pad_graph(graph)
+    per_graph[mode] = pad_graph(graph, fusion=fusion)
   return per_graph[mode]
 
 
@@ -350,16 +365,17 @@ def batch_sharding(devices=None):
 
 
 def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[int] = None,
-                  shard: bool = True):
-  """(padded graph, placement (Bb, Np), priority (Bb, Np)) ready for `simulate_padded`.
+                  shard: bool = True, fuse=None):
+  """(padded graph, placement (Bb, Np), priority (Bb, Np)[, fuse (Bb, Np)]) ready for
+  `simulate_padded`; the fuse mask is returned only when given.
 
-  Actions must already be validated (`check_actions`). The batch is padded to
+  Actions must already be validated (`check_actions`, `check_fuse`). The batch is padded to
   `padding.batch_bucket(B)` (or `batch_bucket`) by repeating its first row, so that varying B
   does not recompile for every size; with `shard` and several local devices it is split
   across them (when each gets at least one real row).
   """
   b, n = placement.shape
-  pg = padded(graph)
+  pg = padded(graph, fusion=fuse is not None)
   sharding = batch_sharding() if shard else None
   if sharding is not None and b < sharding.mesh.size:
     sharding = None
@@ -374,20 +390,48 @@ def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[
   pl[b:], pr[b:] = pl[0], pr[0]
   if sharding is not None:
     pl, pr = jax.device_put(pl, sharding), jax.device_put(pr, sharding)
-  return pg, pl, pr
+  if fuse is None:
+    return pg, pl, pr
+  fu = np.zeros((bb, pg.num_nodes_padded), bool)
+  fu[:b, :n] = fuse
+  fu[b:] = fu[0]
+  if sharding is not None:
+    fu = jax.device_put(fu, sharding)
+  return pg, pl, pr, fu
+
+
+def check_fuse(graph: CompGraph, fuse, shape) -> np.ndarray:
+  """Validates a fuse mask of `shape` (the placement's) for `graph`; returns it as bool."""
+  fusion.check_fusable(graph)
+  arr = np.asarray(fuse)
+  if arr.shape != tuple(shape):
+    raise ValueError(f"fuse has shape {arr.shape}, expected {tuple(shape)} (the placement's) "
+                     f"for graph '{graph.name}'")
+  if arr.size and arr.dtype != bool:
+    if not np.all((arr == 0) | (arr == 1)):
+      raise ValueError("fuse must hold booleans (or 0/1)")
+  return arr.astype(bool)
 
 
 def simulate(graph: CompGraph, topology: Topology, placement, priority,
-             batch_bucket: Optional[int] = None, shard: bool = True) -> SimResult:
-  """Simulates B actions of one graph: placement (B, N) int, priority (B, N) float.
+             batch_bucket: Optional[int] = None, shard: bool = True, fuse=None) -> SimResult:
+  """Simulates B actions of one graph: placement (B, N) int, priority (B, N) float, and
+  optionally fuse (B, N) bool (design.md section 4.1: fused members report their group's
+  times; the graph needs a cost reference).
 
   A single action of shape (N,) is accepted and treated as B = 1. See `prepare_batch` for the
   padding of the batch and its split across devices.
   """
   placement, priority = check_actions(graph, topology, placement, priority)
+  if fuse is not None:
+    fuse = np.atleast_2d(check_fuse(graph, fuse, placement.shape))
   placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
   b, n = placement.shape
-  pg, pl, pr = prepare_batch(graph, placement, priority, batch_bucket, shard)
-  res = _simulate_jit(pg, topology, pl, pr)
+  if fuse is None:
+    pg, pl, pr = prepare_batch(graph, placement, priority, batch_bucket, shard)
+    res = _simulate_jit(pg, topology, pl, pr)
+  else:
+    pg, pl, pr, fu = prepare_batch(graph, placement, priority, batch_bucket, shard, fuse)
+    res = _simulate_jit(pg, topology, pl, pr, fu)
   return SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
                    finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])

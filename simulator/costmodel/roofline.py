@@ -31,6 +31,7 @@ import numpy as np
 
 from simulator.costmodel import opclass as feat
 from simulator.costmodel.devices import DeviceSpec
+from simulator.costref import CostReference
 from simulator.graph import CompGraph
 
 OP_CLASSES = feat.OP_CLASSES
@@ -175,15 +176,26 @@ def durations(graph, spec: DeviceSpec, calibration=None, fresh_bytes: float = 0.
   return per_node + first_touch_costs(graph, fresh_bytes * p.first_touch)
 
 
+def cost_reference(spec: DeviceSpec, calibration=None) -> CostReference:
+  """The figures fusion needs to cost a fused group as this model would (design.md 4.1)."""
+  flops_eff, bytes_eff, ratio = _params(calibration).arrays()
+  return CostReference(name=spec.name, peak_flops=spec.peak("f32"),
+                       mem_bandwidth=spec.mem_bandwidth, launch_overhead=spec.launch_overhead,
+                       classes=OP_CLASSES, flops_eff=flops_eff, bytes_eff=bytes_eff,
+                       overhead_ratio=ratio, memory_only=MEMORY_ONLY)
+
+
 def apply_cost_model(graph, spec: DeviceSpec, calibration=None,
                      fresh_bytes: float = 0.0) -> CompGraph:
   """A copy of the graph (an HloGraph's `.graph`) with `cost` = `durations(...)` in seconds.
 
-  Everything but `cost` is kept; the copy is built with `dataclasses.replace`, so it is
-  validated again like any new CompGraph.
+  Everything but `cost` and `reference` is kept; `reference` records the device and
+  efficiencies used (`cost_reference`), so that fused groups can be costed alike. The copy is
+  built with `dataclasses.replace`, so it is validated again like any new CompGraph.
   """
   base = graph.graph if isinstance(graph, feat.HloGraph) else graph
-  return dataclasses.replace(base, cost=durations(graph, spec, calibration, fresh_bytes))
+  return dataclasses.replace(base, cost=durations(graph, spec, calibration, fresh_bytes),
+                             reference=cost_reference(spec, calibration))
 
 
 def class_breakdown(graph, spec: DeviceSpec, calibration=None) -> Dict[str, float]:

@@ -1,0 +1,300 @@
+"""Op fusion: fuse requests -> groups -> the quotient graph (docs/design.md section 4.1).
+
+Why: GO's third task is fusion. A fused group runs as one kernel: its inner tensors are never
+written to memory, its launch overhead is paid once, and it costs the roofline of its summed
+work. This module is the definition's executable form, in two shapes that tests hold equal:
+
+* host (numpy, exact, for users, plots and the reference simulator): `fusion_groups` decides
+  which requests are legal and which op is each group's root, `fuse_graph` builds the quotient
+  CompGraph that `reference_simulate` then runs by the unchanged section-4 rules;
+* jitted (`apply_padded`, used by `simulate_padded(..., fuse=...)`): the same decisions and
+  group sums on a padded graph with per-row fuse masks, without building a new graph: non-root
+  members become "absorbed" nodes that never run and weigh nothing, their outside inputs are
+  redirected to the group's root, and the root carries the group's cost and bytes. So one
+  compiled simulator serves every fuse mask of a bucket.
+
+Fusibility (`FUSIBLE`) and the compute-heavy ops (`HEAVY`) are tables over the op vocabulary
+(`simulator.ops`), modelled on XLA's fusion rules: XLA never fuses parameters, graph inputs,
+custom calls, collectives, control flow (while / conditional), sorts or RNG, and keeps at most
+one matmul / convolution per fusion (output fusion puts elementwise consumers into it). Opaque
+composite ops of profiled graphs (recurrent cells, attention blocks, "unknown") are not fusible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simulator import ops
+from simulator.graph import CompGraph
+
+# Op types that never join a fusion group (forward names; backward ids follow their forward).
+UNFUSIBLE_TYPES = ("unknown", "input", "parameter", "while", "conditional", "custom_call",
+                   "collective", "lstm", "attention", "rng", "sort")
+# Compute-heavy op types: at most one per group (design.md 4.1, rule F2).
+HEAVY_TYPES = ("conv", "dot")
+
+FUSIBLE = np.array([name not in UNFUSIBLE_TYPES for name in ops.OP_TYPES], bool)
+HEAVY = np.array([name in HEAVY_TYPES for name in ops.OP_TYPES], bool)
+
+
+def fusible(op_type) -> np.ndarray:
+  """Bool per op type id: may the op be in a fusion group (backward ids as their forward)."""
+  return FUSIBLE[ops.forward_type(op_type)]
+
+
+def heavy(op_type) -> np.ndarray:
+  """Bool per op type id: is the op compute-heavy (a dot or a convolution, either direction)."""
+  return HEAVY[ops.forward_type(op_type)]
+
+
+def check_fusable(graph: CompGraph) -> None:
+  """Raises ValueError unless fused groups of `graph` can be costed (design.md 4.1)."""
+  if graph.reference is None:
+    raise ValueError(
+        f"graph '{graph.name}' has no cost reference: fusion costs a fused group with the "
+        "roofline of the device that costed the graph, so it needs a graph costed by the cost "
+        "model (a jax: or zoo: source, or simulator.costmodel.apply_cost_model)")
+  if not (np.any(graph.flops > 0) or np.any(graph.bytes_accessed > 0)):
+    raise ValueError(f"graph '{graph.name}' has no flops and no bytes_accessed: fused groups "
+                     "cannot be costed")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeTables:
+  """Per-op inputs of the fusion rules (host numpy, float64)."""
+  consumer: np.ndarray  # (N,) int: the only consumer of the op, or the op itself
+  single: np.ndarray  # (N,) bool: exactly one consumer
+  fusible: np.ndarray  # (N,) bool
+  heavy: np.ndarray  # (N,) int 0/1
+  flops: np.ndarray  # (N,) flops counted by the roofline (0 for memory-only classes)
+  rate_flops: np.ndarray  # (N,) FLOP/s of the op's class on the reference device
+  rate_bytes: np.ndarray  # (N,) bytes/s of the op's class
+  overhead: np.ndarray  # (N,) seconds: the class's launch overhead
+
+
+def node_tables(graph: CompGraph) -> NodeTables:
+  """The per-op fusion inputs of a costed graph (`check_fusable` first)."""
+  check_fusable(graph)
+  from simulator.costmodel.opclass import graph_class  # local: the cost model imports graph
+  ref = graph.reference
+  n = graph.num_nodes
+  out_deg = graph.out_degree()
+  ptr, succ = graph.successor_csr()
+  consumer = np.arange(n)
+  one = out_deg == 1
+  consumer[one] = succ[ptr[:-1][one]]
+  cls = np.array([ref.class_id(graph_class(t, f, b)) for t, f, b in zip(
+      graph.op_type.tolist(), graph.flops.tolist(), graph.bytes_accessed.tolist())], np.int64)
+  flops_eff = np.asarray(ref.flops_eff)[cls]
+  return NodeTables(
+      consumer=consumer, single=one, fusible=fusible(graph.op_type),
+      heavy=heavy(graph.op_type).astype(np.int64),
+      flops=np.where(np.asarray(ref.memory_only)[cls], 0.0, graph.flops),
+      rate_flops=flops_eff * ref.peak_flops,
+      rate_bytes=np.asarray(ref.bytes_eff)[cls] * ref.mem_bandwidth,
+      overhead=np.asarray(ref.overhead_ratio)[cls] * ref.launch_overhead)
+
+
+def effective_placement(graph: CompGraph, placement) -> np.ndarray:
+  """(N,) device of each op after colocation (rule 1)."""
+  return np.asarray(placement, np.int64)[graph.colocation_root()]
+
+
+def fusion_groups(graph: CompGraph, placement, fuse,
+                  tables: Optional[NodeTables] = None) -> Tuple[np.ndarray, np.ndarray]:
+  """Rules F1-F3: (legal (N,) bool, root (N,) int: the root op of each op's group).
+
+  `placement` is the action's placement (colocation is applied here); `fuse` (N,) bool.
+  """
+  t = node_tables(graph) if tables is None else tables
+  fuse = np.asarray(fuse, bool)
+  if fuse.shape != (graph.num_nodes,):
+    raise ValueError(f"fuse has shape {fuse.shape}, expected ({graph.num_nodes},) for graph "
+                     f"'{graph.name}'")
+  place = effective_placement(graph, placement)
+  j = t.consumer
+  adm = fuse & t.single & t.fusible & t.fusible[j] & (place == place[j])  # F1
+  h = t.heavy.copy()
+  legal = np.zeros(graph.num_nodes, bool)
+  for i in graph.topological_order().tolist():  # F2: decided in topological order
+    if adm[i] and h[i] + h[j[i]] <= 1:
+      legal[i] = True
+      h[j[i]] += h[i]
+  root = np.arange(graph.num_nodes)
+  for i in reversed(graph.topological_order().tolist()):  # F3: consumers first
+    if legal[i]:
+      root[i] = root[j[i]]
+  return legal, root
+
+
+def group_cost(flops, nbytes, rate_flops, rate_bytes, overhead, max_cost, xp=np):
+  """F4's cost of a group of >= 2 members from its sums and its anchor's rates (numpy or jnp)."""
+  roof = xp.maximum(flops / rate_flops, nbytes / rate_bytes) + overhead
+  return xp.where(max_cost > 0, roof, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedGraph:
+  """The quotient graph of one (placement, fuse) action and its maps to the original ops."""
+  graph: CompGraph  # the quotient: one node per group, numbered by ascending root id
+  root: np.ndarray  # (N,) root op of each op's group
+  group: np.ndarray  # (N,) quotient node of each op
+  roots: np.ndarray  # (G,) root op of each quotient node (ascending)
+  placement: np.ndarray  # (G,) device of each group (its root's, after colocation)
+  legal: np.ndarray  # (N,) bool: the op's fuse request was legal
+
+  @property
+  def num_fused(self) -> int:
+    """Ops absorbed into another op's group (= N - G)."""
+    return int(self.legal.sum())
+
+  def members(self, g: int) -> np.ndarray:
+    """Original op ids of quotient node `g`, ascending."""
+    return np.flatnonzero(self.group == g)
+
+
+def fuse_graph(graph: CompGraph, placement, fuse) -> FusedGraph:
+  """Rule F4: the quotient graph of `graph` under one action (host, float64)."""
+  t = node_tables(graph)
+  legal, root = fusion_groups(graph, placement, fuse, t)
+  place = effective_placement(graph, placement)
+  n = graph.num_nodes
+  roots = np.flatnonzero(~legal)  # every root is its own root; ascending
+  group = np.searchsorted(roots, root)
+  gn = roots.shape[0]
+  size = np.bincount(group, minlength=gn)
+
+  def gsum(x):
+    out = np.zeros(gn)
+    np.add.at(out, group, x)
+    return out
+
+  absorbed_out = np.where(legal, graph.out_bytes, 0.0)
+  nbytes = np.maximum(gsum(graph.bytes_accessed) - 2.0 * gsum(absorbed_out), 0.0)
+  flops = gsum(t.flops)
+  temp = np.zeros(gn)
+  np.maximum.at(temp, group, graph.temp_bytes)
+  max_cost = np.zeros(gn)
+  np.maximum.at(max_cost, group, graph.cost)
+  anchor = np.empty(gn, np.int64)
+  for g in range(gn):  # heavy member, else the costliest (ties: lowest id)
+    m = np.flatnonzero(group == g)
+    hv = m[t.heavy[m] > 0]
+    anchor[g] = hv[0] if hv.size else m[np.argmax(graph.cost[m])]
+  fused_cost = group_cost(flops, nbytes, t.rate_flops[anchor], t.rate_bytes[anchor],
+                          t.overhead[anchor], max_cost)
+  cost = np.where(size > 1, fused_cost, graph.cost[roots])
+  s, r = group[graph.senders], group[graph.receivers]
+  keep = s != r
+  names = None
+  if graph.node_names is not None:
+    names = ["+".join(graph.node_names[k] for k in np.flatnonzero(group == g)) if size[g] > 1
+             else graph.node_names[roots[g]] for g in range(gn)]
+  fusion_type = ops.op_type_id("fusion")
+  q = CompGraph(
+      cost=cost, senders=s[keep], receivers=r[keep], out_bytes=graph.out_bytes[roots],
+      param_bytes=gsum(graph.param_bytes), temp_bytes=temp,
+      flops=np.where(size > 1, flops, graph.flops[roots]),
+      bytes_accessed=np.where(size > 1, nbytes, graph.bytes_accessed[roots]),
+      op_type=np.where(size > 1, fusion_type, graph.op_type[roots]),
+      name=f"{graph.name}/fused", node_names=names, reference=graph.reference)
+  return FusedGraph(graph=q, root=root, group=group, roots=roots, placement=place[roots],
+                    legal=legal)
+
+
+# ====================================================================== jitted form
+@flax.struct.dataclass
+class PaddedTables:
+  """`NodeTables` padded to Np nodes for the jitted simulator (padding: unfusible, no work)."""
+  topo: jnp.ndarray  # (Np,) int32 topological order of the real ops, then the padding
+  consumer: jnp.ndarray  # (Np,) int32 only consumer, or the op itself
+  admissible: jnp.ndarray  # (Np,) bool: single consumer, op and consumer fusible
+  heavy: jnp.ndarray  # (Np,) int32 0/1
+  flops: jnp.ndarray  # (Np,) roofline flops
+  bytes_accessed: jnp.ndarray  # (Np,) bytes
+  rate_flops: jnp.ndarray  # (Np,) FLOP/s (1 on padding)
+  rate_bytes: jnp.ndarray  # (Np,) bytes/s (1 on padding)
+  overhead: jnp.ndarray  # (Np,) seconds
+
+
+def pad_tables(graph: CompGraph, num_nodes: int) -> PaddedTables:
+  """The fusion tables of `graph` padded to `num_nodes` (called by `padding.pad_graph`)."""
+  t = node_tables(graph)
+  n = graph.num_nodes
+
+  def vec(x, dtype, fill=0):
+    out = np.full(num_nodes, fill, dtype)
+    out[:n] = x
+    return out
+
+  return PaddedTables(
+      topo=jnp.asarray(np.concatenate([graph.topological_order(),
+                                       np.arange(n, num_nodes)]).astype(np.int32)),
+      consumer=jnp.asarray(np.concatenate([t.consumer, np.arange(n, num_nodes)]).astype(
+          np.int32)),
+      admissible=jnp.asarray(vec(t.single & t.fusible & t.fusible[t.consumer], bool, False)),
+      heavy=jnp.asarray(vec(t.heavy, np.int32)),
+      flops=jnp.asarray(vec(t.flops, np.float64)),
+      bytes_accessed=jnp.asarray(vec(graph.bytes_accessed, np.float64)),
+      rate_flops=jnp.asarray(vec(t.rate_flops, np.float64, 1.0)),
+      rate_bytes=jnp.asarray(vec(t.rate_bytes, np.float64, 1.0)),
+      overhead=jnp.asarray(vec(t.overhead, np.float64)))
+
+
+def apply_padded(pg, place, fuse, dt):
+  """Rules F1-F4 on one action of a padded graph, traceable (vmapped over the batch).
+
+  Args: pg a PaddedGraph with `fusion` tables; place (Np,) int32 effective placement; fuse
+  (Np,) bool; dt the float dtype. Returns (pg', root): pg' has absorbed members masked out
+  (`node_mask` False, no cost, no bytes, no outgoing edges), every edge's receiver moved to its
+  group's root, in-degrees recounted, and each root carrying its group's cost, param and temp
+  bytes; root (Np,) int32 is the root op of each op's group.
+  """
+  ft = pg.fusion
+  np_ = pg.cost.shape[0]
+  ids = jnp.arange(np_, dtype=jnp.int32)
+  j = ft.consumer
+  adm = fuse & ft.admissible & (place == place[j]) & pg.node_mask  # F1
+
+  def decide(h, i):  # F2, in topological order
+    ok = adm[i] & (h[i] + h[j[i]] <= 1)
+    return h.at[j[i]].add(jnp.where(ok, h[i], 0)), ok
+
+  _, ok = jax.lax.scan(decide, ft.heavy, ft.topo)
+  legal = jnp.zeros(np_, bool).at[ft.topo].set(ok)
+  root = jnp.where(legal, j, ids)
+  for _ in range(max(1, (np_ - 1).bit_length())):  # F3: pointer doubling to the root
+    root = root[root]
+
+  def seg(x, op=jax.ops.segment_sum):
+    return op(x, root, num_segments=np_)
+
+  cost = pg.cost.astype(dt)
+  size = seg(jnp.ones(np_, jnp.int32))
+  flops = seg(ft.flops.astype(dt))
+  nbytes = jnp.maximum(seg(ft.bytes_accessed.astype(dt)) -
+                       2.0 * seg(jnp.where(legal, pg.out_bytes.astype(dt), 0.0)), 0.0)
+  max_cost = seg(cost, jax.ops.segment_max)
+  has_heavy = seg(ft.heavy, jax.ops.segment_max) > 0
+  cand = jnp.where(has_heavy[root], ft.heavy > 0, cost == max_cost[root])
+  anchor = seg(jnp.where(cand, ids, np_), jax.ops.segment_min)
+  anchor = jnp.minimum(anchor, np_ - 1)  # groups that are not roots: unused
+  fused = group_cost(flops, nbytes, ft.rate_flops.astype(dt)[anchor],
+                     ft.rate_bytes.astype(dt)[anchor], ft.overhead.astype(dt)[anchor],
+                     max_cost, jnp)
+  new_cost = jnp.where(legal, 0.0, jnp.where(size > 1, fused, cost))
+  param = jnp.where(legal, 0.0, seg(pg.param_bytes.astype(dt)))
+  temp = jnp.where(legal, 0.0, seg(pg.temp_bytes.astype(dt), jax.ops.segment_max))
+  out = jnp.where(legal, 0.0, pg.out_bytes.astype(dt))
+  edge_ok = pg.edge_mask & ~legal[pg.senders]
+  receivers = root[pg.receivers]
+  num_preds = jax.ops.segment_sum(edge_ok.astype(jnp.int32), receivers, num_segments=np_)
+  return pg.replace(cost=new_cost, out_bytes=out, param_bytes=param, temp_bytes=temp,
+                    node_mask=pg.node_mask & ~legal, num_preds=num_preds,
+                    receivers=receivers, edge_mask=edge_ok), root
