@@ -1,0 +1,127 @@
+"""REGAL's table launcher (experiments/regal_table.py): a tiny table end to end, its numbers, the
+resume, the plot, and bad input as one line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from experiments import regal_table
+from experiments.configs import regal_table as table_config
+from go_jax import methods
+from simulator import sources, topology_spec
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAPHS = "regal:n=24,seed=1;regal:n=28,seed=2;regal:n=32,seed=3"  # one padded shape: one compile
+
+
+def tiny_config():
+  config = table_config.get_config()
+  config.methods = ("brkga", "gp_dfs", "xla_memory")
+  config.datasets = ml_collections.ConfigDict({"tiny": GRAPHS})
+  config.device_counts = (2,)
+  config.budget = 50
+  config.method_options = ml_collections.ConfigDict({"brkga": {"population": 16}})
+  return config
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp("regal_table"))
+  lines = []
+  result = regal_table.run_table(tiny_config(), out, log=lines.append)
+  return out, result, lines
+
+
+def test_shipped_config_is_valid():
+  cfg = regal_table.as_settings(table_config.get_config())
+  assert cfg["reference"] == "brkga" and cfg["budget"] == 5000
+  assert cfg["objective"] == "peak_memory" and list(cfg["device_counts"]) == [2, 4, 8]
+  assert set(cfg["methods"]) == {"brkga", "brkga_tuned", "gp_dfs", "local_search", "cpsat",
+                                 "gas", "xla_memory", "regal"}
+
+
+def test_table_numbers(table):
+  out, result, lines = table
+  assert result["computed"] == 9 and result["skipped"] == 0
+  assert any("ETA" in line and "cells/min" in line for line in lines)
+  block = result["table"]["tiny"]["2"]
+  assert block["graphs"] == 3 and len(block["instances"]) == 3
+  summary = block["methods"]
+  assert summary["brkga"]["mean_improvement"] == 0.0
+  assert summary["brkga"]["wins"] == summary["brkga"]["losses"] == 0
+  for inst in block["instances"]:
+    assert inst["improvement"]["brkga"] == 0.0
+    assert min(inst["gap"].values()) == 0.0
+    assert all(g >= 0.0 for g in inst["gap"].values())
+    for m in inst["best_methods"]:
+      assert inst["gap"][m] == 0.0 and inst["objective"][m] == inst["best"]
+  for m, s in summary.items():
+    assert s["graphs"] == 3 and s["errors"] == 0, (m, s)
+    assert s["mean_gap"] >= 0.0 and s["mean_seconds"] >= 0.0
+  assert "% gap from best" in result["markdown"] and "| xla_memory |" in result["markdown"]
+  with open(os.path.join(out, regal_table.MD_NAME)) as fh:
+    assert fh.read() == result["markdown"]
+
+
+def test_every_objective_resimulates(table):
+  out, _, _ = table
+  with open(os.path.join(out, regal_table.JSON_NAME)) as fh:
+    saved = json.load(fh)
+  graphs = {s: sources.load_graph(s) for s in GRAPHS.split(";")}
+  assert len(saved["cells"]) == 9
+  for row in saved["cells"].values():
+    assert row["agrees"], row["method"]
+    g = graphs[row["graph"]]
+    topo = topology_spec.make_topology(topology_spec.parse_topology("nvlink2"), g)[0]
+    again = methods.evaluate(g, topo, row["placement"], row["priority"], "peak_memory")
+    assert again["objective"] == row["objective"], row["method"]
+
+
+def test_plot_written(table):
+  out, result, _ = table
+  path = os.path.join(out, regal_table.PLOT_NAME)
+  assert result["plot"] == path and os.path.getsize(path) > 1000
+
+
+def test_resume_does_not_recompute(table, monkeypatch):
+  out, first, _ = table
+
+  def boom(*args, **kwargs):
+    raise AssertionError("a finished cell was solved again")
+
+  monkeypatch.setattr(methods, "solve", boom)
+  again = regal_table.run_table(tiny_config(), out, log=lambda s: None)
+  assert again["computed"] == 0 and again["skipped"] == 9
+  assert again["table"]["tiny"]["2"]["methods"] == first["table"]["tiny"]["2"]["methods"]
+  other = tiny_config()
+  other.budget = 60  # another budget: the old cells would be wrong, so the folder is refused
+  with pytest.raises(ValueError, match="other settings"):
+    regal_table.run_table(other, out, log=lambda s: None)
+
+
+def test_missing_dataset(tmp_path):
+  config = tiny_config()
+  config.datasets = ml_collections.ConfigDict(
+      {"synthetic": f"regal_data:test,dir={tmp_path}/nowhere"})
+  with pytest.raises(ValueError, match="dataset 'synthetic'.*no dataset manifest"):
+    regal_table.run_table(config, str(tmp_path / "out"), log=lambda s: None)
+
+
+def test_bad_input_is_one_line(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text("from experiments.configs import regal_table\n"
+                 "def get_config():\n"
+                 "  c = regal_table.get_config()\n"
+                 "  c.methods = ('brkga', 'no_such_method')\n"
+                 "  return c\n")
+  proc = subprocess.run([sys.executable, "-m", "experiments.regal_table", f"--config={bad}",
+                         f"--out={tmp_path / 'out'}"], cwd=REPO, capture_output=True,
+                        text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
+  assert proc.returncode != 0
+  err = proc.stderr.strip().splitlines()
+  assert len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
+  assert "error:" in err[0] and "no_such_method" in err[0]
