@@ -62,6 +62,7 @@ class StepCase:
   call: Callable     # () -> one step's outputs
   hlo_text: str      # post-optimisation HLO of the executable that `call` runs
   fresh_bytes: float = 0.0  # bytes the allocator maps afresh per call (microbench.fresh_bytes)
+  pre_text: str = ""  # pre-optimisation HLO of the same program (with metadata), for fusion
 
 
 def zoo_case(name: str, size: str = "small", device=None) -> StepCase:
@@ -72,17 +73,21 @@ def zoo_case(name: str, size: str = "small", device=None) -> StepCase:
   args = z.concrete_args()
   if device is not None:
     args = jax.device_put(args, device)
-  exe = jax.jit(z.step).lower(*args).compile()
+  lowered = jax.jit(z.step).lower(*args)
+  exe = lowered.compile()
   text = exe.as_text()
-  return StepCase(f"{name}/{size}", lambda: exe(*args), text, microbench.fresh_bytes(exe, text))
+  return StepCase(f"{name}/{size}", lambda: exe(*args), text, microbench.fresh_bytes(exe, text),
+                  lowered.as_text(dialect="hlo", debug_info=True))
 
 
 def function_case(name: str, fn, *args) -> StepCase:
   """Any jitted function on concrete arguments (e.g. a hand-written step for tests)."""
   import jax
-  exe = jax.jit(fn).lower(*args).compile()
+  lowered = jax.jit(fn).lower(*args)
+  exe = lowered.compile()
   text = exe.as_text()
-  return StepCase(name, lambda: exe(*args), text, microbench.fresh_bytes(exe, text))
+  return StepCase(name, lambda: exe(*args), text, microbench.fresh_bytes(exe, text),
+                  lowered.as_text(dialect="hlo", debug_info=True))
 
 
 def predict(case: StepCase, calibration) -> Dict[str, object]:

@@ -9,6 +9,11 @@ error per model, the MAPE and Spearman's rank correlation. Prints a table; write
 
   python -m experiments.validate_cost_model --calibration=results/calibration_cpu.json
   python -m experiments.validate_cost_model --models=resnet50,gnmt2 --size=tiny --out=/tmp/v
+
+With --fusion it also validates the fusion model (docs/design.md 4.1): each step's
+pre-optimisation graph with XLA's own fusion decisions, fused by the simulator, against the
+post-optimisation graph's prediction and the measured time (experiments/fusion_validation.py);
+<out>/fusion.json and <out>/fusion.png.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ flags.DEFINE_integer("repeats", 9, "Timed rounds per model (median; >= 5).", low
 flags.DEFINE_bool("progress", True, "Print progress to stderr.")
 flags.DEFINE_bool("save_hlo", False, "Also write each step's post-optimisation HLO text to "
                   "<out>/hlo/<model>.txt (for offline analysis of the predictions).")
+flags.DEFINE_bool("fusion", False, "Also validate the fusion model: pre-optimisation graph + "
+                  "XLA's fuse decisions vs the post graph and the measured time.")
 flags.DEFINE_string("compilation_cache", None, "Folder for JAX's persistent compilation cache "
                     "(re-runs skip the zoo's compile time); default: no cache.")
 
@@ -94,6 +101,18 @@ def main(argv: Sequence[str]) -> None:
                         f"{report['mape_percent']:.1f}%, Spearman "
                         f"{validation.fmt_spearman(report['spearman'])}")
   print(validation.table(report))
+  if FLAGS.fusion:
+    from experiments import fusion_validation
+    progress("fusion: predicting pre graphs with XLA's fusion decisions")
+    report["fusion"] = fusion_validation.fusion_report(cases, report, cal)
+    fileio.write_json(os.path.join(FLAGS.out, "fusion.json"), report)
+    f = report["fusion"]
+    fusion_validation.fusion_plot(
+        report, os.path.join(FLAGS.out, "fusion.png"),
+        f"{FLAGS.size} zoo steps on {cal.backend}: pre + XLA fusion vs post MAPE "
+        f"{f['mape_xla_vs_post_percent']:.1f}%, vs measured "
+        f"{f['mape_xla_vs_measured_percent']:.1f}%")
+    print(fusion_validation.fusion_table(report))
   load = report["conditions"]
   print(f"load average {load['loadavg_before'][0]:.2f} -> {load['loadavg_after'][0]:.2f} "
         f"(calibration: {cal.conditions.get('loadavg_before', [0])[0]:.2f} -> "

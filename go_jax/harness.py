@@ -119,6 +119,10 @@ def settings(config) -> Dict[str, Any]:
   return out
 
 
+# Method kinds that work on a fixed placement (the config's `schedule_placement` solution).
+FIXED_PLACEMENT = ("schedule", "fusion")
+
+
 def _kind(method: str) -> str:
   return methods.get(method).kind
 
@@ -150,7 +154,8 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
   for obj in cfg["objective"]:
     objectives.get_objective(obj)
   sp = cfg["schedule_placement"]
-  if any(_kind(m) == "schedule" for m in names) and (sp not in known or _kind(sp) == "schedule"):
+  if any(_kind(m) in FIXED_PLACEMENT for m in names) and (
+      sp not in known or _kind(sp) in FIXED_PLACEMENT):
     raise ValueError(f"harness config: schedule_placement {sp!r} must name a placement "
                      "method, e.g. 'expert'")
   return [Cell(m, g, t, s, o, options=tuple(sorted(options.get(m, {}).items())))
@@ -217,7 +222,8 @@ def _base_row(cell: Cell, cfg) -> Dict[str, Any]:
       method=cell.method, label=cell.name, method_kind=kind, graph=cell.graph,
       topology=cell.topology, preset=_topology_fields(cell.topology), seed=cell.seed,
       objective_kind=cell.objective, budget=cfg.get("budget"),
-      placement_from=cfg.get("schedule_placement") if kind == "schedule" else None, error="")
+      placement_from=cfg.get("schedule_placement") if kind in FIXED_PLACEMENT else None,
+      error="")
 
 
 @dataclasses.dataclass
@@ -254,7 +260,7 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
   cfg = inst.cfg
   graph = inst.graph(cell.graph)
   topo, footprint = inst.topology(cell.topology, cell.graph)
-  fixed = inst.fixed_placement(cell) if _kind(cell.method) == "schedule" else None
+  fixed = inst.fixed_placement(cell) if _kind(cell.method) in FIXED_PLACEMENT else None
   sol = methods.solve(cell.method, graph, topo, objective=cell.objective, seed=cell.seed,
                       budget=cfg.get("budget"), placement=fixed, **dict(cell.options))
   stages = sol.info.get("stages") or []
@@ -262,7 +268,8 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
   base = _base_row(cell, cfg)
   base.update(lower_bound=results.finite(sol.lower_bound), evaluations=int(sol.evaluations))
   if not stages:
-    scores = methods.evaluate(graph, topo, sol.placement, sol.priority, cell.objective)
+    scores = methods.evaluate(graph, topo, sol.placement, sol.priority, cell.objective,
+                              fuse=sol.fuse)
     row = dict(base, search_seconds=float(sol.search_seconds), reason=sol.reason)
     rows.append(_scored_row(row, graph, topo, footprint, scores, believed=sol.objective))
     answers.append(Answer(np.asarray(sol.placement), np.asarray(sol.priority), scores))

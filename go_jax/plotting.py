@@ -236,6 +236,21 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
   return save_figure(fig, path)
 
 
+def plot_fused_schedule(graph, topology, placement, priority, fuse, path: str,
+                        title: Optional[str] = None,
+                        max_labeled_ops: int = MAX_LABELED_OPS) -> str:
+  """`plot_schedule` of one action with fusion (design.md 4.1): one bar per fused group,
+  labelled by its members ("a+b+c"), from the reference simulation of the quotient graph."""
+  from simulator import fusion, reference_simulate
+  fg = fusion.fuse_graph(graph, placement, fuse)
+  res = reference_simulate(fg.graph, topology, fg.placement,
+                           np.asarray(priority, np.float64)[fg.roots])
+  if title is None:
+    title = (f"{graph.name}: {graph.num_nodes} ops in {fg.graph.num_nodes} groups, makespan "
+             f"{format_seconds(res.makespan)}")
+  return plot_schedule(fg.graph, topology, res, path, title, max_labeled_ops)
+
+
 def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   """Step lines of bytes in use per device, dashed capacity lines where finite and on scale."""
   d = topology.num_devices

@@ -192,10 +192,9 @@ def fuse_graph(graph: CompGraph, placement, fuse) -> FusedGraph:
   cost = np.where(size > 1, fused_cost, graph.cost[roots])
   s, r = group[graph.senders], group[graph.receivers]
   keep = s != r
-  names = None
-  if graph.node_names is not None:
-    names = ["+".join(graph.node_names[k] for k in np.flatnonzero(group == g)) if size[g] > 1
-             else graph.node_names[roots[g]] for g in range(gn)]
+  label = (graph.node_names if graph.node_names is not None
+           else [str(k) for k in range(n)])  # quotient nodes are named by their members
+  names = ["+".join(label[k] for k in np.flatnonzero(group == g)) for g in range(gn)]
   fusion_type = ops.op_type_id("fusion")
   q = CompGraph(
       cost=cost, senders=s[keep], receivers=r[keep], out_bytes=graph.out_bytes[roots],

@@ -90,8 +90,14 @@ def test_apply_cost_model_keeps_everything_but_cost():
   out = apply_cost_model(g, SPEC)
   np.testing.assert_array_equal(out.cost, durations(g, SPEC))
   assert out.cost[0] > 0 and np.all(g.cost == 0)  # the input is untouched
+  # The reference records the device and efficiencies that made the costs (for fusion).
+  ref = out.reference
+  assert g.reference is None and ref.name == SPEC.name
+  assert (ref.peak_flops, ref.mem_bandwidth, ref.launch_overhead) == (
+      SPEC.peak("f32"), SPEC.mem_bandwidth, SPEC.launch_overhead)
+  assert ref.classes == tuple(OP_CLASSES)
   for f in dataclasses.fields(CompGraph):
-    if f.name != "cost":
+    if f.name not in ("cost", "reference"):
       a, b = getattr(g, f.name), getattr(out, f.name)
       assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f.name
 

@@ -140,9 +140,11 @@ def test_solve_errors(graph):
 
 def _all_methods():
   """Every method but the learned policies (tests/test_learned.py: each new instance shape
-  compiles a policy, too slow for edge cases by the dozen)."""
+  compiles a policy, too slow for edge cases by the dozen) and the fusion methods (they need a
+  graph with a cost reference: tests/test_fusion_methods.py)."""
   from go_jax.methods import learned  # pylint: disable=g-import-not-at-top
-  return sorted(set(methods.available()) - set(learned.METHOD_NAMES))
+  return sorted(set(methods.available(kinds=("placement", "schedule", "joint")))
+                - set(learned.METHOD_NAMES))
 
 
 @pytest.mark.parametrize("name", _all_methods())
@@ -172,7 +174,7 @@ def test_get_returns_the_spec_and_lists_the_names_when_unknown():
   assert set(methods.available(kinds=("schedule",))) >= set(RULES)
   assert not set(methods.available(kinds=("schedule",))) & set(SIMPLE)
   with pytest.raises(ValueError, match="unknown method kind"):
-    methods.available(kinds=("fusion",))
+    methods.available(kinds=("fission",))
 
 
 def test_missing_optional_dependency_removes_only_its_methods():

@@ -1,6 +1,7 @@
 """The method registry (design.md section 7): every placement / scheduling method behind one call.
 
   sol = solve("heft", graph, topology, objective="makespan", seed=0, budget=None, **overrides)
+  sol = solve("xla_fusion", graph, topology, placement=p, priority=q, decisions=fuse)  # fusion
 
 A method is a function `(problem, config) -> Proposal` registered under a name with its default
 config. `solve` times the search, then re-simulates the proposal with `simulator.simulate`, so
@@ -33,7 +34,8 @@ class Problem:
   objective: str  # a key of objectives.OBJECTIVES
   seed: int
   budget: Optional[int]  # simulator evaluations allowed (None: the method's default)
-  placement: Optional[np.ndarray]  # (N,) fixed placement, for scheduling-only methods
+  placement: Optional[np.ndarray]  # (N,) fixed placement, for scheduling and fusion methods
+  priority: Optional[np.ndarray] = None  # (N,) fixed priority, for fusion methods
 
   @property
   def key(self):
@@ -47,9 +49,10 @@ class Problem:
 class Proposal:
   """A method's answer before it is checked by the simulator."""
   placement: np.ndarray  # (N,) int device ids
-  priority: Optional[np.ndarray] = None  # (N,) float; None: critical-path priority
+  priority: Optional[np.ndarray] = None  # (N,) float; None: the given or critical-path one
   evaluations: int = 0  # simulator calls (one action = one evaluation)
   info: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests (design.md 4.1); None: no fusion
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,17 +72,18 @@ class Solution:
   gap: float  # objective / lower_bound - 1 (inf where the bound is 0)
   reason: str = ""  # why infeasible, or solver notes
   info: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests where the method fuses
 
 
 @dataclasses.dataclass(frozen=True)
 class MethodSpec:
   fn: Callable[[Problem, Dict[str, Any]], Proposal]
-  kind: str  # "placement", "schedule" (needs problem.placement) or "joint"
+  kind: str  # "placement", "schedule" / "fusion" (need problem.placement) or "joint"
   description: str
   defaults: Dict[str, Any]
 
 
-KINDS = ("placement", "schedule", "joint")
+KINDS = ("placement", "schedule", "joint", "fusion")
 
 # Every registered method by name. Read it through `get` / `available`, which load the
 # built-in methods first; only `register` writes it.
@@ -89,7 +93,7 @@ METHODS: Dict[str, MethodSpec] = {}
 def register(name: str, kind: str, description: str, **defaults):
   """Decorator registering `fn(problem, config) -> Proposal` under `name`."""
   if kind not in KINDS:
-    raise ValueError(f"method kind must be placement, schedule or joint, got {kind!r}")
+    raise ValueError(f"method kind must be one of {KINDS}, got {kind!r}")
 
   def wrap(fn):
     if name in METHODS:
@@ -101,7 +105,7 @@ def register(name: str, kind: str, description: str, **defaults):
 
 def available(kinds: Optional[Sequence[str]] = None) -> Dict[str, str]:
   """Method name -> one-line description of every registered method (of the given kinds:
-  a subset of "placement", "schedule", "joint"; None: all)."""
+  a subset of `KINDS`; None: all)."""
   _load_builtin_methods()
   if kinds is not None:
     bad = sorted(set(kinds) - set(KINDS))
@@ -135,9 +139,10 @@ def unavailable() -> Dict[str, str]:
 
 
 def evaluate(graph: CompGraph, topology: Topology, placement, priority,
-             objective: str = "makespan") -> Dict[str, Any]:
-  """Simulates one action and scores it: objective, makespan, peak_memory, feasible."""
-  res = simulate(graph, topology, placement, priority)
+             objective: str = "makespan", fuse=None) -> Dict[str, Any]:
+  """Simulates one action (with its fuse mask, if any) and scores it: objective, makespan,
+  peak_memory, feasible."""
+  res = simulate(graph, topology, placement, priority, fuse=fuse)
   ub = objectives.get_objective(objective).upper_bound(graph, topology)
   value = float(np.asarray(objectives.objective_of(objective, res, topology, ub))[0])
   return {"objective": value, "makespan": float(res.makespan[0]),
@@ -146,27 +151,36 @@ def evaluate(graph: CompGraph, topology: Topology, placement, priority,
 
 
 def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "makespan",
-          seed: int = 0, budget: Optional[int] = None, placement=None,
+          seed: int = 0, budget: Optional[int] = None, placement=None, priority=None,
           **overrides) -> Solution:
-  """Runs method `name` and returns its simulator-checked `Solution`."""
+  """Runs method `name` and returns its simulator-checked `Solution`.
+
+  Schedule and fusion methods take a fixed `placement`; fusion methods also keep a fixed
+  `priority` (default: the critical-path one) unless they return their own.
+  """
   spec = get(name)
   objectives.get_objective(objective)
   unknown = sorted(set(overrides) - set(spec.defaults))
   if unknown:
     raise ValueError(f"method '{name}' has no option(s) {unknown}; options: "
                      f"{sorted(spec.defaults)}")
-  if spec.kind == "schedule" and placement is None:
-    raise ValueError(f"method '{name}' schedules a fixed placement: pass placement=(N,) ids")
+  if spec.kind in ("schedule", "fusion") and placement is None:
+    raise ValueError(f"method '{name}' works on a fixed placement: pass placement=(N,) ids")
   fixed = None if placement is None else np.asarray(placement, np.int64)
-  problem = Problem(graph, topology, objective, int(seed), budget, fixed)
+  fixed_prio = None if priority is None else np.asarray(priority, np.float64)
+  problem = Problem(graph, topology, objective, int(seed), budget, fixed, fixed_prio)
   config = dict(spec.defaults, **overrides)
   t0 = time.perf_counter()
   prop = spec.fn(problem, config)
   seconds = time.perf_counter() - t0
-  place = np.asarray(prop.placement if spec.kind != "schedule" else fixed, np.int64)
-  prio = (upward_rank(graph) if prop.priority is None
-          else np.asarray(prop.priority, np.float64))
-  scored = evaluate(graph, topology, place, prio, objective)
+  place = np.asarray(prop.placement if spec.kind not in ("schedule", "fusion") else fixed,
+                     np.int64)
+  if prop.priority is not None:
+    prio = np.asarray(prop.priority, np.float64)
+  else:
+    prio = upward_rank(graph) if fixed_prio is None else fixed_prio
+  fuse = None if prop.fuse is None else np.asarray(prop.fuse, bool)
+  scored = evaluate(graph, topology, place, prio, objective, fuse=fuse)
   lb = objectives.get_objective(objective).lower_bound(graph, topology)["bound"]
   gap = scored["objective"] / lb - 1.0 if lb > 0 else float("inf")
   reason = prop.info.get("reason", "")
@@ -181,7 +195,7 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
                   peak_memory=scored["peak_memory"], feasible=scored["feasible"],
                   search_seconds=seconds, evaluations=int(prop.evaluations),
                   lower_bound=float(lb), gap=float(gap), reason=reason,
-                  info=dict(prop.info))
+                  info=dict(prop.info), fuse=fuse)
 
 
 # Modules whose import registers the built-in methods.
@@ -189,7 +203,7 @@ BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.exact", "go_jax.methods.partition",
                    "go_jax.methods.evolution", "go_jax.methods.xla",
                    "go_jax.methods.learned", "go_jax.methods.regal_baselines",
-                   "go_jax.methods.tuned", "go_jax.methods.regal")
+                   "go_jax.methods.tuned", "go_jax.methods.regal", "go_jax.methods.fusion")
 
 # Built-in modules with an optional dependency: module -> (pip package, methods it registers).
 # Such a module imports its dependency at the top; when the import fails, only these methods

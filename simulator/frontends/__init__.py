@@ -9,9 +9,9 @@ two (`simulator.from_jax(..., device_spec=...)`, the `jax:` graph source) is
 
 from simulator.frontends.hlo import (HloGraph, from_jax, from_jax_full, hlo_to_graph,
                                      parse_hlo, parse_hlo_module)
-from simulator.frontends.xla import (FusionMatch, match_fusions, xla_fusion_groups,
-                                     xla_schedule_priority)
+from simulator.frontends.xla import (FusionMatch, match_fusions, xla_fusion_decisions,
+                                     xla_fusion_groups, xla_schedule_priority)
 
 __all__ = ["HloGraph", "from_jax", "from_jax_full", "hlo_to_graph", "parse_hlo",
-           "parse_hlo_module", "FusionMatch", "match_fusions", "xla_fusion_groups",
-           "xla_schedule_priority"]
+           "parse_hlo_module", "FusionMatch", "match_fusions", "xla_fusion_decisions",
+           "xla_fusion_groups", "xla_schedule_priority"]

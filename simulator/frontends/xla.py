@@ -262,3 +262,21 @@ def _off_main(post_node, groups) -> np.ndarray:
 def xla_fusion_groups(pre: HloGraph, post: HloGraph) -> np.ndarray:
   """(N_pre,) int group ids: XLA's fusions mapped onto the pre graph (`match_fusions`)."""
   return match_fusions(pre, post).groups
+
+
+def xla_fusion_decisions(pre: HloGraph, post: HloGraph) -> np.ndarray:
+  """(N_pre,) bool fuse requests (design.md 4.1) that rebuild XLA's fusion groups on the pre
+  graph: op i asks to fuse when it has exactly one consumer and XLA put both in one group.
+
+  Groups that are not trees of single-consumer edges (an op feeding two ops of its own fusion,
+  a multi-output fusion) cannot be expressed by section 4.1: such ops stay unfused, and the
+  group splits into the trees it contains.
+  """
+  groups = xla_fusion_groups(pre, post)
+  g = pre.graph
+  out_deg = g.out_degree()
+  ptr, succ = g.successor_csr()
+  single = out_deg == 1
+  consumer = np.arange(g.num_nodes)
+  consumer[single] = succ[ptr[:-1][single]]
+  return single & (groups == groups[consumer])

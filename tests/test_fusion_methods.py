@@ -1,0 +1,122 @@
+"""Fusion baselines in the registry, XLA's decisions on a JAX program, the fused Gantt chart and
+the fusion validation experiment (design.md 4.1; issue: op fusion)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from go_jax import methods, plotting
+from go_jax.methods.fusion import xla_fusion_program
+from simulator import CompGraph, Topology, fusion, ops, simulate
+from simulator.costmodel import device_spec
+from simulator.costmodel.roofline import cost_reference
+from simulator.graph import upward_rank
+
+REF = cost_reference(device_spec("v100"))
+
+
+def mlp_step(w1, w2, x):
+  h = jnp.tanh(x @ w1 + 1.0) * 2.0
+  return jnp.sum((h @ w2 - 0.5) ** 2)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+  """(pre graph costed on v100, XLA's decisions, post graph) of a two-layer MLP loss."""
+  return xla_fusion_program(mlp_step, jnp.ones((32, 64)), jnp.ones((64, 16)), jnp.ones((8, 32)))
+
+
+def chain(n=5):
+  ew = ops.op_type_id("elementwise")
+  return CompGraph(cost=np.full(n, 1e-5), senders=range(n - 1), receivers=range(1, n),
+                   out_bytes=np.full(n, 1e6), flops=np.full(n, 1e6),
+                   bytes_accessed=np.full(n, 2e6), op_type=np.full(n, ew), reference=REF)
+
+
+def test_xla_decisions_rebuild_xla_groups_on_the_pre_graph(mlp):
+  pre, decisions, post = mlp
+  assert pre.reference is not None and post.reference is not None
+  assert decisions.shape == (pre.num_nodes,) and decisions.dtype == bool
+  assert decisions.any()
+  fg = fusion.fuse_graph(pre, np.zeros(pre.num_nodes, int), decisions)
+  # XLA's fusions shrink the graph; the tree-shaped part of them is what section 4.1 expresses.
+  assert post.num_nodes <= fg.graph.num_nodes < pre.num_nodes
+  # Every requested fusion joins ops XLA fused together: same post group for op and consumer.
+  ptr, succ = pre.successor_csr()
+  for i in np.flatnonzero(decisions):
+    assert ptr[i + 1] - ptr[i] == 1
+
+
+def test_fusion_methods_are_registered_and_rescored(mlp):
+  pre, decisions, _ = mlp
+  assert {"no_fusion", "fuse_all", "xla_fusion"} <= set(methods.available(kinds=("fusion",)))
+  topo = Topology.uniform(1, bandwidth=1e10)
+  place = np.zeros(pre.num_nodes, int)
+  prio = upward_rank(pre)
+  sols = {m: methods.solve(m, pre, topo, placement=place, priority=prio,
+                           **({"decisions": decisions} if m == "xla_fusion" else {}))
+          for m in ("no_fusion", "fuse_all", "xla_fusion")}
+  plain = simulate(pre, topo, place, prio)
+  assert sols["no_fusion"].makespan == pytest.approx(float(plain.makespan[0]), rel=1e-6)
+  assert not sols["no_fusion"].fuse.any() and sols["fuse_all"].fuse.all()
+  np.testing.assert_array_equal(sols["xla_fusion"].fuse, decisions)
+  # Fewer launches and no materialised inner tensors: fusion is faster on one device here.
+  assert sols["xla_fusion"].makespan < sols["no_fusion"].makespan
+  assert sols["fuse_all"].makespan <= sols["xla_fusion"].makespan
+  for s in sols.values():  # the registry's objective is the fused re-simulation
+    again = simulate(pre, topo, place, prio, fuse=s.fuse)
+    assert s.makespan == pytest.approx(float(again.makespan[0]), rel=1e-6)
+
+
+def test_fusion_methods_reject_bad_input():
+  g = chain()
+  topo = Topology.uniform(1, bandwidth=1e10)
+  with pytest.raises(ValueError, match="fixed placement"):
+    methods.solve("fuse_all", g, topo)
+  with pytest.raises(ValueError, match="needs XLA's decisions"):
+    methods.solve("xla_fusion", g, topo, placement=np.zeros(5, int))
+  with pytest.raises(ValueError, match="decisions have shape"):
+    methods.solve("xla_fusion", g, topo, placement=np.zeros(5, int), decisions=np.ones(3))
+  with pytest.raises(ValueError, match="no cost reference"):
+    methods.solve("fuse_all", g.replace(reference=None), topo, placement=np.zeros(5, int))
+
+
+def test_fused_gantt_chart_labels_groups_by_members(tmp_path):
+  g = chain()
+  topo = Topology.uniform(2, bandwidth=1e9)
+  place = np.array([0, 0, 0, 1, 1])
+  fg = fusion.fuse_graph(g, place, np.ones(5, bool))
+  assert fg.graph.node_names == ("0+1+2", "3+4")  # the cross-device edge 2 -> 3 cannot fuse
+  path = plotting.plot_fused_schedule(g, topo, place, np.zeros(5), np.ones(5, bool),
+                                      str(tmp_path / "g.png"))
+  assert open(path, "rb").read(4) == b"\x89PNG"
+
+
+def test_fusion_validation_experiment_on_a_small_step(tmp_path):
+  """experiments/fusion_validation.py on one compiled function: the three pre-graph
+  predictions, their group counts, and the report / table / plot helpers."""
+  from experiments import cost_model_validation as validation
+  from experiments import fusion_validation as fv
+  from simulator.costmodel import OP_CLASSES, Calibration
+  case = validation.function_case("mlp", mlp_step, jnp.ones((32, 64)), jnp.ones((64, 16)),
+                                  jnp.ones((8, 32)))
+  assert case.pre_text
+  cal = Calibration(
+      backend="cpu", device_kind="cpu", date="2025-01-01T00:00:00+00:00",
+      peak_flops={"f32": 5e10}, mem_bandwidth=2e10, mem_capacity=2e10, launch_overhead=1e-6,
+      dispatch_overhead=1e-5, transcendental_weight=3.0, parallel_efficiency=0.5,
+      classes={c: {"flops_eff": 0.5, "bytes_eff": 0.5, "overhead": 1e-6}
+               for c in OP_CLASSES if c != "free"})
+  p = fv.predict_fusion(case, cal)
+  assert p["pre_none_groups"] == p["pre_nodes"] > p["pre_xla_groups"] >= p["pre_all_groups"]
+  assert p["pre_none_s"] > p["pre_xla_s"] > 0
+  report = {"rows": [{"model": "mlp", "measured_s": p["pre_xla_s"] * 1.1,
+                      "predicted_s": p["pre_xla_s"] * 0.9}]}
+  f = fv.fusion_report([case], report, cal)
+  row = report["rows"][0]
+  assert row["xla_vs_post_percent"] == pytest.approx(100 / 9)
+  assert f["mape_xla_vs_post_percent"] == pytest.approx(100 / 9)
+  report["fusion"] = f
+  assert "MAPE" in fv.fusion_table(report)
+  png = fv.fusion_plot(report, str(tmp_path / "fusion.png"))
+  assert open(png, "rb").read(4) == b"\x89PNG"
