@@ -120,3 +120,26 @@ def test_fusion_validation_experiment_on_a_small_step(tmp_path):
   assert "MAPE" in fv.fusion_table(report)
   png = fv.fusion_plot(report, str(tmp_path / "fusion.png"))
   assert open(png, "rb").read(4) == b"\x89PNG"
+
+
+def test_fusion_table_cells_and_launcher_errors(mlp):
+  """experiments/fusion_table.py: one model's cells (1 and 2 devices), the table text, and a
+  one-line error for an unknown model."""
+  import subprocess
+  import sys
+  from experiments import fusion_table
+  pre, decisions, _ = mlp
+  cells = fusion_table.fusion_cells(pre, decisions, [1, 2], ["heft"])
+  assert [c["devices"] for c in cells] == [1, 2]
+  assert cells[0]["placement"] == "single" and cells[1]["placement"] == "heft"
+  for c in cells:
+    none, xla, all_ = c["no_fusion"], c["xla_fusion"], c["fuse_all"]
+    assert none["groups"] == pre.num_nodes > xla["groups"] >= all_["groups"]
+    assert xla["makespan"] < none["makespan"]
+  text = fusion_table.table([{"model": "mlp", "cells": cells}])
+  assert "not yet" in text and text.count("\n") == 2
+  proc = subprocess.run([sys.executable, "-m", "experiments.fusion_table", "--models=nope",
+                         "--out=/tmp/unused_fusion_table"], capture_output=True, text=True,
+                        timeout=120)
+  assert proc.returncode != 0 and "unknown zoo model" in proc.stderr
+  assert "Traceback" not in proc.stderr
