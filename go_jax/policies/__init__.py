@@ -41,6 +41,8 @@ VARIANTS: Dict[str, Dict[str, object]] = {
     # GO plus a fast baseline's placement as a hint and without the load state (the shipped
     # checkpoint of 2026-11-21; policies/go.py): "go" vs "go_hint" is the hint's row
     "go_hint": {"hint": "best_list", "load_state": False},
+    # GO with a fuse request per op: the fusion tasks ("fusion", "joint3"; design.md 4.1)
+    "go_fusion": {"fusion_head": True},
 }
 
 _META_KEYS = ("policy", "variant", "hint")  # config keys that are not module fields
@@ -75,6 +77,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_guard = True  # memory barrier on devices the estimated peak overflows (load.py)
   c.load_margin = 0.1  # memory share the greedy decode keeps free (load.py)
   c.load_greedy_block = 0  # nodes per block of the greedy decode (0: load_block; 1: node by node)
+  c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
   return c
 
 

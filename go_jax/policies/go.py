@@ -4,7 +4,9 @@
     -> GraphSAGE (predecessor and successor max-pools, sage.py)
     -> segment-recurrent relative attention over the topological order (attention.py),
        each layer's input modulated by parameter superposition
-    -> heads: placement logits (Np, Dmax), priority logits (Np, L), value ()
+    -> heads: placement logits (Np, Dmax), priority logits (Np, L), value (), and with
+       `fusion_head` a fuse-request logit per op (Np,) (design.md 4.1: each op's own state
+       and its consumer's, since a request fuses the op into its one consumer)
        (with `load_state`, the placement logits are decoded block by block in topological
        order, each block seeing the memory and compute the blocks before committed: load.py;
        sampling uses the expected load, the greedy action `greedy_placement_logits` decoded
@@ -113,6 +115,7 @@ class GOPolicy(nn.Module):
   load_guard: bool = True  # the load state's memory barrier (load.py)
   load_margin: float = 0.1  # memory share the greedy decode keeps free (LoadDecoder)
   load_greedy_block: int = 0  # nodes per block of the greedy decode (0: load_block; load.py)
+  fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
   def __call__(self, feats: GraphFeatures, deterministic: bool = True,
@@ -202,6 +205,14 @@ class GOPolicy(nn.Module):
       prio = prio + self.param("hint_level_bias", lambda _: level)
     logits = jnp.where(dev_mask[None, :], logits, MASKED_LOGIT)
 
+    fusion_logits = None
+    if self.fusion_head:
+      # The consumer of each op with one consumer (a request can only fuse those), else 0.
+      cons = jax.ops.segment_max(jnp.where(feats.edge_mask, feats.receivers, -1),
+                                 feats.senders, num_segments=n)
+      h_cons = jnp.where((cons >= 0)[:, None], h[jnp.maximum(cons, 0)], 0.0)
+      z = nn.gelu(nn.Dense(hdim, name="fusion_hidden")(jnp.concatenate([h, h_cons], -1)))
+      fusion_logits = nn.Dense(1, name="fusion")(z)[:, 0].astype(jnp.float32)
     pooled = jnp.concatenate([masked_mean(h, mask), graph_emb, masked_mean(dev, dev_mask)])
     value = nn.Dense(1, name="value_out")(nn.gelu(nn.Dense(hdim, name="value_hidden")(pooled)))
     if greedy_logits is not None:
@@ -209,7 +220,7 @@ class GOPolicy(nn.Module):
     return PolicyOutput(placement_logits=logits.astype(jnp.float32),
                         priority_logits=prio.astype(jnp.float32),
                         value=value[0].astype(jnp.float32),
-                        greedy_placement_logits=greedy_logits)
+                        greedy_placement_logits=greedy_logits, fusion_logits=fusion_logits)
 
   def _device_embeddings(self, feats: GraphFeatures, graph_emb: jnp.ndarray) -> jnp.ndarray:
     """(Dmax, H): MLP of device features + slot embedding + projection of the graph."""

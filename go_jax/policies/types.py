@@ -52,3 +52,6 @@ class PolicyOutput:
   # devices of the earlier blocks, policies/load.py); None: the greedy action is the argmax of
   # placement_logits
   greedy_placement_logits: Optional[jnp.ndarray] = None
+  # (Np,) float32 Bernoulli logit of each op's fuse request (design.md 4.1); None: the policy
+  # has no fusion head
+  fusion_logits: Optional[jnp.ndarray] = None

@@ -100,14 +100,22 @@ class TrainResult:
   speed: Dict[str, float]  # steady-state figures of the last call
 
 
-def _score(problems, i: int, place, prio) -> Dict[str, Any]:
-  """Instance i's action (padded arrays) re-simulated on the host with simulator.simulate."""
+def _score(problems, i: int, place, prio, fuse=None) -> Dict[str, Any]:
+  """Instance i's action (padded arrays; fuse None for tasks that do not fuse) re-simulated on
+  the host with simulator.simulate."""
   g, t = problems.graphs[i], problems.topologies[i]
   n = g.num_nodes
   place = np.asarray(place)[:n].astype(np.int64)
   prio = np.asarray(prio)[:n].astype(np.float64)
-  scored = methods.evaluate(g, t, place, prio, problems.objective)
-  return dict(scored, placement=place, priority=prio)
+  fuse = None if fuse is None else np.asarray(fuse)[:n].astype(bool)
+  scored = methods.evaluate(g, t, place, prio, problems.objective, fuse=fuse)
+  return dict(scored, placement=place, priority=prio, fuse=fuse)
+
+
+def _best(state, i: int):
+  """(placement, priority, fuse or None) of instance i's best action so far (host arrays)."""
+  fuse = None if state.best_fuse is None else state.best_fuse[i]
+  return jax.device_get((state.best_placement[i], state.best_priority[i], fuse))
 
 
 def summarize(trainer: ppo.Trainer, state: ppo.TrainState) -> List[Dict[str, Any]]:
@@ -116,9 +124,8 @@ def summarize(trainer: ppo.Trainer, state: ppo.TrainState) -> List[Dict[str, Any
   `best_agrees` says whether the host's objective equals what the training loop recorded
   (relative 1e-5: both are float32 simulations of the same action)."""
   probs = trainer.problems
-  greedy_place, greedy_prio = jax.device_get(trainer.greedy(state.params))
+  greedy_place, greedy_prio, greedy_fuse = jax.device_get(trainer.greedy(state.params))
   best_obj = np.asarray(jax.device_get(state.best_objective), np.float64)
-  best_place, best_prio = jax.device_get((state.best_placement, state.best_priority))
   rows = []
   for i, (name, g, t) in enumerate(zip(probs.names, probs.graphs, probs.topologies)):
     ref = float(probs.reference[i])
@@ -127,17 +134,20 @@ def summarize(trainer: ppo.Trainer, state: ppo.TrainState) -> List[Dict[str, Any
            "reference_method": probs.reference_method, "reference": ref,
            "lower_bound": float(probs.lower_bound[i]), "best_objective": None,
            "best_ratio": None}
-    greedy = _score(probs, i, greedy_place[i], greedy_prio[i])
+    greedy = _score(probs, i, greedy_place[i], greedy_prio[i],
+                    None if greedy_fuse is None else greedy_fuse[i])
     row.update(greedy_objective=greedy["objective"], greedy_ratio=greedy["objective"] / ref,
                greedy_feasible=greedy["feasible"])
     if np.isfinite(best_obj[i]):  # the instance was visited at least once
-      best = _score(probs, i, best_place[i], best_prio[i])
+      best = _score(probs, i, *_best(state, i))
       row.update(best_objective=best["objective"], best_ratio=best["objective"] / ref,
                  best_feasible=best["feasible"], best_loop_objective=float(best_obj[i]),
                  best_agrees=bool(np.isclose(best["objective"], best_obj[i], rtol=1e-5,
                                              atol=0.0)),
                  best_placement=best["placement"].tolist(),
                  best_priority=best["priority"].tolist())
+      if best["fuse"] is not None:
+        row["best_fuse"] = best["fuse"].tolist()
     rows.append(row)
   return rows
 
@@ -293,6 +303,8 @@ class FinetuneResult:
   search_seconds: float  # the rest: greedy forward, updates, re-simulation on the host
   history: List[Dict[str, float]]  # per-update metrics
   state: ppo.TrainState
+  fuse: Optional[np.ndarray] = None  # (N,) bool the best action's fuse requests (fusion tasks)
+  zero_shot_fuse: Optional[np.ndarray] = None  # (N,) bool the zero-shot greedy action's
 
 
 # Seconds between two progress lines of `finetune` (the first and last update always log).
@@ -378,8 +390,9 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   probs = trainer.problems
   setup_seconds = time.perf_counter() - t0 - (_compile_clock() - compiled_before)
   deadline = None if max_seconds is None else t0 + float(max_seconds)
-  zero_place, zero_prio = jax.device_get(trainer.greedy(state.params))  # compiles the policy
-  zero_scored = _score(probs, 0, zero_place[0], zero_prio[0])
+  zero_place, zero_prio, zero_fuse = jax.device_get(trainer.greedy(state.params))  # compiles
+  zero_scored = _score(probs, 0, zero_place[0], zero_prio[0],
+                       None if zero_fuse is None else zero_fuse[0])
   zero_seconds = time.perf_counter() - t0
   history: List[Dict[str, float]] = []
   zero_best = None
@@ -404,8 +417,7 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
     for u in range(per_call):
       history.append(dict(_scalar_metrics(metrics, u), step=step - per_call + 1 + u))
     if zero_best is None and per_call == 1:  # the first update samples from `params`
-      zero_best = _score(probs, 0, *jax.device_get((state.best_placement[0],
-                                                    state.best_priority[0])))
+      zero_best = _score(probs, 0, *_best(state, 0))
       zero_best["seconds"] = time.perf_counter() - t0
     now = time.perf_counter()
     if progress and (now - last_log >= progress_seconds or step >= total):
@@ -416,7 +428,7 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
           float(probs.reference[0]), probs.reference_method,
           None if deadline is None else deadline - now))
   loop_obj = float(jax.device_get(state.best_objective)[0])
-  scored = _score(probs, 0, *jax.device_get((state.best_placement[0], state.best_priority[0])))
+  scored = _score(probs, 0, *_best(state, 0))
   seconds = time.perf_counter() - t0
   compile_seconds = _compile_clock() - compiled_before
   if progress:
@@ -426,6 +438,7 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
                  "" if max_seconds is None else f"; budget {float(max_seconds):g} s",
                  scored["objective"], zero_scored["objective"])
   return FinetuneResult(placement=scored["placement"], priority=scored["priority"],
+                        fuse=scored["fuse"], zero_shot_fuse=zero_scored["fuse"],
                         objective=scored["objective"],
                         feasible=scored["feasible"], loop_objective=loop_obj,
                         reference=float(probs.reference[0]),
@@ -449,6 +462,8 @@ class ZeroShotResult:
   best_priority: np.ndarray  # (N,) float
   samples: int  # K
   seconds: float  # wall time (instance setup incl. the hint, compile, forward, simulation)
+  greedy_fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests (fusion tasks only)
+  best_fuse: Optional[np.ndarray] = None  # (N,) bool
 
 
 def zero_shot(config, graph: CompGraph, topology: Topology, params, *, seed: int = 0,
@@ -466,16 +481,17 @@ def zero_shot(config, graph: CompGraph, topology: Topology, params, *, seed: int
   trainer = ppo.make_train(cfg, [graph], [topology], policy=policy, names=[name or graph.name])
   state = trainer.init(seed, params=params)
   state, _ = trainer.update_chunk(state)  # samples K + greedy from `params`, then steps
-  greedy_place, greedy_prio = jax.device_get(trainer.greedy(params))
-  greedy = _score(trainer.problems, 0, greedy_place[0], greedy_prio[0])
-  best = _score(trainer.problems, 0, *jax.device_get((state.best_placement[0],
-                                                     state.best_priority[0])))
+  greedy_place, greedy_prio, greedy_fuse = jax.device_get(trainer.greedy(params))
+  greedy = _score(trainer.problems, 0, greedy_place[0], greedy_prio[0],
+                  None if greedy_fuse is None else greedy_fuse[0])
+  best = _score(trainer.problems, 0, *_best(state, 0))
   if greedy["objective"] < best["objective"]:
     best = greedy
   return ZeroShotResult(
       greedy_objective=greedy["objective"], greedy_placement=greedy["placement"],
       greedy_priority=greedy["priority"], best_objective=best["objective"],
       best_placement=best["placement"], best_priority=best["priority"], samples=k,
+      greedy_fuse=greedy["fuse"], best_fuse=best["fuse"],
       seconds=time.perf_counter() - t0)
 
 

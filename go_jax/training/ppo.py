@@ -140,12 +140,16 @@ def _track_best(state: TrainState, idx, res: rollout.Outcome):
   old = state.best_objective[idx]
   better = res.objective[rows, i_best] < old
   keep = lambda new, prev: jnp.where(better.reshape((-1,) + (1,) * (new.ndim - 1)), new, prev)
-  return {"best_objective": state.best_objective.at[idx].set(
+  best = {"best_objective": state.best_objective.at[idx].set(
               keep(res.objective[rows, i_best], old)),
           "best_placement": state.best_placement.at[idx].set(
               keep(res.placement[rows, i_best], state.best_placement[idx])),
           "best_priority": state.best_priority.at[idx].set(
               keep(res.priority[rows, i_best], state.best_priority[idx]))}
+  if res.fuse is not None:
+    best["best_fuse"] = state.best_fuse.at[idx].set(
+        keep(res.fuse[rows, i_best], state.best_fuse[idx]))
+  return best
 
 
 def ppo_update(state: TrainState, all_data: TrainData, module, hp: HParams):
@@ -201,12 +205,16 @@ def update_chunk(state: TrainState, data: TrainData, *, module, hp: HParams):
 @functools.partial(jax.jit, static_argnames=("module", "hp"))
 def greedy_actions(params, data: TrainData, *, module, hp: HParams):
   """The most likely action of every instance, as the simulator takes it: (placement (I, Np)
-  int32, priority (I, Np) float32). Scored on the host (`loop.summarize`), so this compiles
-  only the policy, not another simulator."""
+  int32, priority (I, Np) float32, fuse (I, Np) bool or None for a task that does not fuse).
+  Scored on the host (`loop.summarize`), so this compiles only the policy, not another
+  simulator."""
   TRACES["greedy"] += 1
   out = _apply(module, params, data.feats)
-  place, prio = rollout.to_simulator(rollout.get_task(hp.task), data, rollout.greedy(out))
-  return place[:, 0], prio[:, 0]
+  task = rollout.get_task(hp.task)
+  actions = rollout.greedy(out)
+  place, prio = rollout.to_simulator(task, data, actions)
+  fuse = rollout.to_fuse(task, data, actions)
+  return place[:, 0], prio[:, 0], None if fuse is None else fuse[:, 0]
 
 
 # ------------------------------------------------------------------ setup
@@ -263,13 +271,16 @@ class Trainer:
         reward_ema=jnp.zeros(n, jnp.float32), reward_ema_weight=jnp.zeros(n, jnp.float32),
         best_objective=jnp.full(n, jnp.inf, jnp.float32),
         best_placement=jnp.zeros((n, np_), jnp.int32),
-        best_priority=jnp.zeros((n, np_), jnp.float32))
+        best_priority=jnp.zeros((n, np_), jnp.float32),
+        best_fuse=(jnp.zeros((n, np_), bool) if rollout.get_task(self.hp.task).learns_fusion
+                   else None))
 
   def update_chunk(self, state: TrainState) -> Tuple[TrainState, Dict[str, jnp.ndarray]]:
     return update_chunk(state, self.data, module=self.policy.module, hp=self.hp)
 
   def greedy(self, params):
-    """Greedy action of every instance: (placement (I, Np) int32, priority (I, Np) float32)."""
+    """Greedy action of every instance: (placement (I, Np) int32, priority (I, Np) float32,
+    fuse (I, Np) bool or None)."""
     return greedy_actions(params, self.data, module=self.policy.module, hp=self.hp)
 
   @property
@@ -296,5 +307,6 @@ def make_train(config, graphs: Sequence[CompGraph], topologies: Sequence[Topolog
   problems = build_problems(graphs, topologies, features=policy.features,
                             max_devices=policy.max_devices, objective=hp.objective,
                             reference=str(config.get("reference", "heft")),
-                            fixed_placement=fixed, names=names, hint=policy.hint)
+                            fixed_placement=fixed, names=names, hint=policy.hint,
+                            fusion=task.learns_fusion)
   return Trainer(hp=hp, policy=policy, problems=problems)

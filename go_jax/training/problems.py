@@ -58,6 +58,10 @@ class TrainData:
   #                              rank; 0 on padding)
   tiebreak: jnp.ndarray  # (I, Np) float32 in [0, 0.5]: added to a sampled priority level
   decides_place: jnp.ndarray  # (I, Np) bool real colocation roots: ops whose placement counts
+  # (I, Np) bool ops whose fuse request can be legal (one consumer, both fusible; design.md
+  # 4.1); None unless the problems were built for a fusion task (`graph` then carries the
+  # fusion tables)
+  fusible: Optional[jnp.ndarray] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +134,8 @@ def _reference(graph, topology, objective: str, method: str, placement, name: st
 def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], *,
                    features: FeatureFn, max_devices: int, objective: str = "makespan",
                    reference: str = "heft", fixed_placement: Optional[str] = None,
-                   names: Optional[Sequence[str]] = None, hint: str = "") -> Problems:
+                   names: Optional[Sequence[str]] = None, hint: str = "",
+                   fusion: bool = False) -> Problems:
   """Pads and stacks instance i = (graphs[i], topologies[i]) for the jitted trainer.
 
   `features` builds the policy's GraphFeatures of one instance at a given padded size;
@@ -140,7 +145,8 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   the tie-break within a level and as the fixed priority of placement-only tasks, so the
   hint's exact solution is the action of a policy that follows the hint. ValueError on empty
   or mismatched lists, a topology with more than `max_devices` devices, or an unknown method or
-  objective.
+  objective. `fusion` pads the graphs with their fusion tables (design.md 4.1; every graph
+  needs a cost reference) for the fusion tasks.
   """
   graphs, topologies = list(graphs), list(topologies)
   if not graphs:
@@ -172,10 +178,17 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]))
   d_sim = max(t.num_devices for t in topologies)
   padded, feats, topos = [], [], []
-  ub, ref, lb, place, prio, tie, decides = [], [], [], [], [], [], []
+  ub, ref, lb, place, prio, tie, decides, fusible = [], [], [], [], [], [], [], []
   for name, g, t in zip(names, graphs, topologies):
     n = g.num_nodes
-    padded.append(pad_graph(g, np_, ep, chunk))
+    if fusion:
+      try:
+        padded.append(pad_graph(g, np_, ep, chunk, fusion=True))
+      except ValueError as e:
+        raise ValueError(f"instance {name}: {e}") from e
+      fusible.append(_padded(np.asarray(padded[-1].fusion.admissible)[:n], np_, bool))
+    else:
+      padded.append(pad_graph(g, np_, ep, chunk))
     topos.append(pad_topology(t, d_sim))
     rank = upward_rank(g)
     top = rank.max() if n and rank.max() > 0 else 1.0
@@ -205,7 +218,8 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
       graph=_stack(padded), topology=_stack(topos), feats=_stack(feats),
       upper_bound=jnp.asarray(ub, jnp.float32), reference=jnp.asarray(ref, jnp.float32),
       fixed_placement=jnp.asarray(np.stack(place)), fixed_priority=jnp.asarray(np.stack(prio)),
-      tiebreak=jnp.asarray(np.stack(tie)), decides_place=jnp.asarray(np.stack(decides)))
+      tiebreak=jnp.asarray(np.stack(tie)), decides_place=jnp.asarray(np.stack(decides)),
+      fusible=jnp.asarray(np.stack(fusible)) if fusion else None)
   return Problems(data=data, names=names, graphs=graphs, topologies=topologies,
                   reference=np.asarray(ref, np.float64), reference_method=reference,
                   lower_bound=np.asarray(lb, np.float64), objective=objective)

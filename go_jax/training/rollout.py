@@ -11,7 +11,10 @@ decisions that reach the simulator are counted:
 * placement terms are summed over real colocation roots only (rule 1: the other members of a
   group follow their root, so their sampled devices would only add noise to the gradient);
 * priority terms are summed over real nodes; level l becomes priority l + tiebreak (see
-  `problems`), higher runs first.
+  `problems`), higher runs first;
+* fuse terms (the fusion tasks: a Bernoulli request per op, design.md 4.1) are summed over the
+  ops whose request can ever be legal (`TrainData.fusible`: one consumer, both fusible); the
+  simulator ignores the others' requests, so they would only add noise.
 
 Rewards are GO's per-graph normalisation, -sqrt(objective / reference), with infeasible actions
 scored above every feasible one by the objective itself (docs/design.md section 5).
@@ -20,7 +23,7 @@ scored above every feasible one by the objective itself (docs/design.md section 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import flax
 import jax
@@ -39,6 +42,7 @@ class Task:
   learns_placement: bool
   learns_priority: bool
   needs_fixed_placement: bool  # placement from `config.fixed_placement` (a baseline's)
+  learns_fusion: bool = False  # a fuse request per op (needs a policy with a fusion head)
 
 
 TASKS: Dict[str, Task] = {
@@ -47,6 +51,10 @@ TASKS: Dict[str, Task] = {
     "scheduling": Task("priority level per op; placement fixed to a baseline's", False, True,
                        True),
     "joint": Task("device and priority level per op", True, True, False),
+    "fusion": Task("fuse request per op; placement fixed to a baseline's, critical-path "
+                   "priority", False, False, True, learns_fusion=True),
+    "joint3": Task("device, priority level and fuse request per op", True, True, False,
+                   learns_fusion=True),
 }
 
 
@@ -61,6 +69,7 @@ class Actions:
   """Sampled decisions of K actions on each of G graphs."""
   placement: jnp.ndarray  # (G, K, Np) int32 device per op (head output; may be unused)
   level: jnp.ndarray  # (G, K, Np) int32 priority level per op (head output; may be unused)
+  fuse: Optional[jnp.ndarray] = None  # (G, K, Np) bool fuse requests; None: no fusion head
 
 
 @flax.struct.dataclass
@@ -71,6 +80,7 @@ class Outcome:
   oom: jnp.ndarray  # (G, K) bool over some device's memory capacity
   placement: jnp.ndarray  # (G, K, Np) int32 the placement simulated
   priority: jnp.ndarray  # (G, K, Np) float32 the priority simulated
+  fuse: Optional[jnp.ndarray] = None  # (G, K, Np) bool the fuse requests simulated (fusion)
 
 
 def sample(key, out: PolicyOutput, k: int) -> Actions:
@@ -79,7 +89,11 @@ def sample(key, out: PolicyOutput, k: int) -> Actions:
   g, np_ = out.placement_logits.shape[:2]
   place = jax.random.categorical(kp, out.placement_logits[:, None], axis=-1, shape=(g, k, np_))
   level = jax.random.categorical(kl, out.priority_logits[:, None], axis=-1, shape=(g, k, np_))
-  return Actions(placement=place.astype(jnp.int32), level=level.astype(jnp.int32))
+  fuse = None
+  if out.fusion_logits is not None:  # its own stream: the other heads' samples are unchanged
+    fuse = jax.random.bernoulli(jax.random.fold_in(key, 2),
+                                jax.nn.sigmoid(out.fusion_logits[:, None]), (g, k, np_))
+  return Actions(placement=place.astype(jnp.int32), level=level.astype(jnp.int32), fuse=fuse)
 
 
 def greedy(out: PolicyOutput) -> Actions:
@@ -89,7 +103,8 @@ def greedy(out: PolicyOutput) -> Actions:
             else out.greedy_placement_logits)
   place = jnp.argmax(logits, axis=-1).astype(jnp.int32)[:, None]
   level = jnp.argmax(out.priority_logits, axis=-1).astype(jnp.int32)[:, None]
-  return Actions(placement=place, level=level)
+  fuse = None if out.fusion_logits is None else (out.fusion_logits > 0)[:, None]
+  return Actions(placement=place, level=level, fuse=fuse)
 
 
 def _masks(task: Task, data: TrainData):
@@ -100,6 +115,17 @@ def _masks(task: Task, data: TrainData):
   return place[:, None].astype(jnp.float32), level[:, None].astype(jnp.float32)
 
 
+def _fuse_mask(task: Task, data: TrainData, out: PolicyOutput):
+  """(G, 1, Np) float32 which fuse terms count, or None for a task that does not fuse."""
+  if not task.learns_fusion:
+    return None
+  if out.fusion_logits is None or data.fusible is None:
+    raise ValueError("a fusion task needs a policy with a fusion head (policy config "
+                     "fusion_head=True, e.g. the 'go_fusion' variant) and problems built "
+                     "with fusion tables (graphs costed by the cost model)")
+  return (data.fusible & data.feats.node_mask)[:, None].astype(jnp.float32)
+
+
 def log_prob(task: Task, data: TrainData, out: PolicyOutput, actions: Actions):
   """(G, K) summed log-probability of each action under `out` (see the module docstring)."""
   place_mask, level_mask = _masks(task, data)
@@ -107,6 +133,11 @@ def log_prob(task: Task, data: TrainData, out: PolicyOutput, actions: Actions):
   lp_level = jax.nn.log_softmax(out.priority_logits, axis=-1)[:, None]  # (G, 1, Np, L)
   lp = (jnp.take_along_axis(lp_place, actions.placement[..., None], -1)[..., 0] * place_mask +
         jnp.take_along_axis(lp_level, actions.level[..., None], -1)[..., 0] * level_mask)
+  fuse_mask = _fuse_mask(task, data, out)
+  if fuse_mask is not None:
+    logit = out.fusion_logits[:, None]  # (G, 1, Np)
+    lp = lp + jnp.where(actions.fuse, jax.nn.log_sigmoid(logit),
+                        jax.nn.log_sigmoid(-logit)) * fuse_mask
   return jnp.sum(lp, axis=-1)
 
 
@@ -121,7 +152,13 @@ def entropy(task: Task, data: TrainData, out: PolicyOutput):
   place_mask, level_mask = _masks(task, data)
   ent = (_entropy(out.placement_logits) * place_mask[:, 0] +
          _entropy(out.priority_logits) * level_mask[:, 0])
-  return jnp.sum(ent, -1), jnp.sum(place_mask[:, 0] + level_mask[:, 0], -1)
+  count = place_mask[:, 0] + level_mask[:, 0]
+  fuse_mask = _fuse_mask(task, data, out)
+  if fuse_mask is not None:
+    two = jnp.stack([out.fusion_logits, jnp.zeros_like(out.fusion_logits)], -1)
+    ent = ent + _entropy(two) * fuse_mask[:, 0]  # Bernoulli: softmax over (logit, 0)
+    count = count + fuse_mask[:, 0]
+  return jnp.sum(ent, -1), jnp.sum(count, -1)
 
 
 def to_simulator(task: Task, data: TrainData, actions: Actions):
@@ -132,6 +169,16 @@ def to_simulator(task: Task, data: TrainData, actions: Actions):
   prio = (actions.level.astype(jnp.float32) + data.tiebreak[:, None] if task.learns_priority
           else jnp.broadcast_to(data.fixed_priority[:, None], actions.level.shape))
   return jnp.where(real, place, 0), jnp.where(real, prio, 0.0)
+
+
+def to_fuse(task: Task, data: TrainData, actions: Actions):
+  """(G, K, Np) bool fuse requests the simulator runs (False on padding), or None for a task
+  that does not fuse."""
+  if not task.learns_fusion:
+    return None
+  if actions.fuse is None:
+    raise ValueError("a fusion task needs a policy with a fusion head (fusion_head=True)")
+  return actions.fuse & data.feats.node_mask[:, None]
 
 
 def per_graph(fn: Callable, *args):
@@ -155,15 +202,19 @@ def simulate_actions(objective: str, task: Task, data: TrainData, actions: Actio
   """Simulates all G x K actions within one jitted computation (`per_graph`)."""
   value_fn = objectives.get_objective(objective).value
   place, prio = to_simulator(task, data, actions)
+  fuse = to_fuse(task, data, actions)
 
-  def one_graph(pg, topo, ub, pl, pr):
-    res = simulate_fn(pg, topo, pl, pr)
+  def one_graph(pg, topo, ub, pl, pr, *fu):
+    res = simulate_fn(pg, topo, pl, pr, *fu)
     obj = value_fn(res.makespan, res.peak_memory, res.oom, topo.mem_capacity, ub)
     return obj.astype(jnp.float32), res.oom
 
-  obj, oom = per_graph(one_graph, data.graph, data.topology, data.upper_bound, place, prio)
+  extra = () if fuse is None else (fuse,)
+  obj, oom = per_graph(one_graph, data.graph, data.topology, data.upper_bound, place, prio,
+                       *extra)
   reward = -jnp.sqrt(obj / data.reference[:, None])
-  return Outcome(objective=obj, reward=reward, oom=oom, placement=place, priority=prio)
+  return Outcome(objective=obj, reward=reward, oom=oom, placement=place, priority=prio,
+                 fuse=fuse)
 
 
 # ------------------------------------------------------------------ advantages

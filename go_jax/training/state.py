@@ -10,7 +10,7 @@ clipping followed by Adam on that schedule.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import flax
 import jax.numpy as jnp
@@ -31,6 +31,7 @@ class TrainState:
   best_objective: jnp.ndarray  # (I,) float32 best objective simulated so far (inf: none)
   best_placement: jnp.ndarray  # (I, Np) int32 the placement that reached it
   best_priority: jnp.ndarray  # (I, Np) float32 the priority that reached it
+  best_fuse: Optional[jnp.ndarray] = None  # (I, Np) bool its fuse requests (fusion tasks only)
 
 
 @dataclasses.dataclass(frozen=True)
