@@ -39,6 +39,15 @@ UNFUSIBLE_TYPES = ("unknown", "input", "parameter", "while", "conditional", "cus
 # Compute-heavy op types: at most one per group (design.md 4.1, rule F2).
 HEAVY_TYPES = ("conv", "dot")
 
+# The anchor of a fused group, whose class prices the group (rule F4), is the member whose op
+# class comes first here: XLA's "hero" order, as `costmodel.opclass.HERO_RULES` classifies a
+# post-optimisation fusion (convolution > dot > scatter > gather > pool > reduce > other >
+# transpose > elementwise > data movement), so a fused group is costed as the cost model costs
+# the fusion XLA would make of it. Classes not listed rank last.
+ANCHOR_ORDER = ("conv", "conv_grouped", "conv_filter", "conv_eigen", "dot", "dot_small",
+                "scatter", "gather", "pool", "reduce", "other", "custom_call", "control",
+                "transpose", "elementwise", "data_movement", "free")
+
 FUSIBLE = np.array([name not in UNFUSIBLE_TYPES for name in ops.OP_TYPES], bool)
 HEAVY = np.array([name in HEAVY_TYPES for name in ops.OP_TYPES], bool)
 
@@ -73,7 +82,8 @@ class NodeTables:
   fusible: np.ndarray  # (N,) bool
   heavy: np.ndarray  # (N,) int 0/1
   flops: np.ndarray  # (N,) flops counted by the roofline (0 for memory-only classes)
-  rate_flops: np.ndarray  # (N,) FLOP/s of the op's class on the reference device
+  rate_flops: np.ndarray  # (N,) FLOP/s of the op's class (inf: a memory-only class)
+  anchor_rank: np.ndarray  # (N,) int position of the op's class in ANCHOR_ORDER
   rate_bytes: np.ndarray  # (N,) bytes/s of the op's class
   overhead: np.ndarray  # (N,) seconds: the class's launch overhead
 
@@ -92,11 +102,15 @@ def node_tables(graph: CompGraph) -> NodeTables:
   cls = np.array([ref.class_id(graph_class(t, f, b)) for t, f, b in zip(
       graph.op_type.tolist(), graph.flops.tolist(), graph.bytes_accessed.tolist())], np.int64)
   flops_eff = np.asarray(ref.flops_eff)[cls]
+  mem_only = np.asarray(ref.memory_only)[cls]
+  order = {c: k for k, c in enumerate(ANCHOR_ORDER)}
+  rank = np.array([order.get(ref.classes[c], len(ANCHOR_ORDER)) for c in cls], np.int64)
   return NodeTables(
       consumer=consumer, single=one, fusible=fusible(graph.op_type),
       heavy=heavy(graph.op_type).astype(np.int64),
-      flops=np.where(np.asarray(ref.memory_only)[cls], 0.0, graph.flops),
-      rate_flops=flops_eff * ref.peak_flops,
+      flops=np.where(mem_only, 0.0, graph.flops),
+      rate_flops=np.where(mem_only, np.inf, flops_eff * ref.peak_flops),
+      anchor_rank=rank,
       rate_bytes=np.asarray(ref.bytes_eff)[cls] * ref.mem_bandwidth,
       overhead=np.asarray(ref.overhead_ratio)[cls] * ref.launch_overhead)
 
@@ -183,10 +197,9 @@ def fuse_graph(graph: CompGraph, placement, fuse) -> FusedGraph:
   max_cost = np.zeros(gn)
   np.maximum.at(max_cost, group, graph.cost)
   anchor = np.empty(gn, np.int64)
-  for g in range(gn):  # heavy member, else the costliest (ties: lowest id)
+  for g in range(gn):  # the member of the first class in ANCHOR_ORDER (ties: lowest id)
     m = np.flatnonzero(group == g)
-    hv = m[t.heavy[m] > 0]
-    anchor[g] = hv[0] if hv.size else m[np.argmax(graph.cost[m])]
+    anchor[g] = m[np.argmin(t.anchor_rank[m])]
   fused_cost = group_cost(flops, nbytes, t.rate_flops[anchor], t.rate_bytes[anchor],
                           t.overhead[anchor], max_cost)
   cost = np.where(size > 1, fused_cost, graph.cost[roots])
@@ -217,7 +230,8 @@ class PaddedTables:
   heavy: jnp.ndarray  # (Np,) int32 0/1
   flops: jnp.ndarray  # (Np,) roofline flops
   bytes_accessed: jnp.ndarray  # (Np,) bytes
-  rate_flops: jnp.ndarray  # (Np,) FLOP/s (1 on padding)
+  rate_flops: jnp.ndarray  # (Np,) FLOP/s (inf: memory-only class; 1 on padding)
+  anchor_rank: jnp.ndarray  # (Np,) int32 class position in ANCHOR_ORDER (0 on padding)
   rate_bytes: jnp.ndarray  # (Np,) bytes/s (1 on padding)
   overhead: jnp.ndarray  # (Np,) seconds
 
@@ -242,6 +256,7 @@ def pad_tables(graph: CompGraph, num_nodes: int) -> PaddedTables:
       flops=jnp.asarray(vec(t.flops, np.float64)),
       bytes_accessed=jnp.asarray(vec(graph.bytes_accessed, np.float64)),
       rate_flops=jnp.asarray(vec(t.rate_flops, np.float64, 1.0)),
+      anchor_rank=jnp.asarray(vec(t.anchor_rank, np.int32)),
       rate_bytes=jnp.asarray(vec(t.rate_bytes, np.float64, 1.0)),
       overhead=jnp.asarray(vec(t.overhead, np.float64)))
 
@@ -280,10 +295,10 @@ def apply_padded(pg, place, fuse, dt):
   nbytes = jnp.maximum(seg(ft.bytes_accessed.astype(dt)) -
                        2.0 * seg(jnp.where(legal, pg.out_bytes.astype(dt), 0.0)), 0.0)
   max_cost = seg(cost, jax.ops.segment_max)
-  has_heavy = seg(ft.heavy, jax.ops.segment_max) > 0
-  cand = jnp.where(has_heavy[root], ft.heavy > 0, cost == max_cost[root])
-  anchor = seg(jnp.where(cand, ids, np_), jax.ops.segment_min)
-  anchor = jnp.minimum(anchor, np_ - 1)  # groups that are not roots: unused
+  # Anchor: the member of the first class in ANCHOR_ORDER, ties by lowest id (one key).
+  key = ft.anchor_rank.astype(jnp.int32) * np_ + ids
+  anchor = seg(jnp.where(pg.node_mask, key, jnp.iinfo(jnp.int32).max), jax.ops.segment_min)
+  anchor = jnp.clip(anchor % np_, 0, np_ - 1)  # groups that are not roots: unused
   fused = group_cost(flops, nbytes, ft.rate_flops.astype(dt)[anchor],
                      ft.rate_bytes.astype(dt)[anchor], ft.overhead.astype(dt)[anchor],
                      max_cost, jnp)
