@@ -183,6 +183,24 @@ def table(report: Dict[str, object]) -> str:
   return "\n".join(lines)
 
 
+def scatter_panel(ax, x, y, labels, band: float, xlabel: str, ylabel: str) -> None:
+  """One log-log panel: points labelled by model family, the y = x line and a +-band area."""
+  lo, hi = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+  ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+  ax.fill_between([lo, hi], [lo * (1 - band), hi * (1 - band)],
+                  [lo * (1 + band), hi * (1 + band)], color="0.9", label=f"+-{band:.0%}")
+  ax.scatter(x, y, zorder=3)
+  for name, a, b in zip(labels, x, y):
+    ax.annotate(name.split("/")[0], (a, b), textcoords="offset points", xytext=(4, 3),
+                fontsize=7)
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlim(lo, hi)
+  ax.set_ylim(lo, hi)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+
+
 def scatter_plot(report: Dict[str, object], path: str, title: str = "") -> str:
   """Predicted vs measured (log-log, y = x line, labelled points) as a PNG, written atomically."""
   import matplotlib
@@ -195,20 +213,8 @@ def scatter_plot(report: Dict[str, object], path: str, title: str = "") -> str:
   meas = np.array([r["measured_s"] for r in rows]) * 1e3
   pred = np.array([r["predicted_s"] for r in rows]) * 1e3
   fig, ax = plt.subplots(figsize=(6.4, 6.0))
-  lo, hi = min(meas.min(), pred.min()) / 1.5, max(meas.max(), pred.max()) * 1.5
-  ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
-  ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="0.9",
-                  label="+-25%")
-  ax.scatter(meas, pred, zorder=3)
-  for r, x, y in zip(rows, meas, pred):
-    ax.annotate(r["model"].split("/")[0], (x, y), textcoords="offset points", xytext=(4, 3),
-                fontsize=7)
-  ax.set_xscale("log")
-  ax.set_yscale("log")
-  ax.set_xlim(lo, hi)
-  ax.set_ylim(lo, hi)
-  ax.set_xlabel("measured step time (ms)")
-  ax.set_ylabel("predicted step time (ms)")
+  scatter_panel(ax, meas, pred, [r["model"] for r in rows], 0.25, "measured step time (ms)",
+                "predicted step time (ms)")
   ax.set_title(title or f"cost model: MAPE {report['mape_percent']:.1f}%, Spearman "
                f"{fmt_spearman(report['spearman'])}")
   ax.legend(loc="upper left")

@@ -23,7 +23,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from experiments.cost_model_validation import StepCase, fmt_spearman, spearman
+from experiments.cost_model_validation import StepCase, fmt_spearman, scatter_panel, spearman
 from simulator.costmodel import opclass as feat
 from simulator.costmodel import roofline
 from simulator.costmodel.devices import local_spec
@@ -100,24 +100,11 @@ def fusion_plot(report: Dict[str, object], path: str, title: str = "") -> str:
   rows = report["rows"]
   xla = np.array([r["pre_xla_s"] for r in rows]) * 1e3
   fig, axes = plt.subplots(1, 2, figsize=(11, 5.2))
-  for ax, key, label in ((axes[0], "predicted_s", "post graph, predicted (ms)"),
-                         (axes[1], "measured_s", "measured step time (ms)")):
+  for ax, key, label, band in ((axes[0], "predicted_s", "post graph, predicted (ms)", 0.15),
+                               (axes[1], "measured_s", "measured step time (ms)", 0.25)):
     x = np.array([r[key] for r in rows]) * 1e3
-    lo, hi = min(x.min(), xla.min()) / 1.5, max(x.max(), xla.max()) * 1.5
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
-    band = 0.15 if key == "predicted_s" else 0.25
-    ax.fill_between([lo, hi], [lo * (1 - band), hi * (1 - band)],
-                    [lo * (1 + band), hi * (1 + band)], color="0.9", label=f"+-{band:.0%}")
-    ax.scatter(x, xla, zorder=3)
-    for r, a, b in zip(rows, x, xla):
-      ax.annotate(r["model"].split("/")[0], (a, b), textcoords="offset points", xytext=(4, 3),
-                  fontsize=7)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(lo, hi)
-    ax.set_xlabel(label)
-    ax.set_ylabel("pre graph + XLA's fusion, predicted (ms)")
+    scatter_panel(ax, x, xla, [r["model"] for r in rows], band, label,
+                  "pre graph + XLA's fusion, predicted (ms)")
     ax.legend(loc="upper left")
   fig.suptitle(title or "fusion model vs XLA's fusion")
   fig.tight_layout()
