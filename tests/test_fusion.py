@@ -217,3 +217,17 @@ def test_float32_agrees_with_the_reference_closely():
     ref = reference_simulate(g, topo, place[b], prio[b], fuse=fuse[b])
     np.testing.assert_allclose(np.asarray(res.finish[b]), ref.finish, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(res.peak_memory[b]), ref.peak_memory, rtol=1e-6)
+
+
+def test_anchor_is_the_first_class_in_xla_hero_order():
+  """F4: a transpose-led group is priced by the transpose's class (memory only: its flops term
+  is 0), a group holding a dot by the dot's, whichever member costs most."""
+  t = fusion.node_tables(chain_graph(["transpose", "elementwise", "dot", "elementwise"]))
+  ranks = t.anchor_rank.tolist()
+  assert ranks[2] < ranks[0] < ranks[1]  # dot before transpose before elementwise
+  assert np.isinf(t.rate_flops[0]) and np.isfinite(t.rate_flops[1])
+  g = chain_graph(["transpose", "elementwise"], cost=[1e-6, 5e-6], flops=[0, 4e12],
+                  nbytes=[3e6, 3e6], out_bytes=[1e6, 1e6])
+  fg = fusion.fuse_graph(g, np.zeros(2, int), np.ones(2, bool))
+  tt = fusion.node_tables(g)
+  assert fg.graph.cost[0] == 4e6 / tt.rate_bytes[0] + tt.overhead[0]  # flops hidden
