@@ -127,7 +127,7 @@ def test_fusion_table_cells_and_launcher_errors(mlp):
   one-line error for an unknown model."""
   import subprocess
   import sys
-  from experiments import fusion_table
+  from experiments import fusion_validation as fusion_table
   pre, decisions, _ = mlp
   cells = fusion_table.fusion_cells(pre, decisions, [1, 2], ["heft"])
   assert [c["devices"] for c in cells] == [1, 2]
@@ -136,7 +136,7 @@ def test_fusion_table_cells_and_launcher_errors(mlp):
     none, xla, all_ = c["no_fusion"], c["xla_fusion"], c["fuse_all"]
     assert none["groups"] == pre.num_nodes > xla["groups"] >= all_["groups"]
     assert xla["makespan"] < none["makespan"]
-  text = fusion_table.table([{"model": "mlp", "cells": cells}])
+  text = fusion_table.cells_table([{"model": "mlp", "cells": cells}])
   assert "not yet" in text and text.count("\n") == 2
   proc = subprocess.run([sys.executable, "-m", "experiments.fusion_table", "--models=nope",
                          "--out=/tmp/unused_fusion_table"], capture_output=True, text=True,

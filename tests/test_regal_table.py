@@ -9,7 +9,7 @@ import sys
 import ml_collections
 import pytest
 
-from experiments import regal_table
+from experiments import regal_comparison as regal_table
 from experiments.configs import regal_table as table_config
 from go_jax import methods
 from simulator import sources, topology_spec

@@ -151,14 +151,17 @@ def evaluate(graph: CompGraph, topology: Topology, placement, priority,
 
 
 def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "makespan",
-          seed: int = 0, budget: Optional[int] = None, placement=None, priority=None,
+          seed: int = 0, budget: Optional[int] = None, placement=None,
           **overrides) -> Solution:
   """Runs method `name` and returns its simulator-checked `Solution`.
 
-  Schedule and fusion methods take a fixed `placement`; fusion methods also keep a fixed
-  `priority` (default: the critical-path one) unless they return their own.
+  Schedule and fusion methods take a fixed `placement`; fusion methods also take a fixed
+  `priority=(N,)` (default: the critical-path one) unless they return their own. For other
+  kinds `priority` is an ordinary method option (m-TOPO has one), so it is read here only for
+  fusion methods.
   """
   spec = get(name)
+  priority = overrides.pop("priority", None) if spec.kind == "fusion" else None
   objectives.get_objective(objective)
   unknown = sorted(set(overrides) - set(spec.defaults))
   if unknown:

@@ -1,0 +1,455 @@
+r"""The REGAL table experiment (issue 12, part 4): % improvement over BRKGA 5K, % gap from the
+best method and mean running time of every method, per dataset and device count.
+
+An experiment, not library code; its launcher is experiments/regal_table.py (which holds the
+flags, so that tests import this module without defining any).
+
+For every dataset of the config (a split of a built REGAL / XLA dataset folder, or graph specs),
+every device count, every graph and seed, every method is solved with `methods.solve` (so every
+objective is the simulator's re-simulation; each cell also re-simulates its stored action once
+more and records whether it agrees). Per (dataset, device count) and method:
+
+  % improvement over the reference = mean over graphs of (ref - method) / ref * 100
+  % gap from best                  = mean over graphs of (method - best) / best * 100, best =
+                                     the lowest objective of any method on that graph and seed
+  mean time (s)                    = mean search seconds, compilation excluded: each method is
+                                     run once untimed per padded graph shape first (config
+                                     `warmup`), as go_jax/regal/heldout.py does
+
+Writes `<out>/regal_table.json` (atomically; every cell with its objective, time, placement and
+priority, the table, the per-graph figures, the settings and the machine), `<out>/regal_table.md`
+(the table as printed) and `<out>/improvement.png` (per-graph improvement over the reference, one
+box per method, one panel per dataset and device count). Resumable: a later run with the same
+--out skips every cell already in the JSON (cells that recorded an error are run again); a JSON
+made with another objective, budget, topology, reference, schedule placement or method options
+is refused. Bad input (unknown method, missing dataset, bad field) is a one-line error, exit 1.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from experiments import cli
+
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
+                              "regal_table.py")
+LAUNCHER = "regal_table"
+JSON_NAME = "regal_table.json"
+MD_NAME = "regal_table.md"
+PLOT_NAME = "improvement.png"
+# Fields that must be equal for a run to resume another's cells (they change every number).
+SETTINGS = ("objective", "budget", "topology", "reference", "method_options",
+            "schedule_placement")
+
+# ------------------------------------------------------------------ config
+def _plain(value):
+  """ConfigDict / tuple values as plain JSON-able Python (dicts, lists, scalars)."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, Mapping):
+    return {str(k): _plain(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_plain(v) for v in value]
+  return value
+
+
+def as_settings(config) -> Dict[str, Any]:
+  """The config as plain data, checked: ValueError naming the field for anything unusable
+  (unknown method, reference not among the methods, bad device count or objective, ...)."""
+  from go_jax import methods, objectives  # pylint: disable=g-import-not-at-top
+  cfg = _plain(config)
+  missing = [k for k in ("methods", "reference", "datasets", "device_counts", "topology",
+                         "seeds", "objective", "budget") if k not in cfg]
+  if missing:
+    raise ValueError(f"the config has no field(s) {missing}")
+  cfg.setdefault("method_options", {})
+  cfg.setdefault("schedule_placement", "gp_dfs")
+  cfg.setdefault("warmup", True)
+  cfg.setdefault("no_warmup", [])
+  cfg.setdefault("plots", True)
+  cfg.setdefault("fail_fast", False)
+  cfg.setdefault("save_seconds", 5.0)
+  names = [str(m) for m in cfg["methods"]]
+  if not names or len(set(names)) != len(names):
+    raise ValueError(f"config.methods: give distinct method names, got {names}")
+  for name in names + [cfg["schedule_placement"]]:
+    methods.get(name)  # ValueError: unknown method (the message lists the available ones)
+  if cfg["reference"] not in names:
+    raise ValueError(f"config.reference={cfg['reference']!r} is not in config.methods {names}")
+  if methods.get(cfg["schedule_placement"]).kind == "schedule":
+    raise ValueError(f"config.schedule_placement={cfg['schedule_placement']!r} is a schedule "
+                     f"method; give a placement or joint method")
+  options = cfg["method_options"]
+  if not isinstance(options, Mapping):
+    raise ValueError(f"config.method_options must map method -> options, got {options!r}")
+  for name, opts in options.items():
+    spec = methods.get(name)
+    bad = sorted(set(opts) - set(spec.defaults))
+    if bad:
+      raise ValueError(f"config.method_options.{name}: no option(s) {bad}; options: "
+                       f"{sorted(spec.defaults)}")
+  objectives.get_objective(cfg["objective"])
+  counts = cfg["device_counts"]
+  if not counts or not all(isinstance(d, int) and d >= 1 for d in counts):
+    raise ValueError(f"config.device_counts: give device counts >= 1, got {counts}")
+  if "{devices}" not in cfg["topology"] and len(counts) > 1:
+    raise ValueError(f"config.topology={cfg['topology']!r}: put '{{devices}}' where the device "
+                     f"count goes (e.g. 'nvlink{{devices}}')")
+  if not cfg["seeds"]:
+    raise ValueError("config.seeds is empty")
+  if cfg["budget"] is not None and int(cfg["budget"]) < 1:
+    raise ValueError(f"config.budget must be >= 1, got {cfg['budget']}")
+  if not isinstance(cfg["datasets"], Mapping) or not cfg["datasets"]:
+    raise ValueError(f"config.datasets must map a name to a data spec or graph specs, got "
+                     f"{cfg['datasets']!r}")
+  return cfg
+
+
+def topology_spec_for(cfg, devices: int) -> str:
+  return str(cfg["topology"]).replace("{devices}", str(devices))
+
+
+# ------------------------------------------------------------------ datasets
+def load_dataset(name: str, spec: str):
+  """(graph names, graphs) of one dataset: a data spec (a split of a dataset folder) or graph
+  specs separated by ';'. ValueError naming the dataset when it is missing or empty."""
+  from go_jax import datasets  # pylint: disable=g-import-not-at-top
+  from go_jax.datasets import store  # pylint: disable=g-import-not-at-top
+  from simulator import sources  # pylint: disable=g-import-not-at-top
+  spec = str(spec).strip()
+  try:
+    if spec.split(":", 1)[0] in store.DATA_KINDS:
+      names, graphs = datasets.load_split(spec)
+    else:
+      names = [s.strip() for s in spec.split(";") if s.strip()]
+      graphs = [sources.load_graph(s) for s in names]
+  except (ValueError, OSError) as e:
+    raise ValueError(f"dataset {name!r} ({spec}): {cli.one_line(e)}") from None
+  if not graphs:
+    raise ValueError(f"dataset {name!r} ({spec}): no graphs")
+  if len(set(names)) != len(names):
+    raise ValueError(f"dataset {name!r} ({spec}): two graphs share a name")
+  return names, graphs
+
+
+# ------------------------------------------------------------------ cells
+def cell_key(dataset: str, devices: int, graph: str, seed: int, method: str) -> str:
+  return f"{dataset}|{devices}|{graph}|{seed}|{method}"
+
+
+def _shape(graph, devices: int) -> Tuple[int, int, int, int]:
+  from simulator.padding import bucket  # pylint: disable=g-import-not-at-top
+  from simulator.simulate import padded  # pylint: disable=g-import-not-at-top
+  return (bucket(graph.num_nodes), bucket(graph.num_edges), padded(graph).chunk, devices)
+
+
+def solve_cell(cfg, method: str, graph, topo, seed: int) -> Dict[str, Any]:
+  """One method on one graph: its objective (re-simulated by `methods.solve`), search seconds
+  (a schedule method's include its placement's), action, and whether re-simulating the stored
+  action once more gives the same objective."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  options = dict(cfg["method_options"].get(method, {}))
+  seconds, placement = 0.0, None
+  if methods.get(method).kind == "schedule":
+    base = methods.solve(cfg["schedule_placement"], graph, topo, objective=cfg["objective"],
+                         budget=cfg["budget"], seed=seed,
+                         **cfg["method_options"].get(cfg["schedule_placement"], {}))
+    seconds, placement = base.search_seconds, base.placement
+  sol = methods.solve(method, graph, topo, objective=cfg["objective"], budget=cfg["budget"],
+                      seed=seed, placement=placement, **options)
+  again = methods.evaluate(graph, topo, sol.placement, sol.priority, cfg["objective"])
+  return {"objective": float(sol.objective), "feasible": bool(sol.feasible),
+          "seconds": float(seconds + sol.search_seconds), "evaluations": int(sol.evaluations),
+          "makespan": float(sol.makespan),
+          "peak_memory": [float(x) for x in np.asarray(sol.peak_memory)],
+          "agrees": bool(again["objective"] == sol.objective),
+          "reason": sol.reason,
+          "placement": [int(x) for x in sol.placement],
+          "priority": [float(x) for x in sol.priority]}
+
+
+# ------------------------------------------------------------------ the table
+def _mean(xs: Sequence[float]) -> Optional[float]:
+  return float(np.mean(xs)) if len(xs) else None
+
+
+def summarize(cfg, cells: Mapping[str, Mapping], graph_names: Mapping[str, Sequence[str]]
+              ) -> Dict[str, Any]:
+  """table[dataset][devices] = {"instances": per (graph, seed): best, improvement and gap per
+  method; "methods": per method: mean / median improvement (%), mean gap (%), mean seconds,
+  graphs, wins / losses against the reference, errors and the first error}."""
+  ref, names = cfg["reference"], list(cfg["methods"])
+  table: Dict[str, Any] = {}
+  for ds, graphs in graph_names.items():
+    table[ds] = {}
+    for devices in cfg["device_counts"]:
+      instances = []
+      for graph in graphs:
+        for seed in cfg["seeds"]:
+          rows = {m: cells.get(cell_key(ds, devices, graph, seed, m)) for m in names}
+          ok = {m: r for m, r in rows.items() if r is not None and "error" not in r}
+          if not ok:
+            continue
+          best = min(r["objective"] for r in ok.values())
+          inst = {"graph": graph, "seed": int(seed), "best": best,
+                  "best_methods": sorted(m for m, r in ok.items() if r["objective"] == best),
+                  "objective": {m: r["objective"] for m, r in ok.items()},
+                  "seconds": {m: r["seconds"] for m, r in ok.items()},
+                  "gap": {m: (100.0 * (r["objective"] - best) / best if best > 0 else 0.0)
+                          for m, r in ok.items()},
+                  "improvement": {}}
+          if ref in ok and ok[ref]["objective"] > 0:
+            base = ok[ref]["objective"]
+            inst["improvement"] = {m: 100.0 * (base - r["objective"]) / base
+                                   for m, r in ok.items()}
+          instances.append(inst)
+      summary = {}
+      for m in names:
+        imp = [i["improvement"][m] for i in instances if m in i["improvement"]]
+        gap = [i["gap"][m] for i in instances if m in i["gap"]]
+        secs = [i["seconds"][m] for i in instances if m in i["seconds"]]
+        errors = [cells[k]["error"] for k in (cell_key(ds, devices, g, s, m)
+                                              for g in graphs for s in cfg["seeds"])
+                  if k in cells and "error" in cells[k]]
+        infeasible = sum(1 for g in graphs for s in cfg["seeds"]
+                         if not cells.get(cell_key(ds, devices, g, s, m), {}).get("feasible",
+                                                                                   True))
+        summary[m] = {"mean_improvement": _mean(imp),
+                      "median_improvement": float(np.median(imp)) if imp else None,
+                      "mean_gap": _mean(gap), "mean_seconds": _mean(secs),
+                      "graphs": len(gap), "improvement_graphs": len(imp),
+                      "wins": int(sum(x > 0 for x in imp)),
+                      "losses": int(sum(x < 0 for x in imp)),
+                      "infeasible": int(infeasible), "errors": len(errors),
+                      "error": errors[0] if errors else ""}
+      table[ds][str(devices)] = {"topology": topology_spec_for(cfg, devices),
+                                 "graphs": len(graphs) * len(cfg["seeds"]),
+                                 "instances": instances, "methods": summary}
+  return table
+
+
+def _num(x: Optional[float], fmt: str) -> str:
+  return "" if x is None else format(x, fmt)
+
+
+def markdown(cfg, table: Mapping[str, Any]) -> str:
+  """One table per device count, REGAL's layout: a row per method, per dataset the mean %
+  improvement over the reference, the mean % gap from the best and the mean running time."""
+  ref, lines = cfg["reference"], []
+  datasets = list(table)
+  for devices in cfg["device_counts"]:
+    first = table[datasets[0]][str(devices)]
+    lines.append(f"#### {devices} devices ({first['topology']}), {cfg['objective']}, budget "
+                 f"{cfg['budget']}")
+    lines.append("")
+    head = "| method |"
+    rule = "|---|"
+    for ds in datasets:
+      n = table[ds][str(devices)]["graphs"]
+      head += (f" {ds} ({n}): % improvement over {ref} | % gap from best | mean time (s) |")
+      rule += "---:|---:|---:|"
+    lines += [head, rule]
+    notes = []
+    for m in cfg["methods"]:
+      line = f"| {m} |"
+      for ds in datasets:
+        block = table[ds][str(devices)]
+        s, n = block["methods"][m], block["graphs"]
+        if s["graphs"] == 0:
+          line += " n/a | n/a | n/a |"
+          if s["error"]:
+            notes.append(f"{m} on {ds}: {s['error']}")
+          continue
+        partial = f" ({s['improvement_graphs']}/{n})" if s["improvement_graphs"] < n else ""
+        line += (f" {_num(s['mean_improvement'], '+.2f')}{partial} | "
+                 f"{_num(s['mean_gap'], '.2f')} | {_num(s['mean_seconds'], '.2f')} |")
+        if s["errors"]:
+          notes.append(f"{m} on {ds}: {s['errors']} error(s), e.g. {s['error']}")
+        if s["infeasible"]:
+          notes.append(f"{m} on {ds}: {s['infeasible']} answer(s) out of memory")
+      lines.append(line)
+    lines.append("")
+    for note in notes:
+      lines.append(f"- {note}")
+    if notes:
+      lines.append("")
+  return "\n".join(lines).rstrip() + "\n"
+
+
+def plot(cfg, table: Mapping[str, Any], path: str) -> str:
+  """Box plots of the per-graph % improvement over the reference: one box per method, one
+  panel per (dataset, device count); a dashed line at 0 (the reference)."""
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  from go_jax import plotting  # pylint: disable=g-import-not-at-top
+  datasets, counts = list(table), list(cfg["device_counts"])
+  others = [m for m in cfg["methods"] if m != cfg["reference"]] or list(cfg["methods"])
+  fig = Figure(figsize=(max(4.0, 0.55 * len(others) + 1.5) * len(counts),
+                        3.4 * len(datasets)), dpi=110)
+  for r, ds in enumerate(datasets):
+    for c, devices in enumerate(counts):
+      ax = fig.add_subplot(len(datasets), len(counts), r * len(counts) + c + 1)
+      block = table[ds][str(devices)]
+      data = [[i["improvement"][m] for i in block["instances"] if m in i["improvement"]]
+              for m in others]
+      pos = [k for k, d in enumerate(data) if d]
+      if pos:
+        ax.boxplot([data[k] for k in pos], positions=pos, widths=0.6, showmeans=True,
+                   flierprops={"markersize": 3})
+      for k, d in enumerate(data):
+        if not d:
+          ax.text(k, 0.0, "n/a", ha="center", va="bottom", fontsize=7, color="0.4")
+      ax.axhline(0.0, color="0.3", ls="--", lw=0.8)
+      values = [x for d in data for x in d]
+      if values and max(abs(x) for x in values) > 20.0:  # a far-off method: keep +-1% readable
+        ax.set_yscale("symlog", linthresh=1.0)
+      ax.set_xticks(range(len(others)))
+      ax.set_xticklabels(others, rotation=35, ha="right", fontsize=8)
+      ax.set_xlim(-0.6, len(others) - 0.4)
+      ax.set_title(f"{ds}, {block['topology']} ({block['graphs']} graphs)", fontsize=9)
+      if c == 0:
+        ax.set_ylabel(f"% improvement over {cfg['reference']}", fontsize=8)
+      ax.grid(axis="y", color="0.9", lw=0.5)
+      ax.set_axisbelow(True)
+  fig.suptitle(f"{cfg['objective']}: per-graph improvement over {cfg['reference']} "
+               f"(higher is better; box: quartiles, triangle: mean; symlog axis beyond +-1% where "
+               f"a method is off by more than 20%)", fontsize=10)
+  fig.tight_layout()
+  return plotting.save_figure(fig, path)
+
+
+# ------------------------------------------------------------------ the run
+def _duration(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "?"
+  if seconds < 90:
+    return f"{seconds:.0f}s"
+  if seconds < 5400:
+    return f"{seconds / 60:.1f}min"
+  return f"{seconds / 3600:.1f}h"
+
+
+def _machine() -> Dict[str, Any]:
+  import jax  # pylint: disable=g-import-not-at-top
+  load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+  return {"platform": platform.platform(), "processor": platform.processor() or
+          platform.machine(), "cpus": os.cpu_count(), "jax": jax.__version__,
+          "backend": jax.default_backend(),
+          "load_average": [round(x, 2) for x in load],
+          "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _load_previous(path: str, settings: Mapping[str, Any]) -> Dict[str, Any]:
+  import json  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(path):
+    return {}
+  try:
+    with open(path, encoding="utf-8") as fh:
+      old = json.load(fh)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path}: not a readable table JSON ({e}); move it away to start afresh")
+  if old.get("launcher") != LAUNCHER or not isinstance(old.get("cells"), dict):
+    raise ValueError(f"{path}: not written by {LAUNCHER}; use another --out")
+  prev = old.get("settings", {})
+  diff = sorted(k for k in SETTINGS if prev.get(k) != settings.get(k))
+  if diff:
+    raise ValueError(f"{path}: made with other settings (differing: {diff}); use another --out "
+                     f"or the same settings")
+  return old
+
+
+def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str, Any]:
+  """Makes (or resumes) the table in folder `out`; returns the JSON written (module docstring)
+  plus "computed" and "skipped" cell counts of this run."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  from simulator import fileio, topology_spec  # pylint: disable=g-import-not-at-top
+  cfg = as_settings(config)
+  settings = {k: cfg[k] for k in SETTINGS}
+  path = os.path.join(out, JSON_NAME)
+  old = _load_previous(path, settings)
+  data = {name: load_dataset(name, spec) for name, spec in cfg["datasets"].items()}
+  cells: Dict[str, Any] = dict(old.get("cells", {}))
+  machine = _machine()
+  result = {"launcher": LAUNCHER, "settings": settings, "config": cfg, "machine": machine,
+            "command": " ".join(sys.argv), "cells": cells,
+            "seconds": float(old.get("seconds", 0.0))}
+
+  plan = []  # (dataset, devices, graph index, seed, method)
+  for ds, (names, _) in data.items():
+    for devices in cfg["device_counts"]:
+      for gi in range(len(names)):
+        for seed in cfg["seeds"]:
+          order = [cfg["reference"]] + [m for m in cfg["methods"] if m != cfg["reference"]]
+          plan += [(ds, devices, gi, int(seed), m) for m in order]
+  def pending(p):  # not in the JSON yet, or recorded an error (run again)
+    row = cells.get(cell_key(p[0], p[1], data[p[0]][0][p[2]], p[3], p[4]))
+    return row is None or "error" in row
+
+  todo = [p for p in plan if pending(p)]
+  log(f"[{LAUNCHER}] {len(plan)} cells: {len(plan) - len(todo)} already in {path}, "
+      f"{len(todo)} to run; {', '.join(f'{k}: {len(v[0])} graphs' for k, v in data.items())}; "
+      f"devices {list(cfg['device_counts'])}; load average {machine['load_average']}")
+
+  topos: Dict[Tuple[str, int, int], Any] = {}
+  warmed = set()
+  t0 = time.perf_counter()
+  last_save = t0
+  done = 0
+
+  def save():
+    result["seconds"] = float(old.get("seconds", 0.0)) + time.perf_counter() - t0
+    fileio.write_json(path, result)
+
+  try:
+    for ds, devices, gi, seed, m in todo:
+      names, graphs = data[ds]
+      graph, gname = graphs[gi], names[gi]
+      if (ds, devices, gi) not in topos:
+        tspec = topology_spec.parse_topology(topology_spec_for(cfg, devices))
+        topos[(ds, devices, gi)] = topology_spec.make_topology(tspec, graph)[0]
+      topo = topos[(ds, devices, gi)]
+      shape = (m,) + _shape(graph, topo.num_devices)
+      if cfg["warmup"] and m not in cfg["no_warmup"] and shape not in warmed:
+        warmed.add(shape)
+        try:
+          solve_cell(cfg, m, graph, topo, seed)
+        except Exception:  # pylint: disable=broad-except
+          pass  # the timed call below meets the same error and records it
+      try:
+        row = solve_cell(cfg, m, graph, topo, seed)
+      except Exception as e:  # pylint: disable=broad-except
+        if cfg["fail_fast"]:
+          raise
+        row = {"error": cli.one_line(e)}
+      row.update(dataset=ds, devices=int(devices), graph=gname, seed=int(seed), method=m)
+      cells[cell_key(ds, devices, gname, seed, m)] = row
+      done += 1
+      elapsed = time.perf_counter() - t0
+      rate = done / elapsed if elapsed > 0 else 0.0
+      eta = (len(todo) - done) / rate if rate > 0 else float("inf")
+      what = (f"error: {row['error']}" if "error" in row else
+              f"{row['objective']:.6g} in {row['seconds']:.2f} s")
+      log(f"[{done}/{len(todo)}] {ds} D={devices} {gname} seed {seed} {m}: {what} | "
+          f"{60 * rate:.1f} cells/min, elapsed {_duration(elapsed)}, ETA {_duration(eta)}")
+      if time.perf_counter() - last_save >= float(cfg["save_seconds"]):
+        save()
+        last_save = time.perf_counter()
+  finally:
+    save()  # also on an interruption: the cells so far are kept
+
+  names_by_ds = {ds: names for ds, (names, _) in data.items()}
+  result["table"] = summarize(cfg, cells, names_by_ds)
+  result["markdown"] = markdown(cfg, result["table"])
+  if cfg["plots"]:
+    result["plot"] = plot(cfg, result["table"], os.path.join(out, PLOT_NAME))
+  save()
+  with fileio.atomic_open(os.path.join(out, MD_NAME), "w", make_dirs=True) as fh:
+    fh.write(result["markdown"])
+  return dict(result, computed=done, skipped=len(plan) - len(todo))
