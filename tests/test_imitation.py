@@ -5,6 +5,10 @@ single-device footprint), so every feasible placement splits the chain; the real
 a tiny size, with its load state) is cloned from the list schedulers and then trained with PPO
 for a few updates, and must then place every training chain feasibly within 2% of the best list
 scheduler and place two chains of lengths it never saw feasibly, zero-shot.
+
+The toy run (one module fixture: imitation, 20 PPO updates, two checkpoints) also serves the
+learning curve of a run's checkpoints (go_jax/training/evaluation.py; the rest of its tests are
+in tests/test_training_eval.py): building a second toy run for it cost as much as this one.
 """
 
 import json
@@ -16,7 +20,7 @@ import pytest
 
 from experiments.configs import train_base
 from go_jax import methods
-from go_jax.training import imitation, loop, ppo, rollout
+from go_jax.training import evaluation, imitation, loop, ppo, rollout
 from simulator import CompGraph, Topology
 
 TEACHERS = ("heft", "m_sct")
@@ -55,15 +59,17 @@ def best_teacher(graph, topology):
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
-  graphs = [tight_chain(n, s) for n, s in ((12, 0), (16, 1), (20, 2), (24, 3))]
+  sizes = ((12, 0), (16, 1), (20, 2), (24, 3))
+  graphs = [tight_chain(n, s) for n, s in sizes]
   topos = [tight_topology(g) for g in graphs]
   for g, t in zip(graphs, topos):  # the toy is what it claims: one device cannot hold it
     single = methods.solve("single", g, t)
     assert not single.feasible, g.name
   workdir = str(tmp_path_factory.mktemp("go_toy"))
   cfg = toy_config()
-  result = loop.train(cfg, workdir, instances=(graphs, topos, [g.name for g in graphs]),
-                      progress=False)
+  # "<graph spec> @ <topology>" names: the learning curve groups them into the family "chain"
+  names = [f"chain:n={n},seed={s} @ tight" for n, s in sizes]
+  result = loop.train(cfg, workdir, instances=(graphs, topos, names), progress=False)
   return cfg, graphs, topos, workdir, result
 
 
@@ -145,3 +151,25 @@ def test_schedule_only_teachers_are_refused(toy_run):
   with pytest.raises(ValueError, match="only schedules"):
     imitation.build_targets(result.trainer.problems, result.trainer.data, ("critical_path",), 4,
                             rollout.get_task("joint"), progress=False)
+
+
+def test_checkpoint_curve_of_a_run(toy_run):
+  """The toy run with imitation and two checkpoints: eval.jsonl has a point after imitation and
+  one per checkpoint for every family, the greedy ratio agrees with the host re-simulation, and
+  the plot is written; evaluating leaves the run's state untouched."""
+  _, _, _, workdir, result = toy_run
+  rows = evaluation.checkpoint_curve(workdir, result.trainer, samples=4, progress=False)
+  steps = sorted({r["step"] for r in rows})
+  assert steps == [0, 10, 20]
+  assert {r["family"] for r in rows} == {"chain", "all"}
+  assert all(r["seconds"] is not None and r["seconds"] >= 0 for r in rows)
+  with open(os.path.join(workdir, evaluation.EVAL_NAME)) as fh:
+    assert len(fh.readlines()) == len(rows)
+  assert os.path.getsize(os.path.join(workdir, evaluation.PLOT_NAME)) > 1000
+  final = evaluation.evaluate(result.trainer, result.state.params, samples=4)
+  for r, s in zip(final, result.summary):
+    assert r["greedy_ratio"] == pytest.approx(s["greedy_ratio"], rel=1e-4)
+    assert r["best_ratio"] <= r["greedy_ratio"] * (1 + 1e-6)
+  last = [r for r in rows if r["step"] == 20 and r["family"] == "all"][0]
+  assert last["greedy_ratio"] == pytest.approx(
+      np.exp(np.mean(np.log([r["greedy_ratio"] for r in final]))), rel=1e-4)
