@@ -271,8 +271,10 @@ def _kill(proc):
   assert proc.returncode == -signal.SIGKILL
 
 
+# --curves=off: the learning curves evaluated after training are a third of a run's time and
+# not compared here (tests/test_training.py's launcher test runs them, after a resume too).
 TRAIN_ARGS = ["--config.updates=8", "--config.updates_per_call=1", "--config.checkpoint_every=2",
-              "--config.tensorboard=False", "--noprogress"]
+              "--config.tensorboard=False", "--noprogress", "--curves=off"]
 
 
 def test_train_resumes_after_sigkill_to_identical_parameters(tmp_path):
