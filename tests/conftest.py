@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the package data folder, and small graphs with known answers."""
+"""Shared pytest fixtures: the package data folder, small graphs with known answers, and the
+fast-compile mode of the modules marked `fast_compile`."""
 
 import os
 
@@ -12,6 +13,46 @@ from simulator.sources import data_root
 def pytest_configure(config):
   """Registers the markers the tests use (`pytest -m "not slow"` leaves the slow ones out)."""
   config.addinivalue_line("markers", "slow: takes a minute or more (builds and installs a wheel)")
+  config.addinivalue_line(
+      "markers", "fast_compile: (module-wide, `pytestmark = pytest.mark.fast_compile`) XLA "
+      "compiles the module's programs, and those of the launchers it starts, with most "
+      "optimisations off; see _fast_compile in tests/conftest.py")
+
+
+FAST_COMPILE_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fast_compile(request):
+  """Most XLA optimisations off (LLVM -O0, no expensive passes) while a module marked
+  `fast_compile` runs: in this process (jax_disable_most_optimizations, read at every compile)
+  and in the subprocesses it starts (the JAX_DISABLE_MOST_OPTIMIZATIONS environment variable).
+
+  For modules whose cost is XLA's compile time and whose checks do not depend on how fast the
+  compiled code runs (on the 2-core CI machine XLA compiles about a third faster, and these
+  modules take 13-33% less CPU time). XLA's HLO passes do not change, so the optimised HLO the
+  front ends read is the same; float results may differ in the last bits, so numerically fragile
+  tests (a toy that must learn within a few updates: test_imitation.py fails without the
+  optimisations) and modules that run more than they compile (test_policies.py) stay unmarked.
+  The flag is not part of JAX's executable cache key: leaving the module clears the caches, so
+  that no later module runs an executable compiled without optimisation.
+  """
+  if request.node.get_closest_marker("fast_compile") is None:
+    yield
+    return
+  import jax  # pylint: disable=g-import-not-at-top
+  before = (jax.config.read("jax_disable_most_optimizations"), os.environ.get(FAST_COMPILE_ENV))
+  jax.config.update("jax_disable_most_optimizations", True)
+  os.environ[FAST_COMPILE_ENV] = "1"
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", before[0])
+    if before[1] is None:
+      os.environ.pop(FAST_COMPILE_ENV, None)
+    else:
+      os.environ[FAST_COMPILE_ENV] = before[1]
+    jax.clear_caches()
 
 
 @pytest.fixture

@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from simulator import benchmark, preset
 from simulator.sources import load_graph
+
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
 
 
 def test_measurements_are_consistent():

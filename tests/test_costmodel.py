@@ -25,6 +25,8 @@ from simulator.costmodel import calibration as calibration_mod
 from simulator.costmodel.opclass import OP_CLASSES
 from simulator.frontends.hlo import lower_hlo_text
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 US = 1e-6
 

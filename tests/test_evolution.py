@@ -15,6 +15,8 @@ from go_jax.methods import evaluate, solve
 from simulator import CompGraph, Topology
 from simulator.sources import load_graph
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 BRKGA = dict(population=20)  # 4 elites, 2 mutants, 16 evaluations per generation
 BRKGA_BUDGET = 480  # 30 generations
 SA = dict(chains=16)

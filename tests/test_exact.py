@@ -16,6 +16,8 @@ from go_jax.methods import exact
 from simulator import CompGraph, Topology
 from simulator.sources import synthetic
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 FAST = {"time_limit_s": 10.0, "num_workers": 2}
 TOL = 1e-6
 

@@ -24,6 +24,8 @@ from go_jax.methods import evaluate, solve
 from simulator import CompGraph, Topology
 from simulator.graph import upward_rank
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 NUM_INSTANCES = 200
 # Tiny limits (one worker): a 14-op model is usually proved optimal in well under a second, and
 # an instance that is not simply skips the bound check (the validity check still applies).

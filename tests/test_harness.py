@@ -16,6 +16,8 @@ import pytest
 from go_jax import harness, methods, plotting, results
 from simulator import sources
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAPHS = ["chain:n=12,seed=0", "series_parallel:n=14,seed=0"]
 TOPOLOGIES = ["nvlink2", "k80x2"]

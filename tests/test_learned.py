@@ -16,6 +16,8 @@ from simulator import Topology, preset
 from simulator.graph import upward_rank
 from simulator.sources import load_graph
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 K = 4
 
 

@@ -17,6 +17,8 @@ from go_jax.methods import Problem, evaluate, solve
 from simulator import CompGraph, Topology, reference_simulate
 from simulator.sources import load_graph
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 METHODS = ("heft", "m_topo", "m_etf", "m_sct")
 LIST_SCHEDULERS = ("heft", "m_etf", "m_sct")  # estimate start times (m_topo does not)
 

@@ -10,6 +10,8 @@ from go_jax import methods, policies
 from go_jax.policies import features, load
 from simulator import CompGraph, Topology, simulate, sources
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 
 def chain_graph(n=8, seed=0):
   rng = np.random.default_rng(seed)

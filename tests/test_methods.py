@@ -12,6 +12,8 @@ from go_jax import methods, objectives
 from simulator import CompGraph, Topology, preset, simulate
 from simulator.sources import load_graph
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 SIMPLE = ("single", "random", "round_robin", "expert")
 RULES = ("bfs", "dfs", "critical_path", "memory_greedy")
 

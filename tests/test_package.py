@@ -23,6 +23,8 @@ import pytest
 import simulator
 from simulator.sources import datafiles
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "simulator", "data")
 # What the wheel must hold besides the .py files: package data of simulator/ and go_jax/.

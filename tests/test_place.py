@@ -23,6 +23,8 @@ from go_jax import place as place_lib
 from go_jax.training import checkpoint as ckpt_lib
 from simulator import CompGraph, Topology, fileio, preset, sources
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAPH = "layered:n=20,width=4,seed=0"
 HELPER = textwrap.dedent('''

@@ -7,6 +7,8 @@ import pytest
 from simulator import CompGraph, Topology
 from go_jax import placements
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 
 def tiny():
   """0 -> 1 -> 3, 0 -> 2 -> 3, 4 isolated; costs 1, 5, 2, 1, 0.5."""

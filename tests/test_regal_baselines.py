@@ -15,6 +15,8 @@ from go_jax.methods.simple import dfs
 from simulator import CompGraph, Topology, preset
 from simulator.sources import load_graph
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OBJECTIVES = ("peak_memory", "makespan")
 

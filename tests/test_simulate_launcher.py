@@ -11,6 +11,8 @@ from simulator import CompGraph, reference_simulate, preset
 from simulator.sources import synthetic
 from experiments import simulate as launcher
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 FLAGS = flags.FLAGS
 PROG = "go-jax-simulate"
 

@@ -16,6 +16,8 @@ from simulator.sources import (available_graphs, chain, data_root, layered_dag, 
                                load_pipedream, load_piper, regal_dag, series_parallel)
 from simulator.sources.pipedream import parse_pipedream
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 # README table: model -> (forward nodes, forward edges).
 PIPEDREAM_SIZES = {
     "alexnet": (23, 23), "densenet121": (429, 487), "inception_v3": (326, 362),

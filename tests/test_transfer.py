@@ -11,6 +11,8 @@ import pytest
 from go_jax import harness, methods, results, transfer
 from simulator import sources
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAPH, TOPO = "layered:n=24,width=4,seed=1", "nvlink2@mem=0.8x"
 

@@ -13,6 +13,8 @@ import pytest
 from simulator import ops, zoo
 from simulator.zoo import amoebanet
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 MODELS = ("resnet50", "inception_v3", "amoebanet", "wavenet_2x18", "wavenet_4x36")
 # A floor on the pre-optimisation node count at size "tiny" (forward + backward + update); the
 # measured counts are about 1.6x these; after XLA's fusion ("post") a quarter to two fifths remain.
