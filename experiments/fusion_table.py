@@ -12,11 +12,18 @@ fusion decisions are read from the same program's post-optimisation module
     fusion" is the sequential pipeline that the joint task (placement + scheduling + fusion)
     has to beat.
 
-GO's learned fusion and the joint task are columns of this table once they exist (not yet).
+With --learned_seconds > 0, GO's learned fusion (`go_fusion`, 1 device, on the same
+placement and priority) and the joint task (`go_joint3`, D > 1) are fine-tuned for that many
+seconds each (wall clock, loading and compilation included) from --checkpoint; the printed
+figures are issue 13's (experiments/fusion_comparison.py `figures`). --models=heldout names
+the families the shipped `go_fusion` checkpoint never saw (experiments/configs/pretrain_fusion.py).
+
 Prints the table, writes <out>/fusion_table.json atomically after every model (an interrupted
 run resumes: finished models are not redone).
 
   python -m experiments.fusion_table --size=small --out=results/fusion_table
+  python -m experiments.fusion_table --models=heldout --learned_seconds=120 \
+      --out=results/fusion_table_go
 """
 
 from __future__ import annotations
@@ -30,16 +37,24 @@ from typing import Sequence
 from absl import app, flags
 
 from experiments import cli
-from experiments.fusion_validation import cells_table, model_rows
+from experiments.configs.pretrain_fusion import HELD_OUT
+from experiments.fusion_comparison import cells_table, figures, figures_text, model_rows
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("models", [], "Zoo models (default: all of simulator.zoo).")
+flags.DEFINE_list("models", [], "Zoo models (default: all of simulator.zoo; 'heldout': those "
+                  "of families the shipped go_fusion checkpoint never saw).")
 flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setting.")
 flags.DEFINE_string("device", "v100", "Cost model device of the graphs (simulator.costmodel).")
 flags.DEFINE_list("devices", ["1", "4", "8"], "Device counts (D > 1: the nvlink<D> preset).")
 flags.DEFINE_list("placers", ["heft", "m_etf", "m_sct"], "Placement methods; the best one "
                   "(unfused makespan) is the placement of the sequential pipeline.")
 flags.DEFINE_string("out", "results/fusion_table", "Folder for fusion_table.json.")
+flags.DEFINE_float("learned_seconds", 0.0, "Fine-tuning budget of go_fusion / go_joint3 per "
+                   "cell (0: no learned columns).", lower_bound=0.0)
+flags.DEFINE_string("checkpoint", "go_fusion", "Checkpoint of the learned methods.")
+flags.DEFINE_integer("samples", None, "K of the learned methods (default: the checkpoint's).",
+                     lower_bound=1)
+flags.DEFINE_integer("seed", 0, "Seed of the learned methods.")
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
@@ -47,6 +62,8 @@ def main(argv: Sequence[str]) -> None:
   cli.check_out(FLAGS.out)
   from simulator import fileio, zoo
   names = FLAGS.models or sorted(zoo.available())
+  if names == ["heldout"]:
+    names = list(HELD_OUT)
   unknown = sorted(set(names) - set(zoo.available()))
   if unknown:
     raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
@@ -65,25 +82,34 @@ def main(argv: Sequence[str]) -> None:
         done = {r["model"]: r for r in json.load(fh).get("rows", [])}
     except (OSError, ValueError, KeyError, TypeError) as e:
       raise app.UsageError(f"cannot resume from {path}: {e}") from e
+  learned = None
+  if FLAGS.learned_seconds > 0:
+    learned = {"finetune_seconds": FLAGS.learned_seconds, "checkpoint": FLAGS.checkpoint,
+               "samples": FLAGS.samples, "seed": FLAGS.seed}
+  settings = {"size": FLAGS.size, "device": FLAGS.device, "devices": counts,
+              "placers": list(FLAGS.placers), "learned": learned}
   rows, start = [], time.time()
   for k, name in enumerate(names):
     key = f"{name}/{FLAGS.size}"
-    if key in done and [c["devices"] for c in done[key]["cells"]] == counts:
+    if key in done and [c["devices"] for c in done[key]["cells"]] == counts and (
+        learned is None or all(("go_fusion" in c) or ("go_joint3" in c)
+                               for c in done[key]["cells"])):
       rows.append(done[key])
       continue
     t0 = time.time()
     try:
-      rows.append(model_rows(name, FLAGS.size, FLAGS.device, counts, FLAGS.placers))
+      rows.append(model_rows(name, FLAGS.size, FLAGS.device, counts, FLAGS.placers, learned))
     except ValueError as e:
       raise app.UsageError(f"{name}: {e}") from e
-    fileio.write_json(path, {"size": FLAGS.size, "device": FLAGS.device, "devices": counts,
-                             "placers": list(FLAGS.placers), "rows": rows})
+    fileio.write_json(path, dict(settings, rows=rows))
     rate = (time.time() - start) / (k + 1)
     print(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
           f", ETA {rate * (len(names) - k - 1):.0f}s", file=sys.stderr, flush=True)
-  fileio.write_json(path, {"size": FLAGS.size, "device": FLAGS.device, "devices": counts,
-                           "placers": list(FLAGS.placers), "rows": rows})
+  fig = figures(rows)
+  fileio.write_json(path, dict(settings, rows=rows, figures=fig))
   print(cells_table(rows))
+  if learned is not None:
+    print(figures_text(fig))
   print(f"wrote {os.path.abspath(path)}")
 
 

@@ -16,14 +16,13 @@ XLA's fusions read from the HLO, so the two differ by what the fusion model leav
 groups that are not trees (multi-output fusions, producers XLA duplicates into several
 fusions) and the finer classes of the post graph.
 
-The fusion table (experiments/fusion_table.py, its launcher) is here too: `model_rows` /
-`fusion_cells` (no fusion / every request / XLA's fusion, alone and after placement) and
-`cells_table`.
+The fusion table (no fusion / every request / XLA's / GO's, alone and after placement) is
+experiments/fusion_comparison.py, its launcher experiments/fusion_table.py.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List
 
 import numpy as np
 
@@ -117,64 +116,3 @@ def fusion_plot(report: Dict[str, object], path: str, title: str = "") -> str:
     fig.savefig(fh, format="png", dpi=120)
   plt.close(fig)
   return path
-
-
-# ------------------------------------------------------------------ the fusion table
-FUSIONS = ("no_fusion", "fuse_all", "xla_fusion")
-
-
-def model_rows(name: str, size: str, device: str, counts: Sequence[int],
-               placers: Sequence[str]) -> Dict[str, object]:
-  """Every cell of one model (see the module docstring)."""
-  from go_jax.methods.fusion import xla_fusion_program
-  from simulator import zoo
-  z = zoo.build(name, size)
-  pre, decisions, post = xla_fusion_program(z.step, *z.abstract_args(), device_spec=device,
-                                            name=f"zoo:{name}/{size}/pre")
-  out = {"model": f"{name}/{size}", "pre_nodes": pre.num_nodes,
-         "post_nodes": post.num_nodes, "xla_requests": int(decisions.sum())}
-  out["cells"] = fusion_cells(pre, decisions, counts, placers)
-  return out
-
-
-def fusion_cells(pre, decisions, counts: Sequence[int], placers: Sequence[str]):
-  """One cell per device count: the placement and each fusion's makespan / peak / groups."""
-  from go_jax import methods
-  from simulator import Topology, fusion, preset
-  from simulator.graph import upward_rank
-  prio = upward_rank(pre)
-  cells = []
-  for d in counts:
-    if d == 1:
-      topo = Topology.uniform(1, bandwidth=1.0)
-      place, placer, pprio = np.zeros(pre.num_nodes, np.int64), "single", prio
-    else:
-      topo = preset(f"nvlink{d}")
-      sols = [methods.solve(p, pre, topo, objective="makespan") for p in placers]
-      best = min(sols, key=lambda s: s.objective)
-      place, placer, pprio = best.placement, best.method, best.priority
-    cell = {"devices": d, "placement": placer}
-    for f in FUSIONS:
-      extra = {"decisions": decisions} if f == "xla_fusion" else {}
-      s = methods.solve(f, pre, topo, placement=place, priority=pprio, **extra)
-      groups = fusion.fuse_graph(pre, place, s.fuse).graph.num_nodes
-      cell[f] = {"makespan": s.makespan, "peak_memory": float(np.max(s.peak_memory)),
-                 "feasible": s.feasible, "groups": int(groups)}
-    cells.append(cell)
-  return cells
-
-
-def cells_table(rows) -> str:
-  lines = [f"{'model':26s} {'D':>2s} {'placement':>9s} {'none ms':>9s} {'all ms':>9s} "
-           f"{'XLA ms':>9s} {'XLA/none':>8s} {'peak none MB':>12s} {'peak XLA MB':>11s} "
-           f"{'GO fusion':>9s} {'joint':>6s}"]
-  for r in rows:
-    for c in r["cells"]:
-      none, all_, xla = c["no_fusion"], c["fuse_all"], c["xla_fusion"]
-      lines.append(
-          f"{r['model']:26s} {c['devices']:2d} {c['placement']:>9s} "
-          f"{none['makespan'] * 1e3:9.3f} {all_['makespan'] * 1e3:9.3f} "
-          f"{xla['makespan'] * 1e3:9.3f} {xla['makespan'] / none['makespan']:8.3f} "
-          f"{none['peak_memory'] / 1e6:12.1f} {xla['peak_memory'] / 1e6:11.1f} "
-          f"{'not yet':>9s} {'n/y':>6s}")
-  return "\n".join(lines)

@@ -229,9 +229,10 @@ def _base_row(cell: Cell, cfg) -> Dict[str, Any]:
 @dataclasses.dataclass
 class Answer:
   """One row's action and its re-simulated scores (per-device peak memory)."""
-  placement: np.ndarray
-  priority: np.ndarray
+  placement: np.ndarray  # (N,) int
+  priority: np.ndarray  # (N,) float
   scores: Dict[str, Any]
+  fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests of a fusing method, else None
 
 
 def _scored_row(row, graph, topo, footprint, scores, believed=None) -> Dict[str, Any]:
@@ -272,12 +273,14 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
                               fuse=sol.fuse)
     row = dict(base, search_seconds=float(sol.search_seconds), reason=sol.reason)
     rows.append(_scored_row(row, graph, topo, footprint, scores, believed=sol.objective))
-    answers.append(Answer(np.asarray(sol.placement), np.asarray(sol.priority), scores))
+    answers.append(Answer(np.asarray(sol.placement), np.asarray(sol.priority), scores,
+                          sol.fuse))
   chosen = sol.info.get("stage")  # the stage the solution is (its objective is checked)
   for st in stages:
     place = np.asarray(st["placement"], np.int64)
     prio = np.asarray(st["priority"], np.float64)
-    scores = methods.evaluate(graph, topo, place, prio, cell.objective)
+    fuse = None if st.get("fuse") is None else np.asarray(st["fuse"], bool)
+    scores = methods.evaluate(graph, topo, place, prio, cell.objective, fuse=fuse)
     stage = str(st["stage"])
     if stage.endswith(" of K") and sol.info.get("samples"):
       stage = stage[:-1] + str(sol.info["samples"])
@@ -289,14 +292,18 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
                                if tuned else None))
     rows.append(_scored_row(row, graph, topo, footprint, scores,
                             believed=sol.objective if st["stage"] == chosen else None))
-    answers.append(Answer(place, prio, scores))
+    answers.append(Answer(place, prio, scores, fuse))
   if plot_dir is not None:
     for row, ans in zip(rows, answers):
+      path = os.path.join(plot_dir, _file_name(cell, row.get("stage")) + ".png")
+      title = (f"{results.row_name(row)} on {graph.name} / {cell.topology} (seed {cell.seed}): "
+               f"{cell.objective} {results.value_text(row)}")
+      if ans.fuse is not None:  # one bar per fused group
+        plotting.plot_fused_schedule(graph, topo, ans.placement, ans.priority, ans.fuse, path,
+                                     title=title)
+        continue
       ref = simulator.reference_simulate(graph, topo, ans.placement, ans.priority)
-      plotting.plot_schedule(
-          graph, topo, ref, os.path.join(plot_dir, _file_name(cell, row.get("stage")) + ".png"),
-          title=f"{results.row_name(row)} on {graph.name} / {cell.topology} (seed {cell.seed}): "
-          f"{cell.objective} {results.value_text(row)}")
+      plotting.plot_schedule(graph, topo, ref, path, title=title)
   return rows, answers
 
 

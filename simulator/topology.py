@@ -274,6 +274,9 @@ for _n in (2, 4, 8):
   register_preset(f"nvlink{_n}",
                   f"{_n}x V100-SXM2-32GB, DGX-1V NVLink 2.0 hybrid cube-mesh (25/50 GB/s)")(
                       lambda _n=_n: _dgx1v(_n))
+# One device of the same kind: the single-device fusion task and the 1-device rows of tables.
+register_preset("nvlink1", "1x V100-SXM2-32GB (one device of the DGX-1V presets, no links)")(
+    lambda: _dgx1v(1))
 
 
 # V100-PCIe-16GB on PCIe 3.0 x16 (15.75 GB/s theoretical; about 12 GB/s measured peer-to-peer

@@ -127,19 +127,70 @@ def test_fusion_table_cells_and_launcher_errors(mlp):
   one-line error for an unknown model."""
   import subprocess
   import sys
-  from experiments import fusion_validation as fusion_table
+  from experiments import fusion_comparison as fc
   pre, decisions, _ = mlp
-  cells = fusion_table.fusion_cells(pre, decisions, [1, 2], ["heft"])
+  cells = fc.fusion_cells(pre, decisions, [1, 2], ["heft"])
   assert [c["devices"] for c in cells] == [1, 2]
   assert cells[0]["placement"] == "single" and cells[1]["placement"] == "heft"
   for c in cells:
     none, xla, all_ = c["no_fusion"], c["xla_fusion"], c["fuse_all"]
     assert none["groups"] == pre.num_nodes > xla["groups"] >= all_["groups"]
     assert xla["makespan"] < none["makespan"]
-  text = fusion_table.cells_table([{"model": "mlp", "cells": cells}])
-  assert "not yet" in text and text.count("\n") == 2
+    assert fc.LEARNED_SINGLE not in c and fc.LEARNED_JOINT not in c
+  text = fc.cells_table([{"model": "mlp", "cells": cells}])
+  assert text.count("\n") == 2 and " - " in text  # no GO column without learned methods
+  assert fc.figures([{"model": "mlp", "cells": cells}]) == {"single": None, "joint": {}}
   proc = subprocess.run([sys.executable, "-m", "experiments.fusion_table", "--models=nope",
                          "--out=/tmp/unused_fusion_table"], capture_output=True, text=True,
                         timeout=120)
   assert proc.returncode != 0 and "unknown zoo model" in proc.stderr
   assert "Traceback" not in proc.stderr
+
+
+def _cell(d, none, all_, xla, go, peak=1.0):
+  entry = lambda m: {"makespan": m, "peak_memory": peak, "feasible": True, "groups": 1}
+  key = "go_fusion" if d == 1 else "go_joint3"
+  return {"devices": d, "placement": "x", "no_fusion": entry(none), "fuse_all": entry(all_),
+          "xla_fusion": entry(xla), key: dict(entry(go), peak_memory=2 * peak)}
+
+
+def test_fusion_figures_arithmetic():
+  """The issue's figures from cells: share at or below XLA, mean and geometric means."""
+  from experiments import fusion_comparison as fc
+  rows = [{"model": "a", "cells": [_cell(1, 4, 1, 2, 1), _cell(4, 4, 1, 2, 1)]},
+          {"model": "b", "cells": [_cell(1, 4, 1, 2, 4), _cell(4, 4, 1, 2, 4)]}]
+  f = fc.figures(rows)
+  assert f["single"]["models"] == 2 and f["single"]["at_or_below_xla_share"] == 0.5
+  assert f["single"]["mean_relative_to_xla"] == pytest.approx(0.25)  # (0.5 + 2) / 2 - 1
+  assert f["single"]["geomean_vs_xla"] == pytest.approx(1.0)
+  assert f["single"]["geomean_vs_fuse_all"] == pytest.approx(2.0)
+  j = f["joint"][4]
+  assert j["models"] == 2 and j["ahead_share"] == 0.5 and j["feasible"] == 2
+  assert j["geomean_vs_pipeline_xla"] == pytest.approx(1.0)
+  assert j["mean_peak_vs_pipeline_xla"] == pytest.approx(2.0)
+  assert "75%" in fc.figures_text(f) and "4 devices" in fc.figures_text(f)
+
+
+def test_learned_fusion_methods_end_to_end(mlp):
+  """go_fusion (the given schedule kept, fuse requests learned) and go_joint3 from the shipped
+  checkpoint, one fine-tuning update each; every answer re-simulates to its objective."""
+  from experiments import fusion_comparison as fc
+  pre, decisions, _ = mlp
+  cells = fc.fusion_cells(pre, decisions, [1, 2], ["heft"],
+                          learned={"max_updates": 1, "samples": 4, "seed": 0})
+  single, joint = cells[0][fc.LEARNED_SINGLE], cells[1][fc.LEARNED_JOINT]
+  assert single["updates"] == 1 and joint["updates"] == 1
+  assert single["zero_shot_objective"] is not None
+  assert single["groups"] <= pre.num_nodes and joint["feasible"]
+  topo = Topology.uniform(1, bandwidth=1.0)
+  place, prio = np.zeros(pre.num_nodes, np.int64), upward_rank(pre)
+  sol = methods.solve("go_fusion", pre, topo, placement=place, priority=prio, max_updates=1,
+                      samples=4)
+  assert np.array_equal(sol.placement, place) and np.array_equal(sol.priority, prio)
+  assert sol.fuse is not None and sol.fuse.shape == (pre.num_nodes,)
+  again = methods.evaluate(pre, topo, place, prio, fuse=sol.fuse)
+  assert again["objective"] == sol.objective
+  assert {s["stage"] for s in sol.info["stages"]} == {"zero-shot greedy",
+                                                        "zero-shot best of K", "fine-tuned"}
+  with pytest.raises(ValueError, match="fixed placement"):
+    methods.solve("go_fusion", pre, topo)

@@ -116,3 +116,31 @@ def test_fusion_log_prob_counts_only_requests_that_can_be_legal(trained):
   p = 1 / (1 + np.exp(-logits[0]))
   want = -(p * np.log(p) + (1 - p) * np.log(1 - p))
   np.testing.assert_allclose(float(ent[0]), (want * mask).sum(), rtol=1e-5)
+
+
+def test_explicit_fixed_schedule_and_fusion_reference():
+  """A fusion method's schedule is passed in: build_problems keeps the given placement and
+  priority, normalises rewards by the unfused schedule ("no_fusion" on that schedule), and
+  checks the arrays."""
+  from go_jax.training import problems
+  g = toy_chain(8, "c")
+  topo = Topology.uniform(2, bandwidth=1e10)
+  policy = ppo.policy_from_config(dict(POLICY))
+  place = np.array([0, 0, 0, 1, 1, 1, 0, 0])
+  prio = np.arange(8, 0, -1, dtype=np.float64)
+  p = problems.build_problems([g], [topo], features=policy.features, max_devices=2,
+                              reference="no_fusion", fusion=True, fixed_placements=[place],
+                              fixed_priorities=[prio])
+  assert np.array_equal(np.asarray(p.data.fixed_placement[0, :8]), place)
+  assert np.array_equal(np.asarray(p.data.fixed_priority[0, :8]), prio)
+  unfused = methods.evaluate(g, topo, place, prio)["objective"]
+  assert p.reference[0] == pytest.approx(unfused)
+  kw = dict(features=policy.features, max_devices=2, fusion=True, reference="no_fusion")
+  with pytest.raises(ValueError, match="fixed_placements has shape"):
+    problems.build_problems([g], [topo], fixed_placements=[place[:3]], **kw)
+  with pytest.raises(ValueError, match="name device 2"):
+    problems.build_problems([g], [topo], fixed_placements=[place * 2], **kw)
+  with pytest.raises(ValueError, match="1 arrays for 2 instances"):
+    problems.build_problems([g, g], [topo, topo], fixed_priorities=[prio], **kw)
+  with pytest.raises(ValueError, match="does not place"):
+    problems.build_problems([g], [topo], fixed_placement="fuse_all", **kw)

@@ -9,6 +9,11 @@ Methods (each starts from the checkpoint of its name shipped in `go_jax.pretrain
   go       the paper's GO: places and orders ops (kind "joint"), no hint;
   go_hint  GO whose input carries the best list scheduler's placement (a hint) (kind "joint");
   gdp      GDP: places ops (kind "placement"); the priority is the critical path.
+  go_fusion  GO's fusion task (kind "fusion"): a fuse request per op on a given placement and
+           priority (`solve(..., placement=p, priority=q)`; default q: the critical path),
+           rewards normalised by the unfused schedule; checkpoint "go_fusion";
+  go_joint3  GO's joint task (kind "joint"): placement, priority and a fuse request per op,
+           from the same "go_fusion" checkpoint.
 
 Overrides: `checkpoint` (a shipped name or a folder of `pretrained.export`; "none": fresh
 parameters of the method's own policy, fine-tuning only), `finetune_seconds` (0: zero-shot, the
@@ -48,7 +53,8 @@ FINETUNE_UPDATES_PER_CALL = 1
 FINETUNE_MAX_UPDATES = 1_000_000  # "unbounded": the wall-clock budget ends fine-tuning
 NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-transfer comparison
 STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
-METHOD_NAMES = ("go", "go_hint", "gdp")  # registered below, each with its shipped checkpoint
+METHOD_NAMES = ("go", "go_hint", "gdp", "go_fusion", "go_joint3")  # registered below
+FUSION_CHECKPOINT = "go_fusion"  # the shipped checkpoint of both fusion methods
 
 
 def _is_count(x) -> bool:
@@ -57,10 +63,11 @@ def _is_count(x) -> bool:
 
 
 def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING_RATE,
-              samples: Optional[int] = None) -> ml_collections.ConfigDict:
+              samples: Optional[int] = None, task: Optional[str] = None,
+              reference: Optional[str] = None) -> ml_collections.ConfigDict:
   """A copy of a training config set up to fine-tune on one instance for a time budget: one
   graph per update, one update per call, a constant learning rate, K = `samples` (None: the
-  config's)."""
+  config's), and the `task` / reward `reference` method given (None: the config's)."""
   cfg = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict")
                                   else dict(config))
   if not learning_rate > 0:
@@ -68,6 +75,10 @@ def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING
   cfg.update(objective=objective, graphs_per_update=1, updates=FINETUNE_MAX_UPDATES,
              updates_per_call=FINETUNE_UPDATES_PER_CALL, learning_rate=float(learning_rate),
              lr_schedule="constant", warmup_updates=0)
+  if task is not None:
+    cfg.task = task
+  if reference is not None:
+    cfg.reference = reference
   if samples is not None:
     if not _is_count(samples):
       raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
@@ -75,8 +86,9 @@ def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING
   return cfg
 
 
-def _load(method: str, checkpoint: str):
-  """(training config, params or None, label) of the checkpoint a method starts from."""
+def _load(method: str, checkpoint: str, shipped: str):
+  """(training config, params or None, label) of the checkpoint a method starts from;
+  `shipped` names the method's own shipped checkpoint (whose config "none" starts from)."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top  (jax, flax, orbax)
   if not isinstance(checkpoint, str) or not checkpoint:
     raise ValueError(f"{method}: checkpoint must be a shipped name "
@@ -84,7 +96,7 @@ def _load(method: str, checkpoint: str):
                      f"got {checkpoint!r}")
   try:
     if checkpoint == NO_CHECKPOINT:
-      return pretrained.load_config(method), None, "none (fresh parameters)"
+      return pretrained.load_config(shipped), None, "none (fresh parameters)"
     config = pretrained.load_config(checkpoint)
   except ValueError as e:
     raise ValueError(f"{method}: {e}") from e
@@ -100,19 +112,23 @@ def _check_devices(method: str, config, topology) -> None:
 
 
 def _stage(problem: Problem, name: str, placement, priority, seconds: float,
-           fixed_priority: Optional[np.ndarray]) -> Dict[str, Any]:
+           fixed_priority: Optional[np.ndarray], fuse=None) -> Dict[str, Any]:
   """A stage's action, re-simulated (the critical path as priority for placement methods)."""
   place = np.asarray(placement, np.int64)
   prio = (fixed_priority if fixed_priority is not None
           else np.asarray(priority, np.float64))
-  scored = evaluate(problem.graph, problem.topology, place, prio, problem.objective)
-  return {"stage": name, "placement": place, "priority": prio, "seconds": float(seconds),
-          "objective": scored["objective"], "feasible": scored["feasible"]}
+  fuse = None if fuse is None else np.asarray(fuse, bool)
+  scored = evaluate(problem.graph, problem.topology, place, prio, problem.objective, fuse=fuse)
+  return {"stage": name, "placement": place, "priority": prio, "fuse": fuse,
+          "seconds": float(seconds), "objective": scored["objective"],
+          "feasible": scored["feasible"]}
 
 
 def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
-                  placement_only: bool) -> Proposal:
-  """The registered learned methods' body (see the module docstring)."""
+                  placement_only: bool, task: Optional[str] = None) -> Proposal:
+  """The registered learned methods' body (see the module docstring). `task` overrides the
+  checkpoint's training task ("fusion": the problem's placement and priority are fixed and
+  the reward is relative to the unfused schedule)."""
   from go_jax import pretrained, training  # pylint: disable=g-import-not-at-top  (heavy)
   seconds = config["finetune_seconds"]
   if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
@@ -121,13 +137,19 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
   if max_updates is not None and not _is_count(max_updates):
     raise ValueError(f"{method}: max_updates must be an integer >= 1 or None, got "
                      f"{max_updates!r}")
-  train_config, source, label = _load(method, config["checkpoint"])
+  shipped = FUSION_CHECKPOINT if task is not None else method
+  train_config, source, label = _load(method, config["checkpoint"], shipped)
   _check_devices(method, train_config, problem.topology)
+  fusing = task == "fusion"
   try:
     cfg = go_config(train_config, objective=problem.objective,
-                    learning_rate=config["learning_rate"], samples=config["samples"])
+                    learning_rate=config["learning_rate"], samples=config["samples"],
+                    task=task, reference="no_fusion" if fusing else None)
   except ValueError as e:
     raise ValueError(f"{method}: {e}") from e
+  if task is not None and not train_config.policy.get("fusion_head", False):
+    raise ValueError(f"{method}: the policy of checkpoint '{label}' has no fusion head; give a "
+                     "checkpoint trained with one (policy variant 'go_fusion')")
   k = int(cfg.samples)
   tune = seconds > 0 or max_updates is not None
   if problem.budget is not None:
@@ -145,6 +167,11 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
     train_config, params = pretrained.load(source)
   load_seconds = time.perf_counter() - t0
   fixed = upward_rank(problem.graph) if placement_only else None
+  fixed_place = None
+  if fusing:  # the schedule to fuse is the problem's
+    fixed_place = np.asarray(problem.placement, np.int64)
+    fixed = (upward_rank(problem.graph) if problem.priority is None
+             else np.asarray(problem.priority, np.float64))
   stages: List[Dict[str, Any]] = []
   info: Dict[str, Any] = {"checkpoint": label, "samples": k, "load_seconds": load_seconds}
   # Zero-shot is the first update of fine-tuning (its K samples and the greedy action come
@@ -153,16 +180,18 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
   left = max(float(seconds) - load_seconds, 1e-6) if seconds > 0 else None
   f = training.finetune(cfg, problem.graph, problem.topology, params, max_seconds=left,
                         max_updates=max_updates if tune else 1, seed=problem.seed,
-                        name=f"{method} on {problem.graph.name}", progress=tune)
+                        name=f"{method} on {problem.graph.name}", progress=tune,
+                        fixed_placement=fixed_place,
+                        fixed_priority=fixed if fusing else None)
   if params is not None:
     stages.append(_stage(problem, STAGE_GREEDY, f.zero_shot_placement, f.zero_shot_priority,
-                         load_seconds + f.zero_shot_seconds, fixed))
+                         load_seconds + f.zero_shot_seconds, fixed, f.zero_shot_fuse))
     zb = f.zero_shot_best
     stages.append(_stage(problem, STAGE_BEST, zb["placement"], zb["priority"],
-                         load_seconds + zb["seconds"], fixed))
+                         load_seconds + zb["seconds"], fixed, zb.get("fuse")))
   if tune:
     stages.append(_stage(problem, STAGE_TUNED, f.placement, f.priority,
-                         load_seconds + f.seconds, fixed))
+                         load_seconds + f.seconds, fixed, f.fuse))
   updates = int(f.updates) if tune else 0
   info.update(compile_seconds=f.compile_seconds, setup_seconds=f.setup_seconds)
   if tune:
@@ -170,10 +199,11 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
   best = min(stages, key=lambda s: s["objective"])  # the earliest of equal ones
   info.update(stages=stages, stage=best["stage"], updates=updates)
   return Proposal(best["placement"], None if placement_only else best["priority"],
-                  evaluations=max(updates, 1) * (k + 1), info=info)
+                  evaluations=max(updates, 1) * (k + 1), info=info, fuse=best["fuse"])
 
 
 def _defaults(name: str) -> Dict[str, Any]:
+  """Options of a learned method starting from the shipped checkpoint `name`."""
   return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
               learning_rate=DEFAULT_LEARNING_RATE, max_updates=None)
 
@@ -195,3 +225,17 @@ def go_hint(problem: Problem, config) -> Proposal:
           "priority); zero-shot or fine-tuned for finetune_seconds", **_defaults("gdp"))
 def gdp(problem: Problem, config) -> Proposal:
   return solve_learned("gdp", problem, config, placement_only=True)
+
+
+@register("go_fusion", "fusion", "GO's fusion task: a pretrained graph policy asks per op to "
+          "fuse it into its consumer, on a given placement and priority; zero-shot or "
+          "fine-tuned for finetune_seconds", **_defaults(FUSION_CHECKPOINT))
+def go_fusion(problem: Problem, config) -> Proposal:
+  return solve_learned("go_fusion", problem, config, placement_only=False, task="fusion")
+
+
+@register("go_joint3", "joint", "GO's joint task: a pretrained graph policy places, orders and "
+          "fuses the ops; zero-shot or fine-tuned for finetune_seconds",
+          **_defaults(FUSION_CHECKPOINT))
+def go_joint3(problem: Problem, config) -> Proposal:
+  return solve_learned("go_joint3", problem, config, placement_only=False, task="joint3")

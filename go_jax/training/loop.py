@@ -357,7 +357,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
              max_updates: Optional[int] = None, max_seconds: Optional[float] = None,
              seed: int = 0, policy: Optional[ppo.Policy] = None,
              name: Optional[str] = None, progress: bool = True,
-             progress_seconds: float = FINETUNE_PROGRESS_SECONDS) -> FinetuneResult:
+             progress_seconds: float = FINETUNE_PROGRESS_SECONDS,
+             fixed_placement=None, fixed_priority=None) -> FinetuneResult:
   """PPO on one graph from `params` (None: fresh) within the budgets (see module docstring).
 
   The update budget defaults to `config.updates` and is rounded up to whole calls of
@@ -367,7 +368,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   per call it yields the zero-shot best of K); a later call starts only when the time per call
   measured so far (compilation excluded) says it ends within the budget. `progress` logs a line
   (absl INFO) every `progress_seconds` with the updates, the best objective so far, updates/s
-  and the time left.
+  and the time left. `fixed_placement` / `fixed_priority` ((N,) arrays) fix the placement /
+  priority of a task that does not learn them (e.g. the schedule the fusion task fuses).
   """
   t0, compiled_before = time.perf_counter(), _compile_clock()
   per_call = int(config["updates_per_call"])
@@ -385,7 +387,10 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   if policy is None:
     cfg["policy"] = config["policy"]
   label = name or graph.name
-  trainer = ppo.make_train(cfg, [graph], [topology], policy=policy, names=[label])
+  trainer = ppo.make_train(
+      cfg, [graph], [topology], policy=policy, names=[label],
+      fixed_placements=None if fixed_placement is None else [fixed_placement],
+      fixed_priorities=None if fixed_priority is None else [fixed_priority])
   state = trainer.init(seed, params=params)
   probs = trainer.problems
   setup_seconds = time.perf_counter() - t0 - (_compile_clock() - compiled_before)

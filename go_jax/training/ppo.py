@@ -290,13 +290,16 @@ class Trainer:
 
 
 def make_train(config, graphs: Sequence[CompGraph], topologies: Sequence[Topology],
-               policy: Optional[Policy] = None, names: Optional[Sequence[str]] = None
-               ) -> Trainer:
+               policy: Optional[Policy] = None, names: Optional[Sequence[str]] = None,
+               fixed_placements: Optional[Sequence] = None,
+               fixed_priorities: Optional[Sequence] = None) -> Trainer:
   """Host setup of PPO on instances (graphs[i], topologies[i]); see the module docstring.
 
   `config`: an ml_collections ConfigDict or mapping with the HParams fields (`updates` sets
   `total_updates`), `reference` and `fixed_placement` (method names) and `policy` (the
   go_jax.policies config; ignored when `policy` is given, e.g. a small stand-in for tests).
+  `fixed_placements` / `fixed_priorities`: explicit per-instance fixed actions of the tasks
+  that do not learn them (`problems.build_problems`), e.g. the schedule a fusion method fuses.
   """
   hp = hparams_from_config(config)
   task = rollout.get_task(hp.task)
@@ -308,5 +311,6 @@ def make_train(config, graphs: Sequence[CompGraph], topologies: Sequence[Topolog
                             max_devices=policy.max_devices, objective=hp.objective,
                             reference=str(config.get("reference", "heft")),
                             fixed_placement=fixed, names=names, hint=policy.hint,
-                            fusion=task.learns_fusion)
+                            fusion=task.learns_fusion, fixed_placements=fixed_placements,
+                            fixed_priorities=fixed_priorities)
   return Trainer(hp=hp, policy=policy, problems=problems)

@@ -115,12 +115,32 @@ def _padded(x: np.ndarray, n: int, dtype) -> np.ndarray:
   return out
 
 
+def _explicit(arrays: Optional[Sequence], graphs, names, field: str, dtype):
+  """Per-instance (N_i,) arrays of `field` checked against the graphs, or None."""
+  if arrays is None:
+    return None
+  arrays = [np.asarray(a, dtype) for a in arrays]
+  if len(arrays) != len(graphs):
+    raise ValueError(f"{field}: got {len(arrays)} arrays for {len(graphs)} instances")
+  for name, g, a in zip(names, graphs, arrays):
+    if a.shape != (g.num_nodes,):
+      raise ValueError(f"instance {name}: {field} has shape {a.shape}, expected "
+                       f"({g.num_nodes},)")
+    if not np.all(np.isfinite(a)) or (dtype == np.int64 and a.size and a.min() < 0):
+      raise ValueError(f"instance {name}: {field} has negative or non-finite entries")
+  return arrays
+
+
 def _reference(graph, topology, objective: str, method: str, placement, name: str,
-               solved: Dict[str, methods.Solution]) -> float:
-  """Objective of `method`'s solution (placement fixed for scheduling-only methods); > 0.
-  A placement / joint method's solution is taken from (or put in) `solved`, the instance's
-  solutions already computed (e.g. HEFT by the hint)."""
-  if methods.get(method).kind == "schedule":
+               solved: Dict[str, methods.Solution], priority=None) -> float:
+  """Objective of `method`'s solution (placement fixed for scheduling-only and fusion methods,
+  priority too for fusion ones); > 0. A placement / joint method's solution is taken from (or
+  put in) `solved`, the instance's solutions already computed (e.g. HEFT by the hint)."""
+  kind = methods.get(method).kind
+  if kind == "fusion":
+    value = methods.solve(method, graph, topology, objective=objective, placement=placement,
+                          priority=priority).objective
+  elif kind == "schedule":
     value = methods.solve(method, graph, topology, objective=objective,
                           placement=placement).objective
   else:
@@ -135,7 +155,8 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
                    features: FeatureFn, max_devices: int, objective: str = "makespan",
                    reference: str = "heft", fixed_placement: Optional[str] = None,
                    names: Optional[Sequence[str]] = None, hint: str = "",
-                   fusion: bool = False) -> Problems:
+                   fusion: bool = False, fixed_placements: Optional[Sequence] = None,
+                   fixed_priorities: Optional[Sequence] = None) -> Problems:
   """Pads and stacks instance i = (graphs[i], topologies[i]) for the jitted trainer.
 
   `features` builds the policy's GraphFeatures of one instance at a given padded size;
@@ -146,7 +167,11 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   hint's exact solution is the action of a policy that follows the hint. ValueError on empty
   or mismatched lists, a topology with more than `max_devices` devices, or an unknown method or
   objective. `fusion` pads the graphs with their fusion tables (design.md 4.1; every graph
-  needs a cost reference) for the fusion tasks.
+  needs a cost reference) for the fusion tasks. `fixed_placements` / `fixed_priorities` (one
+  (N_i,) array per instance) give the fixed placement / priority of the tasks that do not learn
+  them explicitly, in place of `fixed_placement`'s and of the critical path (a fusion method
+  asked to fuse a given schedule). A `reference` method of kind "schedule" or "fusion" is
+  solved on that fixed placement (and priority).
   """
   graphs, topologies = list(graphs), list(topologies)
   if not graphs:
@@ -165,9 +190,12 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
         methods.get(method)
       except ValueError as e:
         raise ValueError(f"{field}: {e}") from e
-  if fixed_placement is not None and methods.get(fixed_placement).kind == "schedule":
-    raise ValueError(f"fixed_placement '{fixed_placement}' only schedules; name a placement "
+  if fixed_placement is not None and methods.get(fixed_placement).kind in ("schedule",
+                                                                          "fusion"):
+    raise ValueError(f"fixed_placement '{fixed_placement}' does not place; name a placement "
                      "method (e.g. 'heft', 'expert')")
+  explicit_place = _explicit(fixed_placements, graphs, names, "fixed_placements", np.int64)
+  explicit_prio = _explicit(fixed_priorities, graphs, names, "fixed_priorities", np.float64)
   for name, topo in zip(names, topologies):
     if topo.num_devices > max_devices:
       raise ValueError(f"instance {name}: topology has {topo.num_devices} devices, more than "
@@ -179,7 +207,7 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
   d_sim = max(t.num_devices for t in topologies)
   padded, feats, topos = [], [], []
   ub, ref, lb, place, prio, tie, decides, fusible = [], [], [], [], [], [], [], []
-  for name, g, t in zip(names, graphs, topologies):
+  for i, (name, g, t) in enumerate(zip(names, graphs, topologies)):
     n = g.num_nodes
     if fusion:
       try:
@@ -201,10 +229,17 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
     feats.append(features(g, t, np_, ep) if hint_place is None else
                  features(g, t, np_, ep, hint_placement=hint_place))
     fixed = np.zeros(n, np.int64)
-    if fixed_placement is not None:
+    if explicit_place is not None:
+      fixed = explicit_place[i]
+      if fixed.size and fixed.max() >= t.num_devices:
+        raise ValueError(f"instance {name}: fixed_placements name device {int(fixed.max())}; "
+                         f"the topology has {t.num_devices}")
+    elif fixed_placement is not None:
       fixed = hints.solve_once(fixed_placement, g, t, objective, solved).placement
+    if explicit_prio is not None:
+      rank = explicit_prio[i]
     ub.append(obj.upper_bound(g, t))
-    ref.append(_reference(g, t, objective, reference, fixed, name, solved))
+    ref.append(_reference(g, t, objective, reference, fixed, name, solved, rank))
     lb.append(obj.lower_bound(g, t)["bound"])
     place.append(_padded(fixed, np_, np.int32))
     prio.append(_padded(rank, np_, np.float32))

@@ -1,0 +1,188 @@
+"""The fusion table's logic (launcher: experiments/fusion_table.py): per zoo model, no fusion /
+every request / XLA's fusion / GO's learned fusion, alone and after placement, and the joint
+task (placement + scheduling + fusion) against the sequential pipeline.
+
+Per model (its training step's pre-optimisation graph, costed on a device spec; XLA's fusion
+decisions read from the same program's post-optimisation module) and per device count D:
+
+  * D = 1 (`nvlink1`): every op on the device, critical-path priority; makespan and peak memory
+    with `no_fusion`, `fuse_all`, `xla_fusion` and, with `learned`, `go_fusion` fine-tuned for
+    the given seconds on that same placement and priority;
+  * D > 1 (`nvlink<D>`): the best of the placement methods by unfused makespan is the
+    placement, then the same fusions on it: "placement, then XLA's fusion" is the sequential
+    pipeline; with `learned`, `go_joint3` (placement, priority and fusion at once) fine-tuned
+    for the given seconds.
+
+`figures(rows)` reduces the table to issue 13's figures: the share of models where GO's fusion
+is at or below XLA's on one device (and by how much on average), and per D > 1 the geometric
+mean of joint / pipeline makespans, with peak memory beside.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+FUSIONS = ("no_fusion", "fuse_all", "xla_fusion")
+LEARNED_SINGLE, LEARNED_JOINT = "go_fusion", "go_joint3"
+
+
+def model_rows(name: str, size: str, device: str, counts: Sequence[int],
+               placers: Sequence[str], learned: Optional[Dict[str, Any]] = None
+               ) -> Dict[str, object]:
+  """Every cell of one zoo model (see the module docstring)."""
+  from go_jax.methods.fusion import xla_fusion_program
+  from simulator import zoo
+  z = zoo.build(name, size)
+  pre, decisions, post = xla_fusion_program(z.step, *z.abstract_args(), device_spec=device,
+                                            name=f"zoo:{name}/{size}/pre")
+  out = {"model": f"{name}/{size}", "pre_nodes": pre.num_nodes,
+         "post_nodes": post.num_nodes, "xla_requests": int(decisions.sum())}
+  out["cells"] = fusion_cells(pre, decisions, counts, placers, learned)
+  return out
+
+
+def _entry(graph, place, sol) -> Dict[str, Any]:
+  """The scores of one fused answer (makespan, fullest device's peak, groups)."""
+  from simulator import fusion
+  fuse = np.zeros(graph.num_nodes, bool) if sol.fuse is None else sol.fuse
+  groups = fusion.fuse_graph(graph, place, fuse).graph.num_nodes
+  return {"makespan": float(sol.makespan), "peak_memory": float(np.max(sol.peak_memory)),
+          "feasible": bool(sol.feasible), "groups": int(groups)}
+
+
+def _learned_entry(graph, sol) -> Dict[str, Any]:
+  """A learned method's entry: its best stage's scores plus the zero-shot one and its effort."""
+  out = _entry(graph, sol.placement, sol)
+  stages = sol.info.get("stages", [])
+  zero = [s for s in stages if s["stage"].startswith("zero-shot")]
+  out.update(stage=sol.info.get("stage"), updates=int(sol.info.get("updates", 0)),
+             seconds=float(sol.search_seconds),
+             zero_shot_objective=min((s["objective"] for s in zero), default=None))
+  return out
+
+
+def fusion_cells(pre, decisions, counts: Sequence[int], placers: Sequence[str],
+                 learned: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+  """One cell per device count: the placement and each fusion's makespan / peak / groups.
+
+  `learned`: None (baselines only) or the options of the learned methods (`finetune_seconds`,
+  `checkpoint`, `samples`, `seed`; see go_jax.methods.learned)."""
+  from go_jax import methods
+  from simulator import preset
+  from simulator.graph import upward_rank
+  prio = upward_rank(pre)
+  cells = []
+  for d in counts:
+    topo = preset(f"nvlink{d}")
+    if d == 1:
+      place, placer, pprio = np.zeros(pre.num_nodes, np.int64), "single", prio
+    else:
+      sols = [methods.solve(p, pre, topo, objective="makespan") for p in placers]
+      best = min(sols, key=lambda s: s.objective)
+      place, placer, pprio = best.placement, best.method, best.priority
+    cell = {"devices": d, "placement": placer}
+    for f in FUSIONS:
+      extra = {"decisions": decisions} if f == "xla_fusion" else {}
+      s = methods.solve(f, pre, topo, placement=place, priority=pprio, **extra)
+      cell[f] = _entry(pre, place, s)
+    if learned is not None:
+      opts = {k: v for k, v in learned.items() if k != "seed" and v is not None}
+      seed = int(learned.get("seed", 0))
+      if d == 1:
+        s = methods.solve(LEARNED_SINGLE, pre, topo, placement=place, priority=pprio,
+                          seed=seed, **opts)
+        cell[LEARNED_SINGLE] = _learned_entry(pre, s)
+      else:
+        s = methods.solve(LEARNED_JOINT, pre, topo, seed=seed, **opts)
+        cell[LEARNED_JOINT] = _learned_entry(pre, s)
+    cells.append(cell)
+  return cells
+
+
+def _ms(entry: Optional[Dict[str, Any]]) -> str:
+  if entry is None:
+    return "-"
+  return f"{entry['makespan'] * 1e3:.3f}" + ("" if entry["feasible"] else " (OOM)")
+
+
+def cells_table(rows) -> str:
+  """The table as text: one line per (model, D)."""
+  lines = [f"{'model':26s} {'D':>2s} {'placement':>9s} {'none ms':>9s} {'all ms':>9s} "
+           f"{'XLA ms':>9s} {'GO ms':>9s} {'XLA/none':>8s} {'GO/XLA':>7s} {'peak none MB':>12s} "
+           f"{'peak XLA MB':>11s} {'peak GO MB':>10s}"]
+  for r in rows:
+    for c in r["cells"]:
+      none, all_, xla = c["no_fusion"], c["fuse_all"], c["xla_fusion"]
+      go = c.get(LEARNED_SINGLE) or c.get(LEARNED_JOINT)
+      lines.append(
+          f"{r['model']:26s} {c['devices']:2d} {c['placement']:>9s} {_ms(none):>9s} "
+          f"{_ms(all_):>9s} {_ms(xla):>9s} {_ms(go):>9s} "
+          f"{xla['makespan'] / none['makespan']:8.3f} "
+          f"{(go['makespan'] / xla['makespan']) if go else float('nan'):7.3f} "
+          f"{none['peak_memory'] / 1e6:12.1f} {xla['peak_memory'] / 1e6:11.1f} "
+          f"{(go['peak_memory'] / 1e6) if go else float('nan'):10.1f}")
+  return "\n".join(lines)
+
+
+def _geomean(x: Sequence[float]) -> float:
+  return float(math.exp(np.mean(np.log(x)))) if len(x) else float("nan")
+
+
+def figures(rows) -> Dict[str, Any]:
+  """Issue 13's figures from the table's rows (only the cells holding a learned entry).
+
+  single: models, share with GO's fusion <= XLA's, mean of GO/XLA - 1 (negative: GO lower),
+    geometric mean of GO/XLA and of GO/fuse_all;
+  joint[D]: models, geometric means of joint / (placement + XLA), joint / (placement +
+    fuse_all), and the mean peak-memory ratio joint / (placement + XLA)."""
+  out: Dict[str, Any] = {"single": None, "joint": {}}
+  single = [c for r in rows for c in r["cells"] if LEARNED_SINGLE in c]
+  if single:
+    ratio = [c[LEARNED_SINGLE]["makespan"] / c["xla_fusion"]["makespan"] for c in single]
+    out["single"] = {
+        "models": len(single),
+        "at_or_below_xla_share": float(np.mean([x <= 1.0 for x in ratio])),
+        "mean_relative_to_xla": float(np.mean(ratio) - 1.0),
+        "geomean_vs_xla": _geomean(ratio),
+        "geomean_vs_fuse_all": _geomean([c[LEARNED_SINGLE]["makespan"]
+                                         / c["fuse_all"]["makespan"] for c in single])}
+  by_d: Dict[int, List[Dict[str, Any]]] = {}
+  for r in rows:
+    for c in r["cells"]:
+      if LEARNED_JOINT in c:
+        by_d.setdefault(int(c["devices"]), []).append(c)
+  for d, cells in sorted(by_d.items()):
+    j = [c[LEARNED_JOINT] for c in cells]
+    out["joint"][d] = {
+        "models": len(cells),
+        "feasible": int(sum(e["feasible"] for e in j)),
+        "geomean_vs_pipeline_xla": _geomean([e["makespan"] / c["xla_fusion"]["makespan"]
+                                             for e, c in zip(j, cells)]),
+        "geomean_vs_pipeline_fuse_all": _geomean([e["makespan"] / c["fuse_all"]["makespan"]
+                                                  for e, c in zip(j, cells)]),
+        "ahead_share": float(np.mean([e["makespan"] < c["xla_fusion"]["makespan"]
+                                      for e, c in zip(j, cells)])),
+        "mean_peak_vs_pipeline_xla": float(np.mean([e["peak_memory"]
+                                                    / c["xla_fusion"]["peak_memory"]
+                                                    for e, c in zip(j, cells)]))}
+  return out
+
+
+def figures_text(fig: Dict[str, Any]) -> str:
+  lines = []
+  s = fig.get("single")
+  if s:
+    lines.append(f"1 device, {s['models']} models: GO fusion <= XLA on "
+                 f"{s['at_or_below_xla_share']:.0%} (target 75%), mean GO/XLA - 1 = "
+                 f"{s['mean_relative_to_xla']:+.1%}, geo-mean GO/XLA {s['geomean_vs_xla']:.3f}, "
+                 f"GO/fuse_all {s['geomean_vs_fuse_all']:.3f}")
+  for d, j in fig.get("joint", {}).items():
+    lines.append(f"{d} devices, {j['models']} models ({j['feasible']} feasible): joint / "
+                 f"(placement + XLA) geo-mean {j['geomean_vs_pipeline_xla']:.3f} (ahead on "
+                 f"{j['ahead_share']:.0%}), joint / (placement + fuse_all) "
+                 f"{j['geomean_vs_pipeline_fuse_all']:.3f}, peak memory x"
+                 f"{j['mean_peak_vs_pipeline_xla']:.2f} of the pipeline's")
+  return "\n".join(lines)
