@@ -11,6 +11,13 @@ gantt_<method>.png (GO and the best baseline) and objective_bars.png (feasible m
 GO cannot serve the topology (more devices than its policy), the baselines run and the header
 says why GO was skipped.
 
+--task picks what is compared (`go_jax.place_tasks`): joint (the above), fusion (one fixed
+schedule, --placement_from's placement and priority, fused by GO's go_fusion and by no_fusion,
+fuse_all and xla_fusion; XLA's decisions come from a zoo:/jax: pre-optimisation --graph) or
+joint3 (GO's go_joint3 places, orders and fuses, against the baselines and the best one
+followed by xla_fusion / fuse_all). Fusing rows show their fused graph's node count (groups);
+placement.npz then holds the best row's fuse mask too.
+
 Examples:
   go-jax-place                                 # built-in default, a few minutes on 2 CPU cores
   go-jax-place --graph=pipedream:vgg16 --topology=nvlink8@mem=0.6x --finetune_seconds=300
@@ -18,6 +25,8 @@ Examples:
   go-jax-place --method=go --finetune_seconds=120          # the paper's GO (no hint)
   go-jax-place --graph=my_models.step:program --device_spec=a100 --objective=peak_memory
   go-jax-place --graph=my_graph.npz --checkpoint=none --noplots --out=/tmp/place1
+  go-jax-place --task=fusion --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink1
+  go-jax-place --task=joint3 --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink4
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from typing import Sequence
 
 from absl import app, flags, logging
 
-from go_jax import pretrained, results
+from go_jax import place_tasks, pretrained, results
 from simulator import topology_spec
 from go_jax import place as place_lib
 from experiments import cli
@@ -46,10 +55,19 @@ flags.DEFINE_string("topology", place_lib.DEFAULT_TOPOLOGY, cli.topology_help(
     "('nvlink8@mem=0.6x')."))
 flags.DEFINE_enum("objective", "makespan", ["makespan", "peak_memory"], "What to minimise.")
 flags.DEFINE_integer("seed", 0, "Seed of GO and of the randomised baselines.")
-flags.DEFINE_enum("method", place_lib.DEFAULT_METHOD, ["go_hint", "go", "gdp", "none"],
-                  "The learned method of the GO rows: go_hint (GO with the best list "
-                  "scheduler's answer as a hint), go (the paper's GO), gdp, or none (baselines "
-                  "only).")
+flags.DEFINE_enum("task", "joint", list(place_tasks.TASKS),
+                  "What to compare: joint (placement and priority), fusion (fuse requests on "
+                  "--placement_from's fixed schedule) or joint3 (placement, priority and "
+                  "fusion, against the baselines and each followed by XLA's / every fusion).")
+flags.DEFINE_enum("method", place_tasks.AUTO,
+                  [place_tasks.AUTO, "go_hint", "go", "gdp", "go_fusion", "go_joint3", "none"],
+                  "The learned method of the GO rows: auto (the task's: go_hint, go_fusion, "
+                  "go_joint3), go_hint (GO with the best list scheduler's answer as a hint), "
+                  "go (the paper's GO), gdp, go_fusion (fusion), go_joint3 (joint3), or none "
+                  "(baselines only).")
+flags.DEFINE_string("placement_from", place_tasks.DEFAULT_PLACEMENT_FROM,
+                    "--task=fusion: the placement or joint method whose placement and priority "
+                    "every fusion method fuses.")
 flags.DEFINE_string("checkpoint", "",
                     "GO's starting policy: a shipped checkpoint name, a training workdir "
                     "(config.json + params.msgpack) or 'none' (fresh parameters, no zero-shot); "
@@ -63,13 +81,15 @@ flags.DEFINE_float("learning_rate", place_lib.DEFAULT_LEARNING_RATE,
 flags.DEFINE_integer("samples", None, "K, actions sampled per update (default: the "
                      "checkpoint config's).", lower_bound=1)
 flags.DEFINE_list("baselines", list(place_lib.DEFAULT_BASELINES),
-                  "Baseline methods (go_jax.methods); unregistered ones are skipped.")
+                  "Baseline methods (go_jax.methods); unregistered ones are skipped. Default "
+                  "with --task=fusion: " + ",".join(place_tasks.FUSION_BASELINES) + ".")
 flags.DEFINE_integer("brkga_budget", place_lib.DEFAULT_BRKGA_BUDGET,
                      "Simulator evaluations of brkga and brkga_seeded.", lower_bound=1)
 flags.DEFINE_integer("max_nodes", place_lib.DEFAULT_MAX_NODES,
                      "Graphs with more nodes are coarsened to this many.", lower_bound=2)
 flags.DEFINE_string("device_spec", place_lib.DEFAULT_DEVICE_SPEC,
-                    "Cost-model device of a JAX program graph (simulator.costmodel).")
+                    "Cost-model device of a JAX program graph and of the program rebuilt for "
+                    "XLA's fusion decisions (simulator.costmodel).")
 flags.DEFINE_string("out", "results/place", "Folder for the results and plots.")
 flags.DEFINE_bool("plots", True, "Write the Gantt charts and the bar chart.")
 
@@ -102,8 +122,10 @@ def main(argv: Sequence[str]) -> None:
         method=None if FLAGS.method == "none" else FLAGS.method,
         checkpoint=FLAGS.checkpoint or None, finetune_seconds=FLAGS.finetune_seconds,
         finetune_updates=FLAGS.finetune_updates, learning_rate=FLAGS.learning_rate,
-        samples=FLAGS.samples, baselines=FLAGS.baselines, brkga_budget=FLAGS.brkga_budget,
-        max_nodes=FLAGS.max_nodes, graph_spec=FLAGS.graph)
+        samples=FLAGS.samples, brkga_budget=FLAGS.brkga_budget,
+        baselines=FLAGS.baselines if FLAGS["baselines"].present else None,
+        max_nodes=FLAGS.max_nodes, graph_spec=FLAGS.graph, task=FLAGS.task,
+        placement_from=FLAGS.placement_from, device_spec=FLAGS.device_spec)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   print(place_lib.header(result))  # the table first: it survives a failed write

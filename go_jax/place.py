@@ -28,6 +28,11 @@ Graph arguments (`load_graph_arg`): a source spec (`layered:n=300,width=16,seed=
 `CompGraph.save`, a bare model name (PipeDream if it is one, else a model-zoo model), or
 `package.module:function`, a function of no arguments returning a `CompGraph` or a JAX program
 `(fn, args)` that `simulator.from_jax` turns into its pre-optimisation HLO graph.
+
+Tasks (`task`, `go_jax.place_tasks`): "joint" (the above), "fusion" (GO's `go_fusion` and the
+fusion baselines fuse one fixed schedule, `placement_from`'s placement and priority) and
+"joint3" (GO's `go_joint3` places, orders and fuses, against the baselines and the best one's
+placement followed by xla_fusion / fuse_all). Rows that fuse show `groups` (fused graph nodes).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import numpy as np
 from absl import logging
 
 import simulator
-from go_jax import harness, methods, objectives, plotting, pretrained, results
+from go_jax import harness, methods, objectives, place_tasks, plotting, pretrained, results
 from simulator import coarsen as coarsen_lib
 from simulator import fileio, sources, topology_spec
 from simulator.graph import CompGraph
@@ -101,7 +106,7 @@ class Row:
   """One method's action on the solved graph, as the simulator scores it."""
   method: str  # display name, e.g. "go fine-tuned (60s)" or "heft"
   key: str  # file-safe id, e.g. "go_finetuned" or "heft"
-  kind: str  # "go" or "baseline"
+  kind: str  # "go", "baseline" or "pipeline" (joint3: a baseline's placement, then fusion)
   objective: float  # lower is better; infeasible actions score above every feasible one
   makespan: float  # seconds
   peak_memory: np.ndarray  # (D,) bytes
@@ -112,6 +117,8 @@ class Row:
   priority: np.ndarray  # (N,) float
   info: Dict[str, Any] = dataclasses.field(default_factory=dict)
   data: Dict[str, Any] = dataclasses.field(default_factory=dict)  # the harness row
+  fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests of a fusing method
+  groups: Optional[int] = None  # nodes of the fused graph (None: no fusion)
 
 
 @dataclasses.dataclass
@@ -141,7 +148,7 @@ class PlaceResult:
 
   @property
   def best_baseline(self) -> Optional[Row]:
-    rows = [r for r in self.rows if r.kind == "baseline"]
+    rows = [r for r in self.rows if r.kind != "go"]
     return min(rows, key=lambda r: r.objective) if rows else None
 
   def expand(self, values: np.ndarray) -> np.ndarray:
@@ -162,15 +169,17 @@ def _row_key(data: Mapping[str, Any]) -> str:
                         else "go_" + re.sub(r"[^A-Za-z0-9]+", "_", stage))
 
 
-def _as_row(data: Dict[str, Any], answer: harness.Answer, kind: str) -> Row:
+def _as_row(data: Dict[str, Any], answer: harness.Answer, kind: str, graph=None) -> Row:
   s = answer.scores
   gap = data["gap"] if data.get("gap") is not None else math.inf
   info = {k: data[k] for k in ("updates", "evaluations", "reason") if data.get(k) is not None}
+  place = np.asarray(answer.placement, np.int64)
+  fuse = None if answer.fuse is None else np.asarray(answer.fuse, bool)
   return Row(results.row_name(data), _row_key(data), kind, float(s["objective"]),
              float(s["makespan"]), np.asarray(s["peak_memory"], np.float64),
              bool(s["feasible"]), float(gap), float(data.get("search_seconds") or 0.0),
-             np.asarray(answer.placement, np.int64), np.asarray(answer.priority, np.float64),
-             info, data)
+             place, np.asarray(answer.priority, np.float64), info, data, fuse,
+             place_tasks.groups(graph, place, fuse))
 
 
 def _since(t0: float) -> str:
@@ -187,14 +196,16 @@ def _topology_spec(topology) -> Tuple[str, Any]:
 
 # ------------------------------------------------------------------ place
 def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
-          objective: str = "makespan", seed: int = 0, method: str = DEFAULT_METHOD,
+          objective: str = "makespan", seed: int = 0, method: Optional[str] = place_tasks.AUTO,
           checkpoint: Optional[str] = None,
           finetune_seconds: float = DEFAULT_FINETUNE_SECONDS,
           finetune_updates: Optional[int] = None,
           learning_rate: float = DEFAULT_LEARNING_RATE, samples: Optional[int] = None,
-          baselines: Sequence[str] = DEFAULT_BASELINES,
+          baselines: Optional[Sequence[str]] = None,
           brkga_budget: int = DEFAULT_BRKGA_BUDGET, max_nodes: int = DEFAULT_MAX_NODES,
-          graph_spec: Optional[str] = None) -> PlaceResult:
+          graph_spec: Optional[str] = None, task: str = "joint",
+          placement_from: str = place_tasks.DEFAULT_PLACEMENT_FROM,
+          device_spec: str = DEFAULT_DEVICE_SPEC) -> PlaceResult:
   """Runs GO (zero-shot, fine-tuned) and the baselines on one instance; see module docstring.
 
   Args:
@@ -203,16 +214,24 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
       (`simulator.topology_spec`) or a `Topology` object.
     objective: "makespan" or "peak_memory".
     seed: seed of GO and of the randomised baselines.
-    method: the registered learned method of GO's rows ("go_hint", "go", "gdp"); None: no GO.
+    method: the registered learned method of GO's rows ("go_hint", "go", "gdp", "go_fusion",
+      "go_joint3"; its kind must fit the task); "auto": the task's (`place_tasks.TASK_METHODS`:
+      go_hint, go_fusion, go_joint3); None: no GO.
     checkpoint: GO's starting policy (a shipped name, a folder, or "none": fresh parameters;
       None: the method's own shipped checkpoint).
     finetune_seconds: fine-tuning wall-clock budget (0: zero-shot only).
     finetune_updates: optional cap on fine-tuning updates (None: the time budget decides).
     learning_rate, samples: fine-tuning learning rate and K (None: the checkpoint's K).
-    baselines: method names; ones not registered (e.g. metis without pymetis) are skipped.
+    baselines: method names; ones not registered (e.g. metis without pymetis) are skipped;
+      None: the task's (DEFAULT_BASELINES; fusion: no_fusion, fuse_all, xla_fusion).
     brkga_budget: simulator evaluations of brkga and brkga_seeded.
     max_nodes: graphs above this many nodes are coarsened to it.
-    graph_spec: the text the graph came from (recorded in the settings).
+    graph_spec: the text the graph came from (recorded in the settings; xla_fusion rebuilds
+      XLA's decisions from a zoo: or jax: pre-optimisation spec).
+    task: "joint", "fusion" or "joint3" (module docstring, `go_jax.place_tasks`).
+    placement_from: fusion: the placement or joint method whose placement and priority every
+      fusion method fuses.
+    device_spec: cost-model device of the program rebuilt for XLA's fusion decisions.
   """
   t0 = time.perf_counter()
   objectives.get_objective(objective)
@@ -225,18 +244,11 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
   if not isinstance(max_nodes, (int, np.integer)) or max_nodes < 2:
     raise ValueError(f"max_nodes must be an integer >= 2, got {max_nodes!r}")
   topo_text, tspec = _topology_spec(topology)
-  known = methods.available()
-  if method is not None:
-    methods.get(method)  # ValueError listing the methods
-  unknown = [b for b in baselines if b not in known]
-  for b in unknown:
-    logging.warning("baseline %r is not registered (optional dependency missing?): skipped; "
-                    "registered: %s", b, sorted(known))
-  baselines = [b for b in baselines if b in known]
-  scheduling = [b for b in baselines if methods.get(b).kind == "schedule"]
-  if scheduling:
-    raise ValueError(f"baselines {scheduling} only schedule a fixed placement; give placement "
-                     "or joint methods")
+  job = place_tasks.resolve(task, method, baselines, placement_from,
+                            default_baselines=DEFAULT_BASELINES, graph_spec=graph_spec,
+                            device_spec=device_spec)  # ValueError: kinds that do not fit
+  method, baselines, unknown = job.method, job.baselines, job.unknown
+  job.check_graph(graph, max_nodes)  # the fusing tasks: a cost reference, no coarsening
 
   # The instance: coarsen big graphs, then the topology (its memory may scale with the graph).
   original, coarse = graph, None
@@ -253,12 +265,17 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
 
   # One harness run on this instance: GO's cell, then the baselines' cells.
   gspec = graph_spec or graph.name
-  inst = harness.Instances({"budget": None, "schedule_placement": None})
-  inst.add_graph(gspec, graph)
-  inst.add_topology(topo_text, gspec, topo, footprint)
-  cell = lambda name, label=None, **opts: harness.Cell(
-      name, gspec, topo_text, int(seed), objective, label,
-      tuple(sorted((k, v) for k, v in opts.items() if v is not None)))
+  options = lambda name: {"evaluations": int(brkga_budget)} if name in BRKGA_METHODS else {}
+  inst = job.instances(graph, topo, objective=objective, seed=int(seed), options=options)
+
+  def run(name, label=None, kind="baseline", instances=inst, **opts) -> List[Row]:
+    instances.add_graph(gspec, graph)
+    instances.add_topology(topo_text, gspec, topo, footprint)
+    data, answers = harness.run_cell(harness.Cell(
+        name, gspec, topo_text, int(seed), objective, label,
+        tuple(sorted((k, v) for k, v in opts.items() if v is not None))), instances)
+    return [_as_row(d, a, kind, graph) for d, a in zip(data, answers)]
+
   rows: List[Row] = []
   go_skipped = None
   label = None
@@ -270,26 +287,24 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
                  f"fine-tuning for {finetune_seconds:g} s" if finetune_seconds else "zero-shot",
                  _since(t0))
     try:
-      data, answers = harness.run_cell(cell(method, GO_LABEL, **opts), inst)
+      rows += run(method, GO_LABEL, "go", **opts, **job.options(method, graph))
     except ValueError as e:  # the method refuses the instance (devices, checkpoint, budget)
       go_skipped = " ".join(str(e).split())
       logging.warning("GO skipped: %s", go_skipped)
     else:
-      rows += [_as_row(d, a, "go") for d, a in zip(data, answers)]
       logging.info("GO: %s (%s)", ", ".join(f"{r.method} {r.objective:.6g}" for r in rows),
                    _since(t0))
   errors = {}
   for name in baselines:
-    opts = {"evaluations": int(brkga_budget)} if name in BRKGA_METHODS else {}
     try:
-      data, answers = harness.run_cell(cell(name, **opts), inst)
+      rows += run(name, **options(name), **job.options(name, graph))
     except ValueError as e:  # the method refuses the instance: one line in the header
       errors[name] = harness.error_text(e)
       logging.warning("%s: %s", name, errors[name])
       continue
-    rows += [_as_row(d, a, "baseline") for d, a in zip(data, answers)]
     logging.info("%s: %.6g in %.1f s (%s)", name, rows[-1].objective, rows[-1].search_seconds,
                  _since(t0))
+  rows += job.pipeline_rows(rows, run, graph, errors)  # joint3: best baseline, then fusion
   if not rows:
     raise ValueError("nothing to compare: no baselines ran and no GO rows (give baselines, "
                      "finetune_seconds > 0 or a pretrained checkpoint)"
@@ -319,7 +334,8 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
       "finetune_seconds": float(finetune_seconds), "finetune_updates": finetune_updates,
       "learning_rate": float(learning_rate), "samples": samples,
       "baselines": list(baselines), "skipped_baselines": unknown,
-      "brkga_budget": int(brkga_budget), "seconds": time.perf_counter() - t0,
+      "brkga_budget": int(brkga_budget), **job.settings(),
+      "seconds": time.perf_counter() - t0,
   }
   return PlaceResult(rows, best, graph, original, coarse, topo, lb, settings, original_scores)
 
@@ -336,6 +352,8 @@ def markdown_table(result: PlaceResult) -> str:
   caps = np.asarray(result.topology.mem_capacity, np.float64)
   head = ("method", f"objective ({obj})", "makespan", "peak memory / capacity", "feasible",
           "gap to LB", "search s")
+  fused = any(r.groups is not None for r in result.rows)  # a column of fused graph sizes
+  head += (f"groups ({result.graph.num_nodes} ops)",) if fused else ()
   body = []
   for r in result.rows:
     peak = float(np.max(r.peak_memory))
@@ -348,8 +366,9 @@ def markdown_table(result: PlaceResult) -> str:
     body.append((r.method, f"**{value}**" if r is result.winner else value,
                  plotting.format_seconds(r.makespan), mem, "yes" if r.feasible else "NO",
                  f"{r.gap:+.1%}" if r.feasible and math.isfinite(r.gap) else "-",
-                 f"{r.search_seconds:.3g}"))
-  return results.markdown_table(head, body, ["l"] + ["r"] * 6)
+                 f"{r.search_seconds:.3g}")
+                + ((str(r.groups) if r.groups is not None else "-",) if fused else ()))
+  return results.markdown_table(head, body, ["l"] + ["r"] * (len(head) - 1))
 
 
 def header(result: PlaceResult) -> str:
@@ -369,6 +388,7 @@ def header(result: PlaceResult) -> str:
   lines += [f"topology: {s['topology']} ({s['devices']} devices, memory "
             f"{results.capacity_text(result.topology)})",
             f"objective: {obj} (lower bound {_fmt(s['lower_bound'], obj)})"]
+  lines += place_tasks.header_lines(s, lambda v: _fmt(v, obj))
   if s.get("go_skipped"):
     lines.append(f"GO skipped: {s['go_skipped']}")
   elif s.get("method"):
@@ -404,16 +424,17 @@ def verdict(result: PlaceResult) -> str:
   if go.objective == best.objective:
     return f"{best.method} won with {fmt(best.objective)}, tied by {go.method}"
   if not go.feasible:
-    return (f"{best.method} (baseline) won: {fmt(best.objective)}; GO found no feasible "
+    return (f"{best.method} ({best.kind}) won: {fmt(best.objective)}; GO found no feasible "
             f"placement (its best, {go.method}, is {results.infeasible_text(go.data)})")
-  return (f"{best.method} (baseline) won: {fmt(best.objective)}; GO's best ({go.method}, "
+  return (f"{best.method} ({best.kind}) won: {fmt(best.objective)}; GO's best ({go.method}, "
           f"{fmt(go.objective)}) is {go.objective / best.objective - 1:.2%} above it")
 
 
 def to_json(result: PlaceResult) -> Dict[str, Any]:
   """results.json's payload: the settings (as `config`), the rows in the harness's row format
   (plus the place row key and kind), the best method and the verdict."""
-  rows = [dict(r.data, key=r.key, kind=r.kind, name=r.method) for r in result.rows]
+  rows = [dict(r.data, key=r.key, kind=r.kind, name=r.method,
+                **({"groups": r.groups} if r.groups is not None else {})) for r in result.rows]
   out = {"config": result.settings, "settings": result.settings,
          "best": result.winner.method if result.winner else None,
          "verdict": verdict(result), "rows": rows}
@@ -436,9 +457,13 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
   arrays = {"placement": result.expand(best.placement),
             "priority": result.expand(best.priority), "method": np.array(best.method),
             "feasible": np.array(best.feasible)}
+  if best.fuse is not None:  # the fusing tasks never coarsen
+    arrays["fuse"] = best.fuse
   if go is not None:
     arrays.update(go_placement=result.expand(go.placement),
                   go_priority=result.expand(go.priority), go_method=np.array(go.method))
+    if go.fuse is not None:
+      arrays["go_fuse"] = go.fuse
   if result.coarsened is not None:
     arrays.update(mapping=result.coarsened.mapping, coarse_placement=best.placement,
                   coarse_priority=best.priority)
@@ -450,13 +475,11 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
   obj = result.settings["objective"]
   if plots:
     for r in {id(r): r for r in (go, result.best_baseline) if r is not None}.values():
-      ref = simulator.reference_simulate(result.graph, result.topology, r.placement,
-                                         r.priority)
       path = os.path.join(out, f"gantt_{_slug(r.key)}.png")
-      plotting.plot_schedule(result.graph, result.topology, ref, path, title=(
-          f"{r.method} on {result.graph.name} / {result.settings['topology']}: {obj} "
-          f"{results.value_text(r.data)}"))
-      files[f"gantt_{r.key}"] = path
+      title = (f"{r.method} on {result.graph.name} / {result.settings['topology']}: {obj} "
+               f"{results.value_text(r.data)}")
+      files[f"gantt_{r.key}"] = place_tasks.plot_gantt(result.graph, result.topology, r, path,
+                                                       title)
     feasible = [r for r in result.rows if r.feasible]
     if feasible:  # an infeasible row's objective is a penalty, not a value to draw
       files["bars"] = plotting.plot_bars(
@@ -466,7 +489,8 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
           ylabel=f"{obj} ({objectives.get_objective(obj).unit})", reference=result.lower_bound)
   files["table"] = results.write_markdown(
       out, header(result) + "\n\n" + markdown_table(result) + "\n\n" + verdict(result))
-  files["csv"] = results.write_csv(out, [r.data for r in result.rows])
+  cols = results.COLUMNS + (("groups",) if any(r.fuse is not None for r in result.rows) else ())
+  files["csv"] = results.write_csv(out, [dict(r.data, groups=r.groups) for r in result.rows], cols)
   data = to_json(result)
   data["files"] = {k: os.path.abspath(v) for k, v in sorted(files.items())}
   files["results"] = results.write_json(out, LAUNCHER, data)

@@ -213,13 +213,15 @@ def write_json(out: str, launcher: str, payload: Mapping[str, Any]) -> str:
   return fileio.write_json(os.path.join(out, JSON_NAME), {"launcher": launcher, **payload})
 
 
-def write_csv(out: str, rows: Sequence[Mapping[str, Any]]) -> str:
-  """Writes `<out>/results.csv` (the COLUMNS of every row) atomically; returns its path."""
+def write_csv(out: str, rows: Sequence[Mapping[str, Any]],
+              columns: Sequence[str] = COLUMNS) -> str:
+  """Writes `<out>/results.csv` (the `columns` of every row) atomically; returns its path."""
   path = os.path.join(out, CSV_NAME)
   with fileio.atomic_open(path, "w", make_dirs=True) as fh:
-    writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(fh, fieldnames=list(columns), lineterminator="\n",
+                            extrasaction="ignore")
     writer.writeheader()
-    writer.writerows([{c: ("" if r.get(c) is None else r.get(c)) for c in COLUMNS}
+    writer.writerows([{c: ("" if r.get(c) is None else r.get(c)) for c in columns}
                       for r in rows])
   return path
 
