@@ -12,7 +12,7 @@ produced by a documented command (BENCHMARKS.md, "GO transfer"), e.g.
 
 which trains and then copies the run's config and final parameters to
 `policies/my_policy/` (`export`). `load("policies/my_policy")` reads such a folder; a shipped
-name ("go", "go_hint", "gdp") always means the shipped checkpoint, even when the working
+name ("go", "go_hint", "go_fusion", ...) always means the shipped checkpoint, even when the working
 directory holds a folder of that name (write "./go" for the folder).
 
 `export` never writes into the installed package: shipping a checkpoint is a source-checkout
