@@ -25,8 +25,7 @@ The argument sets the seed and optionally a fixed step budget in place of the wa
 ("seed=1,updates=400,imitation_steps=200").
 """
 
-from experiments.configs import train_base
-from go_jax import policies
+from experiments.configs import pretrain, train_base
 
 TRAIN_GRAPHS = (
     "zoo:gnmt2,size=tiny,stage=pre", "zoo:gnmt4,size=tiny,stage=pre",
@@ -41,15 +40,11 @@ OPTIONS = ("seed", "updates", "imitation_steps")
 
 
 def fusion_policy():
-  """The go_fusion policy at the shipped size (hidden 64, as the other shipped checkpoints)."""
-  p = policies.variant_config("go_fusion")
-  p.hint = "best_list"
-  p.load_state = False
-  p.hidden = 64
-  p.gnn_layers = 2
-  p.attention_layers = 2
-  p.heads = 4
-  p.segment_len = 64
+  """The go_fusion policy: the shipped go_hint policy (hint, no load state, hidden 64) plus the
+  fusion head."""
+  p = pretrain.small_policy("go_hint")
+  p.fusion_head = True
+  p.variant = "go_fusion"
   return p
 
 
