@@ -100,8 +100,9 @@ def test_bad_overrides(instance, overrides, message):
 def test_registered_kinds_and_defaults():
   for name in learned.METHOD_NAMES:
     spec = methods.get(name)
-    assert spec.kind == ("placement" if name == "gdp" else "joint")
-    assert spec.defaults["checkpoint"] == name and spec.defaults["finetune_seconds"] == 0
+    assert spec.kind == {"gdp": "placement", "go_fusion": "fusion"}.get(name, "joint")
+    shipped = learned.FUSION_CHECKPOINT if name == "go_joint3" else name
+    assert spec.defaults["checkpoint"] == shipped and spec.defaults["finetune_seconds"] == 0
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
                                   "max_updates"}
 
