@@ -28,7 +28,8 @@ class TrainerSpec:
 
 
 TRAINERS: Dict[str, str] = {"ppo": "go_jax.training.trainers:PPO",
-                            "regal": "go_jax.regal.trainer:SPEC"}
+                            "regal": "go_jax.regal.trainer:SPEC",
+                            "placeto": "go_jax.placeto.trainer:SPEC"}
 
 
 def get(config) -> TrainerSpec:
