@@ -207,7 +207,7 @@ BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.evolution", "go_jax.methods.xla",
                    "go_jax.methods.learned", "go_jax.methods.regal_baselines",
                    "go_jax.methods.tuned", "go_jax.methods.regal", "go_jax.methods.fusion",
-                   "go_jax.methods.hdp")
+                   "go_jax.methods.hdp", "go_jax.methods.placeto")
 
 # Built-in modules with an optional dependency: module -> (pip package, methods it registers).
 # Such a module imports its dependency at the top; when the import fails, only these methods
