@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import flax
@@ -46,12 +45,10 @@ from absl import logging
 from go_jax.placeto import env
 from go_jax.placeto import model as model_lib
 from go_jax.placeto.config import FIELDS, Hyper, check_config, default_config  # noqa: F401
-from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import logging as train_logging
-from go_jax.training import loop
+from go_jax.training import loop, runner
 from go_jax.training import trainers
 from go_jax.training.state import SCHEDULES
-from simulator import fileio
 
 CURVE_NAME = "placeto_curve.png"
 TRACES: Dict[str, int] = {"update_chunk": 0, "greedy": 0}
@@ -312,51 +309,16 @@ def train(config, workdir: Optional[str] = None, *, progress: bool = True,
   if total % per_call or every < per_call or every % per_call:
     raise ValueError(f"config.updates ({total}) and checkpoint_every ({every}) must be "
                      f"multiples of updates_per_call ({per_call})")
-  max_seconds = config.get("max_seconds", None)
   graphs, topos, names = loop.build_instances(config) if instances is None else instances
   trainer = make_train(config, graphs, topos, names)
-  state = trainer.init(int(config.seed))
   logging.info("placeto: %d instances, %d groups (T = %d steps), %d ops padded, %d episodes "
                "x %d instances per update", len(trainer.names), hp.groups, trainer.steps,
                int(trainer.data.group_of.shape[-1]), hp.samples, hp.graphs_per_update)
-  checkpointer, logger, start = None, None, 0
-  history: List[Dict[str, float]] = []
-  try:
-    if workdir is not None:
-      os.makedirs(workdir, exist_ok=True)
-      checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, loop.CKPT_DIR),
-                                           keep=int(config.keep_checkpoints))
-      if checkpointer.latest_step() is not None:
-        loop._check_resume(workdir, config)  # pylint: disable=protected-access
-        state = checkpointer.restore(state)
-        start = int(state.step)
-        logging.info("resumed from %s at update %d", checkpointer.directory, start)
-      fileio.write_json(os.path.join(workdir, loop.CONFIG_NAME),
-                        loop._config_dict(config))  # pylint: disable=protected-access
-      logger = train_logging.MetricsLogger(workdir, resume_step=start,
-                                           tensorboard=bool(config.tensorboard))
-    prog = train_logging.Progress(start, total, trainer.placements_per_update,
-                                  enabled=progress)
-    deadline = None if max_seconds is None else time.perf_counter() + float(max_seconds)
-    state, speed = loop._run_chunks(  # pylint: disable=protected-access
-        trainer, state, total=total, logger=logger, checkpointer=checkpointer,
-        checkpoint_every=every, progress=prog, deadline=deadline, history=history,
-        progress_metrics=PROGRESS_METRICS)
-    if checkpointer is not None:
-      checkpointer.wait()
-  finally:
-    if logger is not None:
-      logger.close()
-    if checkpointer is not None:
-      checkpointer.close()
-  summary = summarize(trainer, state)
-  if workdir is not None:
-    fileio.write_json(os.path.join(workdir, loop.SUMMARY_NAME),
-                      {"updates": int(state.step), "resumed_from": start,
-                       "speed": {k: float(v) for k, v in speed.items() if np.isfinite(v)},
-                       "summary": summary, "instances": trainer.names})
-    ckpt_lib.save_params(os.path.join(workdir, loop.PARAMS_NAME), state.params)
-    plot_curve(workdir)
+  state, summary, start, speed = runner.run(
+      trainer, trainer.init(int(config.seed)), config, workdir, total=total, every=every,
+      progress=progress, progress_metrics=PROGRESS_METRICS,
+      summarize=lambda state, history: summarize(trainer, state),
+      instance_names=trainer.names, plot=plot_curve)
   return TrainResult(trainer, state, summary, start, speed)
 
 

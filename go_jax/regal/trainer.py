@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import time
 from typing import Any, Dict, List, Optional, Sequence
 
 import flax
@@ -33,19 +32,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import logging
 
 from go_jax import objectives
 from go_jax.methods import evolution
 from go_jax.policies.features import graph_features
 from go_jax.regal import guided
 from go_jax.regal import policy as pol
-from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import logging as train_logging
-from go_jax.training import loop
+from go_jax.training import loop, runner
 from go_jax.training import trainers
 from go_jax.training.state import SCHEDULES
-from simulator import fileio
 from simulator.padding import bucket, choose_chunk, pad_graph
 
 CURVE_NAME = "regal_curve.png"
@@ -328,14 +324,6 @@ def plot_curve(workdir: str) -> str:
 PROGRESS_METRICS = ("reward_mean", "reward_best_sample", "p_uniform")
 
 
-def _run_chunks(trainer, state, total, logger, checkpointer, every, prog, deadline, history):
-  """PPO's host loop (`loop._run_chunks`) with REGAL's progress metrics."""
-  return loop._run_chunks(  # pylint: disable=protected-access
-      trainer, state, total=total, logger=logger, checkpointer=checkpointer,
-      checkpoint_every=every, progress=prog, deadline=deadline, history=history,
-      progress_metrics=PROGRESS_METRICS)
-
-
 @dataclasses.dataclass
 class TrainResult:
   trainer: Trainer
@@ -355,49 +343,19 @@ def train(config, workdir: Optional[str] = None, *, progress: bool = True,
   if total % per_call or every < per_call or every % per_call:
     raise ValueError(f"config.updates ({total}) and checkpoint_every ({every}) must be "
                      f"multiples of updates_per_call ({per_call})")
-  max_seconds = config.get("max_seconds", None)
   graphs, topos, names = loop.build_instances(config) if instances is None else instances
   trainer = make_train(config, graphs, topos, names)
-  state = trainer.init(int(config.seed))
-  checkpointer, logger, start = None, None, 0
-  history: List[Dict[str, float]] = []
-  try:
-    if workdir is not None:
-      os.makedirs(workdir, exist_ok=True)
-      checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, loop.CKPT_DIR),
-                                           keep=int(config.keep_checkpoints))
-      if checkpointer.latest_step() is not None:
-        loop._check_resume(workdir, config)  # pylint: disable=protected-access
-        state = checkpointer.restore(state)
-        start = int(state.step)
-        logging.info("resumed from %s at update %d", checkpointer.directory, start)
-      fileio.write_json(os.path.join(workdir, loop.CONFIG_NAME),
-                        loop._config_dict(config))  # pylint: disable=protected-access
-      logger = train_logging.MetricsLogger(workdir, resume_step=start,
-                                           tensorboard=bool(config.tensorboard))
-    prog = train_logging.Progress(start, total, trainer.placements_per_update,
-                                  enabled=progress)
-    deadline = None if max_seconds is None else time.perf_counter() + float(max_seconds)
-    state, speed = _run_chunks(trainer, state, total, logger, checkpointer, every, prog,
-                               deadline, history)
-    if checkpointer is not None:
-      checkpointer.wait()
-  finally:
-    if logger is not None:
-      logger.close()
-    if checkpointer is not None:
-      checkpointer.close()
-  recent = history[-max(1, min(len(history), 50)):]
-  summary = [{"instances": len(names), "updates": int(state.step),
-              "reward_mean_recent": float(np.mean([r["reward_mean"] for r in recent]))
-              if recent else None}]
-  if workdir is not None:
-    fileio.write_json(os.path.join(workdir, loop.SUMMARY_NAME),
-                      {"updates": int(state.step), "resumed_from": start,
-                       "speed": {k: float(v) for k, v in speed.items() if np.isfinite(v)},
-                       "summary": summary, "instances": names})
-    ckpt_lib.save_params(os.path.join(workdir, loop.PARAMS_NAME), state.params)
-    plot_curve(workdir)
+
+  def summarize(state, history):
+    recent = history[-max(1, min(len(history), 50)):]
+    return [{"instances": len(names), "updates": int(state.step),
+             "reward_mean_recent": float(np.mean([r["reward_mean"] for r in recent]))
+             if recent else None}]
+
+  state, summary, start, speed = runner.run(
+      trainer, trainer.init(int(config.seed)), config, workdir, total=total, every=every,
+      progress=progress, progress_metrics=PROGRESS_METRICS, summarize=summarize,
+      instance_names=names, plot=plot_curve)
   return TrainResult(trainer, state, summary, start, speed)
 
 
