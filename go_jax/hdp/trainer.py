@@ -150,7 +150,7 @@ def init_state(model: HDPModel, hp: Hyper, data: HDPData, seed: int) -> HDPState
   # Initialisation runs once per search: compiled without XLA's optimisations (seconds less
   # of the budget), and kept per model and shapes like jit's own cache.
   cache_key = (model, jax.tree_util.tree_structure(args[1]),
-               tuple((np.shape(x), np.result_type(x)) for x in jax.tree_util.tree_leaves(args)[1:]))
+               tuple((np.shape(x), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(args)[1:]))
   if cache_key not in _INIT_CACHE:
     _INIT_CACHE[cache_key] = jax.jit(model.init).lower(*args).compile(
         compiler_options=INIT_COMPILER_OPTIONS)
