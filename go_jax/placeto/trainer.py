@@ -250,30 +250,10 @@ def make_train(config, graphs, topologies, names: Optional[Sequence[str]] = None
 def plot_curve(workdir: str) -> str:
   """placeto_curve.png: the episodes' final objective and the best so far, over the lower
   bound, vs updates (from metrics.jsonl; moving average of 10)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  rows = train_logging.read_jsonl(os.path.join(workdir, train_logging.JSONL_NAME))
-  if not rows:
-    raise ValueError(f"{workdir} has no {train_logging.JSONL_NAME} to plot")
-  steps = np.asarray([r["step"] for r in rows])
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for name, label in (("final_ratio", "episode's final placement"),
-                      ("best_ratio", "best placement so far (batch)")):
-    y = np.asarray([r.get(name) if r.get(name) is not None else np.nan for r in rows])
-    w = min(10, len(y))
-    ax.plot(steps, y, alpha=0.25)
-    ax.plot(steps[w - 1:], np.convolve(np.nan_to_num(y), np.ones(w) / w, mode="valid"),
-            label=label)
-  ax.set_xlabel("update")
-  ax.set_ylabel("objective / lower bound")
-  ax.set_title(os.path.basename(os.path.abspath(workdir)))
-  ax.legend()
-  path = os.path.join(workdir, CURVE_NAME)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  return train_logging.plot_metric_curves(
+      workdir, (("final_ratio", "episode's final placement"),
+                ("best_ratio", "best placement so far (batch)")),
+      "objective / lower bound", os.path.join(workdir, CURVE_NAME))
 
 
 @dataclasses.dataclass

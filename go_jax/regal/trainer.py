@@ -294,31 +294,10 @@ def make_train(config, graphs, topologies, names: Optional[Sequence[str]] = None
 def plot_curve(workdir: str) -> str:
   """regal_curve.png: mean reward (improvement over BRKGA, same seed) of the sampled guides and
   of each update's best sample vs updates, from metrics.jsonl (moving average of 10)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  rows = train_logging.read_jsonl(os.path.join(workdir, train_logging.JSONL_NAME))
-  if not rows:
-    raise ValueError(f"{workdir} has no {train_logging.JSONL_NAME} to plot")
-  steps = np.asarray([r["step"] for r in rows])
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for name, label in (("reward_mean", "mean of K samples"),
-                      ("reward_best_sample", "best of K samples")):
-    y = np.asarray([r.get(name) if r.get(name) is not None else np.nan for r in rows])
-    w = min(10, len(y))
-    smooth = np.convolve(np.nan_to_num(y), np.ones(w) / w, mode="valid")
-    ax.plot(steps, 100 * y, alpha=0.25)
-    ax.plot(steps[w - 1:], 100 * smooth, label=label)
-  ax.axhline(0.0, color="k", lw=0.5)
-  ax.set_xlabel("update")
-  ax.set_ylabel("improvement over BRKGA (same seed, budget) [%]")
-  ax.set_title(os.path.basename(os.path.abspath(workdir)))
-  ax.legend()
-  path = os.path.join(workdir, CURVE_NAME)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
+  return train_logging.plot_metric_curves(
+      workdir, (("reward_mean", "mean of K samples"), ("reward_best_sample", "best of K samples")),
+      "improvement over BRKGA (same seed, budget) [%]", os.path.join(workdir, CURVE_NAME),
+      scale=100.0, zero_line=True)
 
 
 PROGRESS_METRICS = ("reward_mean", "reward_best_sample", "p_uniform")

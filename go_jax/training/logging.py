@@ -20,6 +20,7 @@ import os
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
+import numpy as np
 import tqdm
 from absl import logging as absl_logging
 
@@ -160,3 +161,35 @@ class Progress:
                                   prefix="update", unit="update",
                                   rate=rate if rate > 0 else None, postfix=postfix,
                                   initial=self.start, bar_format=BAR_FORMAT)
+
+
+def plot_metric_curves(workdir: str, series, ylabel: str, path: str, *, scale: float = 1.0,
+                       zero_line: bool = False, window: int = 10) -> str:
+  """A learning-curve PNG from `workdir`'s metrics.jsonl: per (metric, label) of `series`, the
+  raw values (faint) and their moving average over `window` updates, times `scale`, against
+  the update. ValueError when the run logged nothing."""
+  import matplotlib  # pylint: disable=g-import-not-at-top  (plots only)
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  rows = read_jsonl(os.path.join(workdir, JSONL_NAME))
+  if not rows:
+    raise ValueError(f"{workdir} has no {JSONL_NAME} to plot")
+  steps = np.asarray([r["step"] for r in rows])
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for name, label in series:
+    y = np.asarray([r.get(name) if r.get(name) is not None else np.nan for r in rows])
+    w = min(window, len(y))
+    smooth = np.convolve(np.nan_to_num(y), np.ones(w) / w, mode="valid")
+    ax.plot(steps, scale * y, alpha=0.25)
+    ax.plot(steps[w - 1:], scale * smooth, label=label)
+  if zero_line:
+    ax.axhline(0.0, color="k", lw=0.5)
+  ax.set_xlabel("update")
+  ax.set_ylabel(ylabel)
+  ax.set_title(os.path.basename(os.path.abspath(workdir)))
+  ax.legend()
+  fig.tight_layout()
+  with fileio.atomic_open(path, "wb") as fh:
+    fig.savefig(fh, format="png", dpi=100)
+  plt.close(fig)
+  return path
