@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -148,6 +148,27 @@ def evaluate(graph: CompGraph, topology: Topology, placement, priority,
   return {"objective": value, "makespan": float(res.makespan[0]),
           "peak_memory": np.asarray(res.peak_memory[0], np.float64),
           "feasible": not bool(res.oom[0])}
+
+
+def anytime_curve(points, offset: float = 0.0) -> List[Dict[str, float]]:
+  """A method's `info["curve"]`: the best objective found so far over wall time.
+
+  `points` are dicts with "seconds" and "best_objective" (or "objective"): a search loop's
+  history rows, a learned method's stages; rows without both are skipped. `offset` is added
+  to every time (e.g. the seconds spent loading a checkpoint before the loop's clock
+  started). Returns [{"seconds", "best_objective"}] sorted by time, keeping only the points
+  where the best so far improves (the first point always)."""
+  pts = []
+  for p in points:
+    value = p.get("best_objective", p.get("objective"))
+    if p.get("seconds") is None or value is None:
+      continue
+    pts.append((float(p["seconds"]) + offset, float(value)))
+  curve: List[Dict[str, float]] = []
+  for t, v in sorted(pts):
+    if not curve or v < curve[-1]["best_objective"]:
+      curve.append({"seconds": t, "best_objective": v})
+  return curve
 
 
 def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "makespan",

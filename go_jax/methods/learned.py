@@ -29,7 +29,8 @@ shape and K). Every stage's action (zero-shot greedy, zero-shot best of K, fine-
 re-simulated with `methods.evaluate`; the proposal is the best stage (the earliest on ties), and
 `info` holds all of them ("stages": dicts with "stage", "placement", "priority", "seconds",
 "objective", "feasible"), the best "stage", "updates" (0 for zero-shot), "checkpoint",
-"samples", "compile_seconds", "setup_seconds" and "load_seconds". The problem's seed seeds the
+"samples", "compile_seconds", "setup_seconds", "load_seconds" and "curve" (the best objective so
+far over wall time: `methods.anytime_curve`). The problem's seed seeds the
 sampling. A topology with more devices than the policy's `max_devices` is a ValueError.
 A problem budget (simulator evaluations) caps fine-tuning at budget // (K + 1) updates: each
 update simulates K sampled actions and the greedy one.
@@ -43,7 +44,7 @@ from typing import Any, Dict, List, Optional
 import ml_collections
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, evaluate, register
+from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
 from simulator.graph import upward_rank
 
 DEFAULT_LEARNING_RATE = 1e-3
@@ -197,7 +198,9 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
   if tune:
     info.update(finetune_seconds=f.seconds, learning_rate=float(cfg.learning_rate))
   best = min(stages, key=lambda s: s["objective"])  # the earliest of equal ones
-  info.update(stages=stages, stage=best["stage"], updates=updates)
+  curve = anytime_curve(stages + [dict(h, seconds=h["seconds"] + load_seconds)
+                                  for h in f.history if "seconds" in h])
+  info.update(stages=stages, stage=best["stage"], updates=updates, curve=curve)
   return Proposal(best["placement"], None if placement_only else best["priority"],
                   evaluations=max(updates, 1) * (k + 1), info=info, fuse=best["fuse"])
 

@@ -4,6 +4,7 @@ places op groups one at a time, zero-shot or fine-tuned on the instance.
   sol = methods.solve("placeto", graph, topology)                        # zero-shot
   sol = methods.solve("placeto", graph, topology, finetune_seconds=60)   # + REINFORCE for 60 s
   sol.info["stages"]  # [{"stage": "zero-shot greedy", "placement", "seconds", "objective", ...}]
+  sol.info["curve"]   # [{"seconds", "best_objective"}]: the best so far over wall time
 
 Kind "placement": the priority is the critical path (`simulator.graph.upward_rank`), the one
 the episodes simulate with. The graph is grouped by `simulator.coarsen` into at most `groups`
@@ -35,7 +36,7 @@ from typing import Any, Dict, Tuple
 import jax
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, evaluate, register
+from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
 
 NO_CHECKPOINT = "none"
 DEFAULT_LEARNING_RATE = 1e-3
@@ -166,7 +167,9 @@ def placeto(problem: Problem, config) -> Proposal:
   info = {"checkpoint": label, "samples": int(cfg.samples), "groups": res.groups,
           "steps": res.steps, "updates": res.updates, "load_seconds": load_seconds,
           "setup_seconds": res.setup_seconds, "compile_seconds": res.compile_seconds,
-          "stages": stages, "stage": best["stage"]}
+          "stages": stages, "stage": best["stage"],
+          "curve": anytime_curve(stages + [dict(h, seconds=h["seconds"] + load_seconds)
+                                           for h in res.history])}
   if tune:
     info.update(finetune_seconds=res.seconds, learning_rate=float(cfg.learning_rate))
   return Proposal(best["placement"], None, evaluations=res.evaluations, info=info)

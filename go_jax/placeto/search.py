@@ -51,7 +51,9 @@ class SearchResult:
   steps: int  # T, steps of an episode (padded group count)
   groups: int  # M, the groups of the grouping
   evaluations: int  # simulated placements
-  history: List[Dict[str, float]]  # per-update metrics
+  # per-update metrics, with "seconds" (since the call's start) and "best_objective" (the best
+  # so far, the zero-shot episode's included): the anytime curve
+  history: List[Dict[str, float]]
 
 
 def tune_config(config, *, samples: Optional[int] = None,
@@ -115,7 +117,10 @@ def search(config, graph: CompGraph, topology: Topology, params: Any = None, *,
     call_seconds.append(time.perf_counter() - now - (clock() - compiling))
     evaluations += per_update
     step = int(state.step)
-    history.append(dict({k: float(v[0]) for k, v in metrics.items()}, step=step))
+    history.append(dict({k: float(v[0]) for k, v in metrics.items()}, step=step,
+                        seconds=time.perf_counter() - t0,
+                        best_objective=min(float(jax.device_get(state.best_objective)[0]),
+                                           zero_obj)))
     now = time.perf_counter()
     if progress and now - last_log >= PROGRESS_SECONDS:
       last_log = now

@@ -301,7 +301,9 @@ class FinetuneResult:
   compile_seconds: float  # tracing + XLA compilation during the call (policy, update, and the
   #                         simulator of the setup's baselines; 0 when all were cached)
   search_seconds: float  # the rest: greedy forward, updates, re-simulation on the host
-  history: List[Dict[str, float]]  # per-update metrics
+  # per-update metrics; the last update of each call also has "seconds" (since the call's
+  # start) and "best_objective" (the best the loop has scored so far): the anytime curve
+  history: List[Dict[str, float]]
   state: ppo.TrainState
   fuse: Optional[np.ndarray] = None  # (N,) bool the best action's fuse requests (fusion tasks)
   zero_shot_fuse: Optional[np.ndarray] = None  # (N,) bool the zero-shot greedy action's
@@ -421,6 +423,10 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
                    "the time budget is spent: no more updates")
     for u in range(per_call):
       history.append(dict(_scalar_metrics(metrics, u), step=step - per_call + 1 + u))
+    # The anytime curve (methods' info["curve"]): the best objective the loop has scored so far
+    # and the wall time since the call's start, at the end of each call.
+    history[-1].update(seconds=time.perf_counter() - t0,
+                       best_objective=float(jax.device_get(state.best_objective)[0]))
     if zero_best is None and per_call == 1:  # the first update samples from `params`
       zero_best = _score(probs, 0, *_best(state, 0))
       zero_best["seconds"] = time.perf_counter() - t0
