@@ -24,12 +24,15 @@ and `cli.run` then, for a console script (`go-jax-place`) exactly as for `python
 
 from __future__ import annotations
 
+import datetime
 import logging as std_logging
+import math
 import os
+import platform
 import re
 import sys
 import tempfile
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from absl import app, flags
 from absl import logging
@@ -245,3 +248,38 @@ def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
   prepare(main.__module__ if main.__module__ != "__main__" else sys.argv[0], doc)
   app.run(wrap_main(main), argv=list(argv) if argv is not None else None,
           flags_parser=_parse_flags)
+
+
+# ------------------------------------------------------------------ experiment bookkeeping
+def plain(value):
+  """ConfigDict / tuple values as plain JSON-able Python (dicts, lists, scalars)."""
+  if hasattr(value, "to_dict"):
+    value = value.to_dict()
+  if isinstance(value, Mapping):
+    return {str(k): plain(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [plain(v) for v in value]
+  return value
+
+
+def duration_text(seconds: float) -> str:
+  """'42s', '7.5min' or '2.1h' ('?' for an unknown, infinite ETA)."""
+  if not math.isfinite(seconds):
+    return "?"
+  if seconds < 90:
+    return f"{seconds:.0f}s"
+  if seconds < 5400:
+    return f"{seconds / 60:.1f}min"
+  return f"{seconds / 3600:.1f}h"
+
+
+def machine_info() -> Dict[str, Any]:
+  """What a result file records about where it was made: platform, CPUs, jax and its
+  backend, the load average (1, 5, 15 min) and the UTC date."""
+  import jax  # pylint: disable=g-import-not-at-top
+  load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+  return {"platform": platform.platform(), "processor": platform.processor() or
+          platform.machine(), "cpus": os.cpu_count(), "jax": jax.__version__,
+          "backend": jax.default_backend(),
+          "load_average": [round(x, 2) for x in load],
+          "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

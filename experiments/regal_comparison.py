@@ -27,10 +27,7 @@ is refused. Bad input (unknown method, missing dataset, bad field) is a one-line
 
 from __future__ import annotations
 
-import datetime
-import math
 import os
-import platform
 import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -50,22 +47,11 @@ SETTINGS = ("objective", "budget", "topology", "reference", "method_options",
             "schedule_placement")
 
 # ------------------------------------------------------------------ config
-def _plain(value):
-  """ConfigDict / tuple values as plain JSON-able Python (dicts, lists, scalars)."""
-  if hasattr(value, "to_dict"):
-    value = value.to_dict()
-  if isinstance(value, Mapping):
-    return {str(k): _plain(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_plain(v) for v in value]
-  return value
-
-
 def as_settings(config) -> Dict[str, Any]:
   """The config as plain data, checked: ValueError naming the field for anything unusable
   (unknown method, reference not among the methods, bad device count or objective, ...)."""
   from go_jax import methods, objectives  # pylint: disable=g-import-not-at-top
-  cfg = _plain(config)
+  cfg = cli.plain(config)
   missing = [k for k in ("methods", "reference", "datasets", "device_counts", "topology",
                          "seeds", "objective", "budget") if k not in cfg]
   if missing:
@@ -326,26 +312,6 @@ def plot(cfg, table: Mapping[str, Any], path: str) -> str:
 
 
 # ------------------------------------------------------------------ the run
-def _duration(seconds: float) -> str:
-  if not math.isfinite(seconds):
-    return "?"
-  if seconds < 90:
-    return f"{seconds:.0f}s"
-  if seconds < 5400:
-    return f"{seconds / 60:.1f}min"
-  return f"{seconds / 3600:.1f}h"
-
-
-def _machine() -> Dict[str, Any]:
-  import jax  # pylint: disable=g-import-not-at-top
-  load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-  return {"platform": platform.platform(), "processor": platform.processor() or
-          platform.machine(), "cpus": os.cpu_count(), "jax": jax.__version__,
-          "backend": jax.default_backend(),
-          "load_average": [round(x, 2) for x in load],
-          "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
-
 def _load_previous(path: str, settings: Mapping[str, Any]) -> Dict[str, Any]:
   import json  # pylint: disable=g-import-not-at-top
   if not os.path.isfile(path):
@@ -376,7 +342,7 @@ def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str,
   old = _load_previous(path, settings)
   data = {name: load_dataset(name, spec) for name, spec in cfg["datasets"].items()}
   cells: Dict[str, Any] = dict(old.get("cells", {}))
-  machine = _machine()
+  machine = cli.machine_info()
   result = {"launcher": LAUNCHER, "settings": settings, "config": cfg, "machine": machine,
             "command": " ".join(sys.argv), "cells": cells,
             "seconds": float(old.get("seconds", 0.0))}
@@ -437,7 +403,7 @@ def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str,
       what = (f"error: {row['error']}" if "error" in row else
               f"{row['objective']:.6g} in {row['seconds']:.2f} s")
       log(f"[{done}/{len(todo)}] {ds} D={devices} {gname} seed {seed} {m}: {what} | "
-          f"{60 * rate:.1f} cells/min, elapsed {_duration(elapsed)}, ETA {_duration(eta)}")
+          f"{60 * rate:.1f} cells/min, elapsed {cli.duration_text(elapsed)}, ETA {cli.duration_text(eta)}")
       if time.perf_counter() - last_save >= float(cfg["save_seconds"]):
         save()
         last_save = time.perf_counter()

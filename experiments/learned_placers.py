@@ -1,0 +1,59 @@
+r"""The learned placers at equal search time (issue 14): GO, GDP, Placeto and HDP against the
+best classic methods on held-out graphs; the objective after 30 / 120 / 600 s, the time to
+within 5% of the final result, the claims of the Placeto and GO papers, convergence plots.
+
+  python -m experiments.learned_placers --config=experiments/configs/learned_placers.py \
+      --out=results/learned_placers
+  python -m experiments.learned_placers --config=experiments/configs/learned_placers.py:quick \
+      --out=results/learned_placers_quick --config.shard=1/2   # one of two processes
+
+The experiment (cells, resuming, sharding, the report, the plot) is
+experiments/placer_comparison.py; this launcher holds its flags. Writes
+<out>/learned_placers.json (atomically), <out>/learned_placers.md and <out>/convergence.png; an
+existing learned_placers.json in --out is resumed. Bad input (unknown method, bad field) is a
+one-line error, exit 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from absl import app, flags
+
+from experiments import cli
+from experiments.placer_comparison import DEFAULT_CONFIG, JSON_NAME, MD_NAME, run_comparison
+
+FLAGS = flags.FLAGS
+_CONFIG = cli.define_config_file(
+    "config", default=DEFAULT_CONFIG,
+    help_string="Comparison config file (experiments/configs/learned_placers.py); fields can "
+    "be overridden with --config.FIELD=VALUE.")
+flags.DEFINE_string("out", "results/learned_placers", "Folder for learned_placers.json/.md and "
+                    "convergence.png; an existing learned_placers.json there is resumed.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  out = cli.check_out(FLAGS.out)
+  config_file = FLAGS["config"].config_filename
+  try:
+    result = run_comparison(_CONFIG.value, out,
+                            log=lambda s: print(s, file=sys.stderr, flush=True))
+  except ValueError as e:
+    raise app.UsageError(f"--config={config_file}: {cli.one_line(e)}") from e
+  print(result["markdown"])
+  print(f"wrote {os.path.join(out, JSON_NAME)} ({result['computed']} cells run, "
+        f"{result['skipped']} resumed), {os.path.join(out, MD_NAME)}"
+        + (f", {result['plot']}" if result.get("plot") else ""))
+
+
+def run():
+  """Entry point (`python -m experiments.learned_placers`)."""
+  cli.run(main, __doc__)
+
+
+if __name__ == "__main__":
+  run()
