@@ -283,3 +283,29 @@ def machine_info() -> Dict[str, Any]:
           "backend": jax.default_backend(),
           "load_average": [round(x, 2) for x in load],
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dict[str, Any]:
+  """The JSON of an earlier run of `launcher` at `path` ({} if there is none), to resume.
+
+  Raises:
+    ValueError: the file is unreadable, another launcher wrote it, or it was made with other
+      `settings` (the fields that change every number; the message names the differing ones).
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(path):
+    return {}
+  try:
+    with open(path, encoding="utf-8") as fh:
+      old = json.load(fh)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ValueError(f"{path}: not a readable results JSON ({e}); move it away to start "
+                     "afresh") from e
+  if old.get("launcher") != launcher or not isinstance(old.get("cells"), dict):
+    raise ValueError(f"{path}: not written by {launcher}; use another --out")
+  prev = old.get("settings", {})
+  diff = sorted(k for k in settings if prev.get(k) != settings.get(k))
+  if diff:
+    raise ValueError(f"{path}: made with other settings (differing: {diff}); use another --out "
+                     "or the same settings")
+  return old

@@ -448,24 +448,6 @@ def _locked_merge(path: str, result: Dict[str, Any], mine: Sequence[str]) -> Dic
   return result
 
 
-def _load_previous(path: str, settings: Mapping[str, Any]) -> Dict[str, Any]:
-  if not os.path.isfile(path):
-    return {}
-  try:
-    with open(path, encoding="utf-8") as fh:
-      old = json.load(fh)
-  except (OSError, json.JSONDecodeError) as e:
-    raise ValueError(f"{path}: not a readable results JSON ({e}); move it away to start afresh")
-  if old.get("launcher") != LAUNCHER or not isinstance(old.get("cells"), dict):
-    raise ValueError(f"{path}: not written by {LAUNCHER}; use another --out")
-  prev = old.get("settings", {})
-  diff = sorted(k for k in SETTINGS if prev.get(k) != settings.get(k))
-  if diff:
-    raise ValueError(f"{path}: made with other settings (differing: {diff}); use another --out "
-                     "or the same settings")
-  return old
-
-
 def _pending(cfg, row: Optional[Mapping[str, Any]], method: str) -> bool:
   """Not run yet, an error, or a learned method run with less time than now asked."""
   if row is None or "error" in row:
@@ -481,7 +463,7 @@ def run_comparison(config, out: str, log: Callable[[str], None] = print) -> Dict
   cfg = as_settings(config)
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
-  old = _load_previous(path, settings)
+  old = cli.load_resumable(path, LAUNCHER, settings)
   cells: Dict[str, Any] = dict(old.get("cells", {}))
   machine = cli.machine_info()
   result = {"launcher": LAUNCHER, "settings": settings, "config": cfg, "machine": machine,

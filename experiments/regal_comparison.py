@@ -312,25 +312,6 @@ def plot(cfg, table: Mapping[str, Any], path: str) -> str:
 
 
 # ------------------------------------------------------------------ the run
-def _load_previous(path: str, settings: Mapping[str, Any]) -> Dict[str, Any]:
-  import json  # pylint: disable=g-import-not-at-top
-  if not os.path.isfile(path):
-    return {}
-  try:
-    with open(path, encoding="utf-8") as fh:
-      old = json.load(fh)
-  except (OSError, json.JSONDecodeError) as e:
-    raise ValueError(f"{path}: not a readable table JSON ({e}); move it away to start afresh")
-  if old.get("launcher") != LAUNCHER or not isinstance(old.get("cells"), dict):
-    raise ValueError(f"{path}: not written by {LAUNCHER}; use another --out")
-  prev = old.get("settings", {})
-  diff = sorted(k for k in SETTINGS if prev.get(k) != settings.get(k))
-  if diff:
-    raise ValueError(f"{path}: made with other settings (differing: {diff}); use another --out "
-                     f"or the same settings")
-  return old
-
-
 def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str, Any]:
   """Makes (or resumes) the table in folder `out`; returns the JSON written (module docstring)
   plus "computed" and "skipped" cell counts of this run."""
@@ -339,7 +320,7 @@ def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str,
   cfg = as_settings(config)
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
-  old = _load_previous(path, settings)
+  old = cli.load_resumable(path, LAUNCHER, settings)
   data = {name: load_dataset(name, spec) for name, spec in cfg["datasets"].items()}
   cells: Dict[str, Any] = dict(old.get("cells", {}))
   machine = cli.machine_info()

@@ -65,6 +65,11 @@ def test_finetune_is_no_worse_than_zero_shot(instance, zero_shot):
   assert stages[2]["objective"] <= stages[1]["objective"] * (1 + 1e-6)
   assert sol.objective == min(s["objective"] for s in stages)
   assert sol.info["updates"] == 2 and sol.evaluations == 2 * (K + 1)
+  curve = sol.info["curve"]  # the best so far over wall time: stages and the loop's calls
+  assert curve[0]["seconds"] == pytest.approx(stages[0]["seconds"])
+  assert all(a["seconds"] <= b["seconds"] and a["best_objective"] > b["best_objective"]
+             for a, b in zip(curve, curve[1:]))
+  assert curve[-1]["best_objective"] == pytest.approx(sol.objective, rel=1e-5)
 
 
 def test_budget_caps_the_updates(instance):

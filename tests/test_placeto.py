@@ -127,6 +127,11 @@ def test_finetuning_compiles_once_per_bucket_and_honours_the_budget(toy_run):
     for stage in sol.info["stages"]:
       assert stage["objective"] == methods.evaluate(graph, TOPO, stage["placement"],
                                                     stage["priority"])["objective"]
+    curve = sol.info["curve"]  # the best so far over wall time, zero-shot first
+    assert curve[0]["seconds"] == pytest.approx(sol.info["stages"][0]["seconds"])
+    assert all(p["seconds"] <= q["seconds"] and p["best_objective"] > q["best_objective"]
+               for p, q in zip(curve, curve[1:]))
+    assert curve[-1]["best_objective"] == pytest.approx(sol.objective, rel=1e-5)
   per_episode = a.info["steps"] + 1
   capped = methods.solve("placeto", chains(), TOPO, max_updates=50,
                          budget=2 * per_episode + 2 * 8 * per_episode, **tune)

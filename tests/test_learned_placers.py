@@ -1,0 +1,153 @@
+"""The learned-placer comparison (experiments/placer_comparison.py, issue 14 part 3): reading
+anytime curves, the claims' arithmetic on hand-made cells, config checks, and a tiny end-to-end
+run with Placeto and HDP that resumes and shares its folder between two shards."""
+
+import json
+import os
+
+import pytest
+
+from experiments import placer_comparison as pc
+from experiments.configs import learned_placers
+from go_jax import methods
+
+
+def test_anytime_curve_keeps_the_improvements_in_time_order():
+  points = [{"seconds": 5.0, "best_objective": 3.0}, {"seconds": 1.0, "objective": 4.0},
+            {"seconds": 2.0, "best_objective": 4.5}, {"seconds": 9.0, "best_objective": 3.0},
+            {"seconds": 7.0, "best_objective": 2.5}, {"stage": "no time", "objective": 1.0}]
+  assert methods.anytime_curve(points, offset=0.5) == [
+      {"seconds": 1.5, "best_objective": 4.0}, {"seconds": 5.5, "best_objective": 3.0},
+      {"seconds": 7.5, "best_objective": 2.5}]
+  assert methods.anytime_curve([]) == []
+
+
+def _learned(curve, objective, budget=10.0, zero_shot=None, ub=100.0):
+  return {"curve": curve, "objective": objective, "budget_seconds": budget, "seconds": budget,
+          "upper_bound": ub, "zero_shot": zero_shot}
+
+
+def _classic(objective, seconds, ub=100.0):
+  return {"curve": [[seconds, objective]], "objective": objective, "budget_seconds": None,
+          "seconds": seconds, "upper_bound": ub}
+
+
+def test_value_at_reads_the_curve_and_classic_times():
+  row = _learned([[3.0, 9.0], [6.0, 5.0]], 5.0)
+  assert pc.value_at(row, 2.0) is None  # no answer yet
+  assert pc.value_at(row, 3.0) == 9.0 and pc.value_at(row, 7.0) == 5.0
+  assert pc.value_at(row, 11.0) is None  # not run that long
+  assert pc.time_to(row, 6.0) == 6.0 and pc.time_to(row, 4.0) is None
+  assert pc.within_seconds(row, 0.05) == 6.0
+  assert pc.within_seconds(_learned([[3.0, 5.2], [6.0, 5.0]], 5.0), 0.05) == 3.0
+  heft = _classic(7.0, 2.5)
+  assert pc.value_at(heft, 2.0) is None and pc.value_at(heft, 600.0) == 7.0
+  assert pc.value_at({"error": "boom"}, 5.0) is None
+  assert pc.feasible_value(row, 99.0) and not pc.feasible_value(row, 100.0)
+
+
+def _cfg(**kw):
+  cfg = {"graphs": ["g1", "g2"], "topologies": ["t"], "families": {"g1": "A", "g2": "B"},
+         "seen": {"placeto": ["g2"]}, "go": "go", "placeto": "placeto", "hdp": "hdp",
+         "classic": ["heft"], "learned": ["go", "placeto", "hdp"], "reference": "heft",
+         "seconds": [5.0, 10.0], "compare_at": 10.0, "within": 0.05}
+  cfg.update(kw)
+  return cfg
+
+
+def _cells():
+  k = pc.cell_key
+  return {
+      k("g1", "t", "heft"): _classic(10.0, 1.0),
+      k("g1", "t", "go"): _learned([[1.0, 12.0], [2.0, 8.0]], 8.0),
+      k("g1", "t", "placeto"): _learned([[1.0, 8.5], [4.0, 8.0]], 8.0, zero_shot=8.5),
+      k("g1", "t", "hdp"): _learned([[6.0, 9.0], [9.0, 8.4]], 8.4),
+      k("g2", "t", "heft"): _classic(20.0, 1.0),
+      k("g2", "t", "go"): _learned([[1.0, 150.0], [8.0, 30.0]], 30.0),  # OOM, then fits
+      k("g2", "t", "placeto"): _learned([[1.0, 25.0]], 25.0, zero_shot=25.0),
+      k("g2", "t", "hdp"): _learned([[2.0, 22.0]], 22.0),
+  }
+
+
+def test_claims_compare_at_equal_time_and_per_family():
+  cfg, cells = _cfg(), _cells()
+  early = pc.compare(cells, cfg, "placeto", "hdp", 5.0)
+  # g1: HDP has no answer at 5 s, Placeto does; g2: both feasible, HDP lower
+  assert [r["ahead"] for r in early["per_instance"]] == ["placeto", "hdp"]
+  assert early["all"]["gmean_ratio"] == pytest.approx(25.0 / 22.0)
+  go = pc.compare(cells, cfg, "go", "hdp", 10.0)
+  assert go["families"]["A"]["gmean_ratio"] == pytest.approx(8.0 / 8.4)
+  assert go["families"]["A"]["a_ahead"] == 1 and go["families"]["B"]["b_ahead"] == 1
+  oom = pc.compare(cells, cfg, "go", "hdp", 5.0)  # GO out of memory on g2 at 5 s
+  assert oom["per_instance"][1]["ahead"] == "hdp" and oom["per_instance"][1]["ratio"] is None
+  claim = pc.placeto_claim(cells, cfg)  # g2 is a graph Placeto trained on: skipped
+  assert claim["instances"] == 1 and claim["holds"] == 1
+  assert claim["per_instance"][0]["ratio"] == pytest.approx(8.5 / 8.0)
+  conv = pc.convergence_claim(cells, cfg)
+  g1, g2 = conv["per_instance"]
+  assert g1["hdp_seconds"] == 9.0 and g1["go_seconds"] == 2.0 and g1["speedup"] == 4.5
+  assert g2["go_seconds"] is None and g2["speedup"] is None  # GO never reached 22
+  assert conv["reached"] == 1 and conv["at_least_15x"] == 0
+  table = pc.summarize(cfg, cells)
+  assert table["at"]["5"][pc.cell_key("g1", "t", "")] == {
+      "heft": "x1.000", "go": "x0.800", "placeto": "x0.800", "hdp": "-"}
+  assert table["at"]["5"][pc.cell_key("g2", "t", "")]["go"] == "OOM"
+  text = pc.markdown(cfg, table)
+  assert "within 10% on 1 of 1" in text and "go vs hdp after 10 s" in text
+  assert "x1.250*" in text  # Placeto trained on g2: starred
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("learned", ("heft",), "distinct method names"),
+    ("learned", ("brkga",), "no time option"),
+    ("reference", "go", "not in config.classic"),
+    ("shard", "2/2", "config.shard"),
+    ("seconds", (0.0,), "search times > 0"),
+    ("budgets", {"nope": 3}, "not a method of the config"),
+])
+def test_bad_config_fields_are_named(field, value, match):
+  cfg = learned_placers.get_config("tiny")
+  cfg[field] = value
+  with pytest.raises(ValueError, match=match):
+    pc.as_settings(cfg)
+
+
+def test_configs_mark_the_graphs_each_checkpoint_trained_on():
+  full = pc.as_settings(learned_placers.get_config())
+  assert full["seconds"] == [30.0, 120.0, 600.0] and full["compare_at"] == 120.0
+  assert set(full["learned"]) == {"go", "gdp", "placeto", "hdp"}
+  assert full["seen"]["go"] == ["pipedream:gnmt_large"]
+  assert full["seen"]["placeto"] == ["pipedream:inception_v3"]
+  assert set(full["families"]) == set(full["graphs"])
+  quick = pc.as_settings(learned_placers.get_config("quick"))
+  assert len({quick["families"][g] for g in quick["graphs"]}) == len(quick["graphs"])
+  with pytest.raises(ValueError, match="unknown argument"):
+    learned_placers.get_config("huge")
+
+
+def test_tiny_run_shards_resumes_and_reports(tmp_path):
+  cfg = learned_placers.get_config("tiny")
+  cfg.graphs = cfg.graphs[:1]
+  logs = []
+  first = pc.run_comparison(dict(cfg.to_dict(), shard="0/2"), str(tmp_path), log=logs.append)
+  second = pc.run_comparison(dict(cfg.to_dict(), shard="1/2"), str(tmp_path), log=logs.append)
+  assert first["computed"] == 2 and second["computed"] == 2  # heft, placeto | random, hdp
+  with open(tmp_path / pc.JSON_NAME) as fh:
+    data = json.load(fh)
+  assert len(data["cells"]) == 4  # both shards' cells in the one file
+  graph = cfg.graphs[0]
+  for m in ("placeto", "hdp"):
+    row = data["cells"][pc.cell_key(graph, "nvlink2", m)]
+    assert row["budget_seconds"] == 4.0 and row["curve"]
+    times = [s for s, _ in row["curve"]]
+    values = [v for _, v in row["curve"]]
+    assert times == sorted(times) and values == sorted(values, reverse=True)
+    assert row["objective"] == pytest.approx(min(values), rel=1e-5)
+  assert data["cells"][pc.cell_key(graph, "nvlink2", "placeto")]["zero_shot"] is not None
+  assert os.path.isfile(tmp_path / pc.PLOT_NAME) and os.path.isfile(tmp_path / pc.MD_NAME)
+  again = pc.run_comparison(cfg.to_dict(), str(tmp_path), log=logs.append)
+  assert again["computed"] == 0 and again["skipped"] == 4
+  assert "placeto vs hdp" in again["markdown"]
+  other = dict(cfg.to_dict(), objective="peak_memory")
+  with pytest.raises(ValueError, match="other settings"):
+    pc.run_comparison(other, str(tmp_path), log=logs.append)
