@@ -25,9 +25,10 @@ Inception-v3; the tables star those cells and the Placeto claim skips them. Topo
 8 NVLink V100s with their full memory and with 0.6x of the graph's single-device footprint per
 device.
 
-The full grid is 8 graphs x 6 topologies x 8 methods, about 9 hours of one core per topology
-column; "quick" is the subset run on the 2-core CPU machine for BENCHMARKS.md (5 graphs, one
-per family, on nvlink2, nvlink4 at 0.6x memory and nvlink8; 30 and 120 s), "tiny" a CI-sized
+The full grid is 8 graphs x 6 topologies x 8 methods, about 33 hours of one core (48 instances x
+4 learned methods x 600 s, a cluster's job: shard it over processes with --config.shard); "quick" is the subset run on the 2-core CPU machine for BENCHMARKS.md (5 graphs, one
+per family, on nvlink2, nvlink4 at 0.6x memory and nvlink8; 30 and 120 s), "long" its 600 s
+companion (NASNet-A large and ResNet-101 on nvlink4 at 0.6x memory), "tiny" a CI-sized
 run (two small graphs, nvlink2, a few seconds per method).
 """
 
@@ -52,6 +53,8 @@ QUICK_GRAPHS = ("pipedream:gnmt_large", "pipedream:inception_v3",
                 "pipedream:nasnetalarge,coarsen=256", "pipedream:resnet101",
                 "zoo:bert_base,coarsen=512")
 QUICK_TOPOLOGIES = ("nvlink2", "nvlink4@mem=0.6x", "nvlink8")
+LONG_GRAPHS = ("pipedream:nasnetalarge,coarsen=256", "pipedream:resnet101")
+LONG_TOPOLOGIES = ("nvlink4@mem=0.6x",)
 CLASSIC = ("heft", "m_sct", "metis", "brkga")
 LEARNED = ("go", "gdp", "placeto", "hdp")
 
@@ -69,15 +72,17 @@ def seen(graphs, trained) -> tuple:
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   arg = (arg or "").strip()
-  if arg not in ("", "quick", "tiny"):
-    raise ValueError(f"learned_placers.py: unknown argument {arg!r}; give '', 'quick' or "
-                     "'tiny'")
+  if arg not in ("", "quick", "long", "tiny"):
+    raise ValueError(f"learned_placers.py: unknown argument {arg!r}; give '', 'quick', "
+                     "'long' or 'tiny'")
   c = ml_collections.ConfigDict()
   c.graphs = GRAPHS
   c.topologies = TOPOLOGIES
   c.seconds = (30.0, 120.0, 600.0)
   if arg == "quick":
     c.graphs, c.topologies, c.seconds = QUICK_GRAPHS, QUICK_TOPOLOGIES, (30.0, 120.0)
+  if arg == "long":
+    c.graphs, c.topologies = LONG_GRAPHS, LONG_TOPOLOGIES
   c.families = {g: FAMILIES[g] for g in c.graphs}
   c.classic = CLASSIC
   c.learned = LEARNED
