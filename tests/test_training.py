@@ -478,3 +478,13 @@ def test_shipped_checkpoint_loads_and_places_an_unseen_graph():
   assert np.isfinite(scored["objective"]) and scored["placement"].shape == (30,)
   assert scored["placement"].max() < 4
   assert config.policy.hint and config.policy.hidden <= 128  # a small shipped policy
+
+
+def test_load_params_names_the_leaf_whose_shape_differs(tmp_path):
+  from go_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / "params.msgpack")
+  ckpt_lib.save_params(path, {"dense": {"kernel": np.zeros((3, 4)), "bias": np.zeros(4)}})
+  ok = ckpt_lib.load_params(path, {"dense": {"kernel": np.ones((3, 4)), "bias": np.ones(4)}})
+  assert np.shape(ok["dense"]["kernel"]) == (3, 4)
+  with pytest.raises(ValueError, match=r"shapes differ: \['dense'\]\['kernel'\] is \(3, 4\)"):
+    ckpt_lib.load_params(path, {"dense": {"kernel": np.ones((5, 4)), "bias": np.ones(4)}})

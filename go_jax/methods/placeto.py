@@ -33,7 +33,6 @@ import os
 import time
 from typing import Any, Dict, Tuple
 
-import jax
 import numpy as np
 
 from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
@@ -73,12 +72,10 @@ def load_checkpoint(checkpoint: str):
       module, shapes = trainer_lib.template_params(config.policy)
     except ValueError as e:
       raise ValueError(f"placeto: option checkpoint: {checkpoint!r}: {e}") from e
-    params = ckpt_lib.load_params(path, shapes)
-    got = [np.shape(x) for x in jax.tree_util.tree_leaves(params)]
-    want = [tuple(x.shape) for x in jax.tree_util.tree_leaves(shapes)]
-    if got != want:
-      raise ValueError(f"placeto: parameters in {path} do not fit the policy of its "
-                       "config.json (shapes differ)")
+    try:
+      params = ckpt_lib.load_params(path, shapes)
+    except ValueError as e:
+      raise ValueError(f"placeto: {e}") from e
     _CACHE[cache_key] = (config, module, params)
   return _CACHE[cache_key]
 

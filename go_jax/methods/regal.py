@@ -60,12 +60,10 @@ def load_checkpoint(method: str, checkpoint: str):
       raise ValueError(f"{method}: checkpoint {checkpoint!r}: {e}") from e
     feats = _template_features(module.max_devices)
     shapes = jax.eval_shape(module.init, jax.random.key(0), feats)
-    params = ckpt_lib.load_params(path, shapes)
-    got = [np.shape(x) for x in jax.tree_util.tree_leaves(params)]
-    want = [tuple(x.shape) for x in jax.tree_util.tree_leaves(shapes)]
-    if got != want:
-      raise ValueError(f"{method}: parameters in {path} do not fit the policy of its "
-                       "config.json (shapes differ)")
+    try:
+      params = ckpt_lib.load_params(path, shapes)
+    except ValueError as e:
+      raise ValueError(f"{method}: {e}") from e
     _CACHE[cache_key] = (config, module, params)
   return _CACHE[cache_key]
 

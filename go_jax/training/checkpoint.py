@@ -91,13 +91,24 @@ def save_params(path: str, params: Any) -> str:
 
 
 def load_params(path: str, template: Any) -> Any:
-  """Parameters saved by `save_params`, in the structure of `template` (e.g. `module.init`)."""
+  """Parameters saved by `save_params`, in the structure and shapes of `template` (e.g.
+  `module.init` or its `jax.eval_shape`). ValueError when the file is missing or its tree or
+  any leaf's shape differs from the template's (flax restores a tree without checking
+  shapes): the message names the file and the first differing leaf."""
   if not os.path.isfile(path):
     raise ValueError(f"no parameter file at {path}")
   with open(path, "rb") as fh:
     data = fh.read()
   try:
-    return serialization.from_bytes(template, data)
+    params = serialization.from_bytes(template, data)
   except (ValueError, KeyError, TypeError) as e:
     raise ValueError(f"parameters in {path} do not fit this policy (another policy "
                      f"config?): {e}") from e
+  got = jax.tree_util.tree_flatten_with_path(params)[0]
+  want = jax.tree_util.tree_flatten_with_path(template)[0]
+  for (where, leaf), (_, ref) in zip(got, want):
+    if np.shape(leaf) != tuple(np.shape(ref)):
+      raise ValueError(f"parameters in {path} do not fit the policy of its config.json "
+                       f"(shapes differ: {jax.tree_util.keystr(where)} is {np.shape(leaf)}, "
+                       f"the policy's {tuple(np.shape(ref))})")
+  return params
