@@ -288,6 +288,35 @@ def convergence_claim(cells: Mapping[str, Mapping], cfg: Mapping[str, Any]) -> D
           "gmean_speedup": _gmean(speedups), "at_least_15x": sum(s >= 15 for s in speedups)}
 
 
+def overview(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], t: float
+             ) -> Dict[str, Dict[str, Any]]:
+  """Per method after `t` seconds, over the instances where it had a feasible answer and every
+  classic method ran: the geometric mean of objective / reference and of objective / the best
+  classic method's, and on how many instances it beat the best classic method."""
+  out = {}
+  for m in list(cfg["classic"]) + list(cfg["learned"]):
+    to_ref, to_best, ahead, missing = [], [], 0, 0
+    for g in cfg["graphs"]:
+      for topo in cfg["topologies"]:
+        classic = [cells.get(cell_key(g, topo, c)) for c in cfg["classic"]]
+        if any(r is None or "error" in r for r in classic):
+          continue
+        row = cells.get(cell_key(g, topo, m))
+        v = value_at(row, t)
+        feasible = [float(r["objective"]) for r in classic if feasible_value(r, r["objective"])]
+        ref = classic[list(cfg["classic"]).index(cfg["reference"])]
+        if not feasible_value(row, v) or not feasible or not feasible_value(ref,
+                                                                             ref["objective"]):
+          missing += 1
+          continue
+        to_ref.append(v / float(ref["objective"]))
+        to_best.append(v / min(feasible))
+        ahead += v < min(feasible)
+    out[m] = {"gmean_to_reference": _gmean(to_ref), "gmean_to_best_classic": _gmean(to_best),
+              "ahead_of_best_classic": ahead, "instances": len(to_ref), "missing": missing}
+  return out
+
+
 def summarize(cfg: Mapping[str, Any], cells: Mapping[str, Mapping]) -> Dict[str, Any]:
   """The tables and claims of the module docstring, as plain data."""
   names = list(cfg["classic"]) + list(cfg["learned"])
@@ -314,7 +343,8 @@ def summarize(cfg: Mapping[str, Any], cells: Mapping[str, Mapping]) -> Dict[str,
                      if a in learned and b in learned]
   if cfg["go"] in learned and cfg["hdp"] in learned:
     claims["go_vs_hdp_convergence"] = convergence_claim(cells, cfg)
-  return {"at": at, "final": final, "claims": claims}
+  return {"at": at, "final": final, "claims": claims,
+          "overview": {f"{t:g}": overview(cells, cfg, t) for t in cfg["seconds"]}}
 
 
 def _ratio_text(row, secs: float, ref: Optional[float]) -> str:
@@ -363,6 +393,19 @@ def markdown(cfg: Mapping[str, Any], table: Mapping[str, Any]) -> str:
     lines.append(f"\n**After {secs} s of search** (objective / {cfg['reference']}'s; "
                  "'-': no answer yet; OOM: out of memory; *: the method trained on the graph)\n")
     grid(rows)
+  lines.append(f"\n**Geometric means over instances** (objective / {cfg['reference']}'s, / the "
+               "best classic method's; instances where the method was ahead of every classic "
+               "one; over those where it had a feasible answer)\n")
+  lines.append("| method | " + " | ".join(f"after {t} s" for t in table["overview"]) + " |")
+  lines.append("|---|" + "---:|" * len(table["overview"]))
+  for m in names:
+    vals = []
+    for per in table["overview"].values():
+      o = per[m]
+      vals.append(f"{_num(o['gmean_to_reference'])} / {_num(o['gmean_to_best_classic'])} "
+                  f"({o['ahead_of_best_classic']}/{o['instances']} ahead"
+                  + (f", {o['missing']} without" if o["missing"] else "") + ")")
+    lines.append(f"| {m} | " + " | ".join(vals) + " |")
   lines.append(f"\n**Final objective (seconds to within {100 * cfg['within']:g}% of it)**\n")
   grid(table["final"])
   claims = table["claims"]

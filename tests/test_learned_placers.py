@@ -92,6 +92,11 @@ def test_claims_compare_at_equal_time_and_per_family():
   assert table["at"]["5"][pc.cell_key("g1", "t", "")] == {
       "heft": "x1.000", "go": "x0.800", "placeto": "x0.800", "hdp": "-"}
   assert table["at"]["5"][pc.cell_key("g2", "t", "")]["go"] == "OOM"
+  over = table["overview"]["10"]
+  assert over["go"]["gmean_to_reference"] == pytest.approx((0.8 * 1.5) ** 0.5)
+  assert over["go"]["ahead_of_best_classic"] == 1 and over["go"]["instances"] == 2
+  over5 = table["overview"]["5"]["go"]  # out of memory on g2 at 5 s: not counted
+  assert over5["instances"] == 1 and over5["missing"] == 1
   text = pc.markdown(cfg, table)
   assert "within 10% on 1 of 1" in text and "go vs hdp after 10 s" in text
   assert "x1.250*" in text  # Placeto trained on g2: starred
