@@ -7,10 +7,10 @@ within 5% of the final result, the claims of the Placeto and GO papers, converge
   python -m experiments.learned_placers --config=experiments/configs/learned_placers.py:quick \
       --out=results/learned_placers_quick --config.shard=1/2   # one of two processes
 
-The experiment (cells, resuming, sharding, the report, the plot) is
-experiments/placer_comparison.py; this launcher holds its flags. Writes
-<out>/learned_placers.json (atomically), <out>/learned_placers.md and <out>/convergence.png; an
-existing learned_placers.json in --out is resumed. Bad input (unknown method, bad field) is a
+The experiment (cells, resuming, sharding) is experiments/placer_comparison.py, its report (the
+tables, the claims, the plot) experiments/placer_report.py; this launcher holds its flags.
+Writes <out>/learned_placers.json (atomically), <out>/learned_placers.md and
+<out>/convergence.png; an existing learned_placers.json in --out is resumed. Bad input (unknown method, bad field) is a
 one-line error, exit 1.
 """
 

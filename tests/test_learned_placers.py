@@ -8,7 +8,8 @@ import os
 import pytest
 
 from experiments import placer_comparison as pc
-from experiments.configs import learned_placers
+from experiments import placer_report as pr
+from experiments.configs import learned_placers, pretrain
 from go_jax import methods
 
 
@@ -34,16 +35,16 @@ def _classic(objective, seconds, ub=100.0):
 
 def test_value_at_reads_the_curve_and_classic_times():
   row = _learned([[3.0, 9.0], [6.0, 5.0]], 5.0)
-  assert pc.value_at(row, 2.0) is None  # no answer yet
-  assert pc.value_at(row, 3.0) == 9.0 and pc.value_at(row, 7.0) == 5.0
-  assert pc.value_at(row, 11.0) is None  # not run that long
-  assert pc.time_to(row, 6.0) == 6.0 and pc.time_to(row, 4.0) is None
-  assert pc.within_seconds(row, 0.05) == 6.0
-  assert pc.within_seconds(_learned([[3.0, 5.2], [6.0, 5.0]], 5.0), 0.05) == 3.0
+  assert pr.value_at(row, 2.0) is None  # no answer yet
+  assert pr.value_at(row, 3.0) == 9.0 and pr.value_at(row, 7.0) == 5.0
+  assert pr.value_at(row, 11.0) is None  # not run that long
+  assert pr.time_to(row, 6.0) == 6.0 and pr.time_to(row, 4.0) is None
+  assert pr.within_seconds(row, 0.05) == 6.0
+  assert pr.within_seconds(_learned([[3.0, 5.2], [6.0, 5.0]], 5.0), 0.05) == 3.0
   heft = _classic(7.0, 2.5)
-  assert pc.value_at(heft, 2.0) is None and pc.value_at(heft, 600.0) == 7.0
-  assert pc.value_at({"error": "boom"}, 5.0) is None
-  assert pc.feasible_value(row, 99.0) and not pc.feasible_value(row, 100.0)
+  assert pr.value_at(heft, 2.0) is None and pr.value_at(heft, 600.0) == 7.0
+  assert pr.value_at({"error": "boom"}, 5.0) is None
+  assert pr.feasible_value(row, 99.0) and not pr.feasible_value(row, 100.0)
 
 
 def _cfg(**kw):
@@ -71,24 +72,24 @@ def _cells():
 
 def test_claims_compare_at_equal_time_and_per_family():
   cfg, cells = _cfg(), _cells()
-  early = pc.compare(cells, cfg, "placeto", "hdp", 5.0)
+  early = pr.compare(cells, cfg, "placeto", "hdp", 5.0)
   # g1: HDP has no answer at 5 s, Placeto does; g2: both feasible, HDP lower
   assert [r["ahead"] for r in early["per_instance"]] == ["placeto", "hdp"]
   assert early["all"]["gmean_ratio"] == pytest.approx(25.0 / 22.0)
-  go = pc.compare(cells, cfg, "go", "hdp", 10.0)
+  go = pr.compare(cells, cfg, "go", "hdp", 10.0)
   assert go["families"]["A"]["gmean_ratio"] == pytest.approx(8.0 / 8.4)
   assert go["families"]["A"]["a_ahead"] == 1 and go["families"]["B"]["b_ahead"] == 1
-  oom = pc.compare(cells, cfg, "go", "hdp", 5.0)  # GO out of memory on g2 at 5 s
+  oom = pr.compare(cells, cfg, "go", "hdp", 5.0)  # GO out of memory on g2 at 5 s
   assert oom["per_instance"][1]["ahead"] == "hdp" and oom["per_instance"][1]["ratio"] is None
-  claim = pc.placeto_claim(cells, cfg)  # g2 is a graph Placeto trained on: skipped
+  claim = pr.placeto_claim(cells, cfg)  # g2 is a graph Placeto trained on: skipped
   assert claim["instances"] == 1 and claim["holds"] == 1
   assert claim["per_instance"][0]["ratio"] == pytest.approx(8.5 / 8.0)
-  conv = pc.convergence_claim(cells, cfg)
+  conv = pr.convergence_claim(cells, cfg)
   g1, g2 = conv["per_instance"]
   assert g1["hdp_seconds"] == 9.0 and g1["go_seconds"] == 2.0 and g1["speedup"] == 4.5
   assert g2["go_seconds"] is None and g2["speedup"] is None  # GO never reached 22
   assert conv["reached"] == 1 and conv["at_least_15x"] == 0
-  table = pc.summarize(cfg, cells)
+  table = pr.summarize(cfg, cells)
   assert table["at"]["5"][pc.cell_key("g1", "t", "")] == {
       "heft": "x1.000", "go": "x0.800", "placeto": "x0.800", "hdp": "-"}
   assert table["at"]["5"][pc.cell_key("g2", "t", "")]["go"] == "OOM"
@@ -97,7 +98,7 @@ def test_claims_compare_at_equal_time_and_per_family():
   assert over["go"]["ahead_of_best_classic"] == 1 and over["go"]["instances"] == 2
   over5 = table["overview"]["5"]["go"]  # out of memory on g2 at 5 s: not counted
   assert over5["instances"] == 1 and over5["missing"] == 1
-  text = pc.markdown(cfg, table)
+  text = pr.markdown(cfg, table)
   assert "within 10% on 1 of 1" in text and "go vs hdp after 10 s" in text
   assert "x1.250*" in text  # Placeto trained on g2: starred
 
@@ -122,10 +123,16 @@ def test_configs_mark_the_graphs_each_checkpoint_trained_on():
   assert full["seconds"] == [30.0, 120.0, 600.0] and full["compare_at"] == 120.0
   assert set(full["learned"]) == {"go", "gdp", "placeto", "hdp"}
   assert full["seen"]["go"] == ["pipedream:gnmt_large"]
-  assert full["seen"]["placeto"] == ["pipedream:inception_v3"]
+  assert set(full["seen"]["placeto"]) == {"pipedream:resnet50", "pipedream:inception_v3"}
   assert set(full["families"]) == set(full["graphs"])
   quick = pc.as_settings(learned_placers.get_config("quick"))
   assert len({quick["families"][g] for g in quick["graphs"]}) == len(quick["graphs"])
+  heldout = pc.as_settings(learned_placers.get_config("heldout"))
+  assert heldout["topologies"] == quick["topologies"] and heldout["seconds"] == quick["seconds"]
+  assert not set(heldout["graphs"]) & set(quick["graphs"])
+  # quick + heldout cover every held-out graph of the transfer benchmark, none seen in training
+  assert set(pretrain.HELD_OUT) <= set(quick["graphs"]) | set(heldout["graphs"])
+  assert not heldout["seen"]["go"] and heldout["seen"]["placeto"] == ["pipedream:resnet50"]
   with pytest.raises(ValueError, match="unknown argument"):
     learned_placers.get_config("huge")
 

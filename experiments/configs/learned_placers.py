@@ -15,21 +15,26 @@ anytime curve); loading, compiling and the zero-shot pass count toward the time,
 cell starts with cold JAX caches.
 
 Graphs (`GRAPHS`): the transfer benchmark's held-out graphs (experiments/configs/pretrain.py:
-PipeDream VGG-16 and ResNet-101, zoo BERT and WaveNet) and the families the Placeto paper used
-(NMT: PipeDream GNMT-large; Inception: PipeDream Inception-v3; NASNet: PipeDream NASNet-A
-large), plus one random layered DAG. (The zoo's GNMT-4 at its default size is no instance: one
-op group of it, coarsened to 512 ops, needs 33.9 GB of temporaries, more than a 32 GB V100
-holds, so every placement is out of memory.) `SEEN` marks a graph a method's checkpoint trained
-on (the same model, at any coarsening): GO and GDP trained on GNMT-large, Placeto on
-Inception-v3; the tables star those cells and the Placeto claim skips them. Topologies: 2, 4 and
-8 NVLink V100s with their full memory and with 0.6x of the graph's single-device footprint per
-device.
+PipeDream VGG-16, ResNet-50 and ResNet-101, zoo BERT and WaveNet) and the families the Placeto
+paper used (NMT: PipeDream GNMT-large; Inception: PipeDream Inception-v3; NASNet: PipeDream
+NASNet-A large), plus one random layered DAG. (The zoo's GNMT-4 at its default size is no
+instance: one op group of it, coarsened to 512 ops, needs 33.9 GB of temporaries, more than a
+32 GB V100 holds, so every placement is out of memory.) `seen` marks a graph a method's
+checkpoint trained on (the same model, at any coarsening): GO and GDP trained on GNMT-large,
+Placeto on Inception-v3 and ResNet-50; the tables star those cells and the Placeto claim skips
+them. Topologies: 2, 4 and 8 NVLink V100s with their full memory and with 0.6x of the graph's
+single-device footprint per device.
 
-The full grid is 8 graphs x 6 topologies x 8 methods, about 33 hours of one core (48 instances x
-4 learned methods x 600 s, a cluster's job: shard it over processes with --config.shard); "quick" is the subset run on the 2-core CPU machine for BENCHMARKS.md (5 graphs, one
-per family, on nvlink2, nvlink4 at 0.6x memory and nvlink8; 30 and 120 s), "long" its 600 s
-companion (NASNet-A large and ResNet-101 on nvlink4 at 0.6x memory), "tiny" a CI-sized
-run (two small graphs, nvlink2, a few seconds per method).
+The full grid is 9 graphs x 6 topologies x 8 methods, about 36 hours of one core (54 instances x
+4 learned methods x 600 s, a cluster's job: shard it over processes with --config.shard).
+Subsets run on the 2-core CPU machine for BENCHMARKS.md:
+- "quick": 5 graphs, one per family, on nvlink2, nvlink4 at 0.6x memory and nvlink8; 30 and
+  120 s;
+- "heldout": the same settings on more held-out graphs (PipeDream VGG-16 and ResNet-50, which
+  with quick's Inception-v3 and ResNet-101 make up the transfer benchmark's
+  `pretrain.HELD_OUT`, and zoo WaveNet);
+- "long": the 600 s companion (NASNet-A large and ResNet-101 on nvlink4 at 0.6x memory);
+- "tiny": a CI-sized run (two small graphs, nvlink2, a few seconds per method).
 """
 
 import ml_collections
@@ -38,6 +43,7 @@ from experiments.configs import pretrain, pretrain_placeto
 
 FAMILIES = {
     "pipedream:gnmt_large": "NMT",
+    "pipedream:resnet50": "ResNet",
     "pipedream:inception_v3": "Inception",
     "pipedream:nasnetalarge,coarsen=256": "NASNet",
     "pipedream:resnet101": "ResNet",
@@ -55,6 +61,8 @@ QUICK_GRAPHS = ("pipedream:gnmt_large", "pipedream:inception_v3",
 QUICK_TOPOLOGIES = ("nvlink2", "nvlink4@mem=0.6x", "nvlink8")
 LONG_GRAPHS = ("pipedream:nasnetalarge,coarsen=256", "pipedream:resnet101")
 LONG_TOPOLOGIES = ("nvlink4@mem=0.6x",)
+# Held-out graphs that QUICK_GRAPHS leaves out: the rest of pretrain.HELD_OUT, and WaveNet.
+HELDOUT_GRAPHS = ("pipedream:vgg16", "pipedream:resnet50", "zoo:wavenet_2x18,coarsen=512")
 CLASSIC = ("heft", "m_sct", "metis", "brkga")
 LEARNED = ("go", "gdp", "placeto", "hdp")
 
@@ -72,15 +80,17 @@ def seen(graphs, trained) -> tuple:
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   arg = (arg or "").strip()
-  if arg not in ("", "quick", "long", "tiny"):
+  if arg not in ("", "quick", "long", "heldout", "tiny"):
     raise ValueError(f"learned_placers.py: unknown argument {arg!r}; give '', 'quick', "
-                     "'long' or 'tiny'")
+                     "'long', 'heldout' or 'tiny'")
   c = ml_collections.ConfigDict()
   c.graphs = GRAPHS
   c.topologies = TOPOLOGIES
   c.seconds = (30.0, 120.0, 600.0)
   if arg == "quick":
     c.graphs, c.topologies, c.seconds = QUICK_GRAPHS, QUICK_TOPOLOGIES, (30.0, 120.0)
+  if arg == "heldout":
+    c.graphs, c.topologies, c.seconds = HELDOUT_GRAPHS, QUICK_TOPOLOGIES, (30.0, 120.0)
   if arg == "long":
     c.graphs, c.topologies = LONG_GRAPHS, LONG_TOPOLOGIES
   c.families = {g: FAMILIES[g] for g in c.graphs}
