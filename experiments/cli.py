@@ -309,3 +309,19 @@ def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dic
     raise ValueError(f"{path}: made with other settings (differing: {diff}); use another --out "
                      "or the same settings")
   return old
+
+
+def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_file: str,
+                        out: str, json_name: str, md_name: str) -> None:
+  """The body of a resumable table launcher (learned_placers, regal_table): runs
+  `run_fn(config, out, log=...)` with progress on stderr, turns a ValueError (bad config
+  field, unusable results file) into a one-line usage error naming the config file, then
+  prints the markdown and what was written."""
+  try:
+    result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True))
+  except ValueError as e:
+    raise app.UsageError(f"--config={config_file}: {one_line(e)}") from e
+  print(result["markdown"])
+  print(f"wrote {os.path.join(out, json_name)} ({result['computed']} cells run, "
+        f"{result['skipped']} resumed), {os.path.join(out, md_name)}"
+        + (f", {result['plot']}" if result.get("plot") else ""))

@@ -16,8 +16,6 @@ one-line error, exit 1.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Sequence
 
 from absl import app, flags
@@ -38,16 +36,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   out = cli.check_out(FLAGS.out)
-  config_file = FLAGS["config"].config_filename
-  try:
-    result = run_comparison(_CONFIG.value, out,
-                            log=lambda s: print(s, file=sys.stderr, flush=True))
-  except ValueError as e:
-    raise app.UsageError(f"--config={config_file}: {cli.one_line(e)}") from e
-  print(result["markdown"])
-  print(f"wrote {os.path.join(out, JSON_NAME)} ({result['computed']} cells run, "
-        f"{result['skipped']} resumed), {os.path.join(out, MD_NAME)}"
-        + (f", {result['plot']}" if result.get("plot") else ""))
+  cli.run_resumable_table(run_comparison, _CONFIG.value, FLAGS["config"].config_filename, out,
+                          JSON_NAME, MD_NAME)
 
 
 def run():

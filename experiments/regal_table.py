@@ -14,8 +14,6 @@ method, missing dataset, bad field) is a one-line error, exit 1.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Sequence
 
 from absl import app, flags
@@ -41,16 +39,8 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.compilation_cache:
     import jax  # pylint: disable=g-import-not-at-top
     jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
-  config_file = FLAGS["config"].config_filename
-  try:
-    result = run_table(_CONFIG.value, out,
-                       log=lambda s: print(s, file=sys.stderr, flush=True))
-  except ValueError as e:
-    raise app.UsageError(f"--config={config_file}: {cli.one_line(e)}") from e
-  print(result["markdown"])
-  print(f"wrote {os.path.join(out, JSON_NAME)} ({result['computed']} cells run, "
-        f"{result['skipped']} resumed), {os.path.join(out, MD_NAME)}"
-        + (f", {result['plot']}" if result.get("plot") else ""))
+  cli.run_resumable_table(run_table, _CONFIG.value, FLAGS["config"].config_filename, out,
+                          JSON_NAME, MD_NAME)
 
 
 def run():

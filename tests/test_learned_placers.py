@@ -4,6 +4,8 @@ run with Placeto and HDP that resumes and shares its folder between two shards."
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +13,8 @@ from experiments import placer_comparison as pc
 from experiments import placer_report as pr
 from experiments.configs import learned_placers, pretrain
 from go_jax import methods
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_anytime_curve_keeps_the_improvements_in_time_order():
@@ -163,3 +167,20 @@ def test_tiny_run_shards_resumes_and_reports(tmp_path):
   other = dict(cfg.to_dict(), objective="peak_memory")
   with pytest.raises(ValueError, match="other settings"):
     pc.run_comparison(other, str(tmp_path), log=logs.append)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("--config.shard=2/2", "config.shard"),
+    ("--config.learned=('brkga',)", "no time option"),
+])
+def test_launcher_bad_config_is_one_line(tmp_path, override, match):
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.learned_placers",
+       "--config=experiments/configs/learned_placers.py:tiny", override,
+       f"--out={tmp_path / 'out'}"], cwd=REPO, capture_output=True, text=True,
+      env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
+  assert proc.returncode != 0
+  err = proc.stderr.strip().splitlines()
+  assert len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
+  assert "learned_placers.py" in err[0] and match in err[0], err[0]
+  assert not os.path.exists(tmp_path / "out" / pc.JSON_NAME)
