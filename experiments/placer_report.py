@@ -9,7 +9,7 @@ later); a classic method, run once to completion, counts at every t from its own
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -61,6 +61,25 @@ def within_seconds(row: Optional[Mapping[str, Any]], within: float) -> Optional[
 # ------------------------------------------------------------------ the summary
 def _gmean(xs: Sequence[float]) -> Optional[float]:
   return float(np.exp(np.mean(np.log(xs)))) if xs else None
+
+
+def scale(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], graph: str,
+          topology: str) -> Tuple[Optional[float], str]:
+  """What an instance's objectives are divided by in the tables and the plot, and its name:
+  the reference method's objective, or, where the reference is out of memory (its objective
+  is then a penalty, not a time), the best feasible classic method's; (None, reference) if
+  neither exists."""
+  ref = cells.get(cell_key(graph, topology, cfg["reference"]))
+  if ref is not None and "error" not in ref and feasible_value(ref, ref["objective"]):
+    return float(ref["objective"]), cfg["reference"]
+  best: Tuple[Optional[float], str] = (None, cfg["reference"])
+  for m in cfg["classic"]:
+    row = cells.get(cell_key(graph, topology, m))
+    if row is None or "error" in row or not feasible_value(row, row["objective"]):
+      continue
+    if best[0] is None or row["objective"] < best[0]:
+      best = (float(row["objective"]), m)
+  return best
 
 
 def compare(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], a: str, b: str,
@@ -168,14 +187,17 @@ def summarize(cfg: Mapping[str, Any], cells: Mapping[str, Mapping]) -> Dict[str,
   names = list(cfg["classic"]) + list(cfg["learned"])
   instances = [(g, t) for g in cfg["graphs"] for t in cfg["topologies"]]
   at: Dict[str, Dict[str, Dict[str, Optional[float]]]] = {}
+  scales = {(g, topo): scale(cells, cfg, g, topo) for g, topo in instances}
   for secs in cfg["seconds"]:
     table = {}
     for g, topo in instances:
-      ref = cells.get(cell_key(g, topo, cfg["reference"]))
-      ref_value = None if ref is None or "error" in ref else float(ref["objective"])
       table[cell_key(g, topo, "")] = {
-          m: _ratio_text(cells.get(cell_key(g, topo, m)), secs, ref_value) for m in names}
+          m: _ratio_text(cells.get(cell_key(g, topo, m)), secs, scales[(g, topo)][0])
+          for m in names}
     at[f"{secs:g}"] = table
+  # instances whose ratios are to another method than the reference (it is out of memory)
+  scaled_by = {cell_key(g, topo, ""): name for (g, topo), (_, name) in scales.items()
+               if name != cfg["reference"]}
   final = {cell_key(g, topo, ""): {m: _final_text(cells.get(cell_key(g, topo, m)),
                                                   float(cfg["within"])) for m in names}
            for g, topo in instances}
@@ -189,7 +211,7 @@ def summarize(cfg: Mapping[str, Any], cells: Mapping[str, Mapping]) -> Dict[str,
                      if a in learned and b in learned]
   if cfg["go"] in learned and cfg["hdp"] in learned:
     claims["go_vs_hdp_convergence"] = convergence_claim(cells, cfg)
-  return {"at": at, "final": final, "claims": claims,
+  return {"at": at, "scaled_by": scaled_by, "final": final, "claims": claims,
           "overview": {f"{t:g}": overview(cells, cfg, t) for t in cfg["seconds"]}}
 
 
@@ -228,17 +250,20 @@ def markdown(cfg: Mapping[str, Any], table: Mapping[str, Any]) -> str:
   seen = {m: set(v) for m, v in cfg["seen"].items()}
   head = ["graph", "topology"] + names
   lines = []
-  def grid(rows: Mapping[str, Mapping[str, str]]):
+  scaled_by = table.get("scaled_by", {})
+  def grid(rows: Mapping[str, Mapping[str, str]], ratios: bool = False):
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * 2 + "---:|" * len(names))
     for key, vals in rows.items():
       g, topo, _ = key.split(" | ")
       cells = [vals[m] + ("*" if g in seen.get(m, ()) else "") for m in names]
-      lines.append(f"| {g} | {topo} | " + " | ".join(cells) + " |")
+      note = f" (/ {scaled_by[key]}'s)" if ratios and key in scaled_by else ""
+      lines.append(f"| {g} | {topo}{note} | " + " | ".join(cells) + " |")
   for secs, rows in table["at"].items():
-    lines.append(f"\n**After {secs} s of search** (objective / {cfg['reference']}'s; "
-                 "'-': no answer yet; OOM: out of memory; *: the method trained on the graph)\n")
-    grid(rows)
+    lines.append(f"\n**After {secs} s of search** (objective / {cfg['reference']}'s, or / the "
+                 f"best classic method's where {cfg['reference']} is out of memory; '-': no "
+                 "answer yet; OOM: out of memory; *: the method trained on the graph)\n")
+    grid(rows, ratios=True)
   lines.append(f"\n**Geometric means over instances** (objective / {cfg['reference']}'s, / the "
                "best classic method's; instances where the method was ahead of every classic "
                "one; over those where it had a feasible answer)\n")
@@ -279,7 +304,8 @@ def markdown(cfg: Mapping[str, Any], table: Mapping[str, Any]) -> str:
 
 def plot(cfg: Mapping[str, Any], cells: Mapping[str, Mapping], path: str) -> str:
   """convergence.png: one panel per instance, best objective / reference over wall time (log
-  scale); out-of-memory stretches of a curve are not drawn."""
+  scale; / the best classic method where the reference is out of memory, as in the tables);
+  out-of-memory stretches of a curve are not drawn."""
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   from go_jax import plotting  # pylint: disable=g-import-not-at-top
   instances = [(g, t) for g in cfg["graphs"] for t in cfg["topologies"]]
@@ -289,13 +315,13 @@ def plot(cfg: Mapping[str, Any], cells: Mapping[str, Mapping], path: str) -> str
   markers = "osD^v<>"
   for k, (g, topo) in enumerate(instances):
     ax = fig.add_subplot(rows, cols, k + 1)
-    ref = cells.get(cell_key(g, topo, cfg["reference"]))
-    scale = float(ref["objective"]) if ref and "error" not in ref else 1.0
+    value, by = scale(cells, cfg, g, topo)
+    value = value or 1.0
     for m in cfg["learned"]:
       row = cells.get(cell_key(g, topo, m))
       if row is None or "error" in row:
         continue
-      pts = [(s, v / scale if feasible_value(row, v) else np.nan) for s, v in row["curve"]]
+      pts = [(s, v / value if feasible_value(row, v) else np.nan) for s, v in row["curve"]]
       end = max(float(row["budget_seconds"] or 0.0), pts[-1][0])
       xs = [s for s, _ in pts] + [end]
       ys = [v for _, v in pts] + [pts[-1][1]]
@@ -304,12 +330,12 @@ def plot(cfg: Mapping[str, Any], cells: Mapping[str, Mapping], path: str) -> str
       row = cells.get(cell_key(g, topo, m))
       if row is None or "error" in row or not feasible_value(row, row["objective"]):
         continue
-      ax.plot([max(row["seconds"], 1e-2)], [row["objective"] / scale],
+      ax.plot([max(row["seconds"], 1e-2)], [row["objective"] / value],
               markers[i % len(markers)], color="k", fillstyle="none", label=m)
     ax.set_xscale("log")
     ax.set_title(f"{g}\n{topo}", fontsize=8)
     ax.set_xlabel("search seconds", fontsize=8)
-    ax.set_ylabel(f"objective / {cfg['reference']}", fontsize=8)
+    ax.set_ylabel(f"objective / {by}", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     if k == 0:

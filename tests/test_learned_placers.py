@@ -107,6 +107,27 @@ def test_claims_compare_at_equal_time_and_per_family():
   assert "x1.250*" in text  # Placeto trained on g2: starred
 
 
+def test_ratios_fall_back_to_the_best_feasible_classic_where_the_reference_is_oom(tmp_path):
+  cfg = _cfg(classic=["heft", "metis", "brkga"])
+  cells = _cells()
+  k = pc.cell_key
+  cells[k("g1", "t", "heft")] = _classic(150.0, 1.0)  # over the upper bound 100: out of memory
+  cells[k("g1", "t", "metis")] = _classic(16.0, 1.0)
+  cells[k("g1", "t", "brkga")] = _classic(12.0, 3.0)
+  cells[k("g2", "t", "metis")] = _classic(25.0, 1.0)
+  cells[k("g2", "t", "brkga")] = {"error": "boom"}
+  assert pr.scale(cells, cfg, "g1", "t") == (12.0, "brkga")
+  assert pr.scale(cells, cfg, "g2", "t") == (20.0, "heft")
+  table = pr.summarize(cfg, cells)
+  g1 = table["at"]["10"][k("g1", "t", "")]
+  assert g1["heft"] == "OOM" and g1["brkga"] == "x1.000" and g1["go"] == f"x{8 / 12:.3f}"
+  assert table["scaled_by"] == {k("g1", "t", ""): "brkga"}
+  text = pr.markdown(cfg, table)
+  assert "| g1 | t (/ brkga's) |" in text and "| g2 | t |" in text
+  # the plot divides by the same numbers (it is written; its axes are not read back here)
+  assert os.path.isfile(pr.plot(cfg, cells, str(tmp_path / "c.png")))
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("learned", ("heft",), "distinct method names"),
     ("learned", ("brkga",), "no time option"),
