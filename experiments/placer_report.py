@@ -155,12 +155,14 @@ def convergence_claim(cells: Mapping[str, Mapping], cfg: Mapping[str, Any]) -> D
 
 def overview(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], t: float
              ) -> Dict[str, Dict[str, Any]]:
-  """Per method after `t` seconds, over the instances where it had a feasible answer and every
-  classic method ran: the geometric mean of objective / reference and of objective / the best
-  classic method's, and on how many instances it beat the best classic method."""
+  """Per method after `t` seconds, over the instances where every classic method ran and the
+  method and at least one classic method had a feasible answer: the geometric mean of
+  objective / the best classic method's and on how many instances it beat that; the geometric
+  mean of objective / the reference's over those of them where the reference fits in memory
+  (`reference_oom` counts the others)."""
   out = {}
   for m in list(cfg["classic"]) + list(cfg["learned"]):
-    to_ref, to_best, ahead, missing = [], [], 0, 0
+    to_ref, to_best, ahead, missing, ref_oom = [], [], 0, 0, 0
     for g in cfg["graphs"]:
       for topo in cfg["topologies"]:
         classic = [cells.get(cell_key(g, topo, c)) for c in cfg["classic"]]
@@ -169,16 +171,19 @@ def overview(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], t: float
         row = cells.get(cell_key(g, topo, m))
         v = value_at(row, t)
         feasible = [float(r["objective"]) for r in classic if feasible_value(r, r["objective"])]
-        ref = classic[list(cfg["classic"]).index(cfg["reference"])]
-        if not feasible_value(row, v) or not feasible or not feasible_value(ref,
-                                                                             ref["objective"]):
+        if not feasible_value(row, v) or not feasible:
           missing += 1
           continue
-        to_ref.append(v / float(ref["objective"]))
         to_best.append(v / min(feasible))
         ahead += v < min(feasible)
+        ref = classic[list(cfg["classic"]).index(cfg["reference"])]
+        if feasible_value(ref, ref["objective"]):
+          to_ref.append(v / float(ref["objective"]))
+        else:
+          ref_oom += 1
     out[m] = {"gmean_to_reference": _gmean(to_ref), "gmean_to_best_classic": _gmean(to_best),
-              "ahead_of_best_classic": ahead, "instances": len(to_ref), "missing": missing}
+              "ahead_of_best_classic": ahead, "instances": len(to_best), "missing": missing,
+              "reference_oom": ref_oom}
   return out
 
 
@@ -266,7 +271,8 @@ def markdown(cfg: Mapping[str, Any], table: Mapping[str, Any]) -> str:
     grid(rows, ratios=True)
   lines.append(f"\n**Geometric means over instances** (objective / {cfg['reference']}'s, / the "
                "best classic method's; instances where the method was ahead of every classic "
-               "one; over those where it had a feasible answer)\n")
+               "one; over those where it had a feasible answer, the first mean over those "
+               f"where {cfg['reference']} fits in memory too)\n")
   lines.append("| method | " + " | ".join(f"after {t} s" for t in table["overview"]) + " |")
   lines.append("|---|" + "---:|" * len(table["overview"]))
   for m in names:
@@ -275,7 +281,9 @@ def markdown(cfg: Mapping[str, Any], table: Mapping[str, Any]) -> str:
       o = per[m]
       vals.append(f"{_num(o['gmean_to_reference'])} / {_num(o['gmean_to_best_classic'])} "
                   f"({o['ahead_of_best_classic']}/{o['instances']} ahead"
-                  + (f", {o['missing']} without" if o["missing"] else "") + ")")
+                  + (f", {o['missing']} without" if o["missing"] else "")
+                  + (f"; {cfg['reference']} OOM on {o['reference_oom']}"
+                     if o.get("reference_oom") else "") + ")")
     lines.append(f"| {m} | " + " | ".join(vals) + " |")
   lines.append(f"\n**Final objective (seconds to within {100 * cfg['within']:g}% of it)**\n")
   grid(table["final"])

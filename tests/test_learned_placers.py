@@ -122,8 +122,14 @@ def test_ratios_fall_back_to_the_best_feasible_classic_where_the_reference_is_oo
   g1 = table["at"]["10"][k("g1", "t", "")]
   assert g1["heft"] == "OOM" and g1["brkga"] == "x1.000" and g1["go"] == f"x{8 / 12:.3f}"
   assert table["scaled_by"] == {k("g1", "t", ""): "brkga"}
+  # g1 counts against the best classic, not against HEFT; g2 (a classic cell failed) not at all
+  over = table["overview"]["10"]["go"]
+  assert over["instances"] == 1 and over["reference_oom"] == 1 and over["missing"] == 0
+  assert over["gmean_to_best_classic"] == pytest.approx(8 / 12)
+  assert over["gmean_to_reference"] is None and over["ahead_of_best_classic"] == 1
   text = pr.markdown(cfg, table)
   assert "| g1 | t (/ brkga's) |" in text and "| g2 | t |" in text
+  assert "heft OOM on 1" in text
   # the plot divides by the same numbers (it is written; its axes are not read back here)
   assert os.path.isfile(pr.plot(cfg, cells, str(tmp_path / "c.png")))
 
