@@ -89,9 +89,13 @@ def metis(problem: Problem, config) -> Proposal:
     tpwgts = None
     if config["speed_weights"] and np.ptp(topo.speed) > 0:
       frac = topo.speed[by_speed] / topo.speed.sum()  # part p is meant for the p-th fastest
-      tpwgts = (frac / frac.sum() * (1 - 1e-6)).tolist()
+      tpwgts = (frac / frac.sum()).tolist()  # pymetis >= 2025 warns unless they sum to 1
     opts = pymetis.Options(seed=int(config["seed"]) + int(problem.seed), ufactor=ufactor)
-    _, parts = pymetis.part_graph(d, xadj=xadj, adjncy=adjncy, vweights=_scaled(cost).tolist(),
+    if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025 deprecates the xadj/adjncy keywords
+      graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
+    else:
+      graph = {"xadj": xadj, "adjncy": adjncy}
+    _, parts = pymetis.part_graph(d, **graph, vweights=_scaled(cost).tolist(),
                                   eweights=ew or None, tpwgts=tpwgts, options=opts)
     part = np.asarray(parts, np.int64)
     note = "metis"
