@@ -117,7 +117,7 @@ def launchers():
   return [f for f in python_files("experiments") if is_launcher(f)]
 
 
-def test_files():
+def unit_test_files():
   return [f for f in python_files("tests") if os.path.basename(f).startswith("test_")]
 
 
@@ -167,7 +167,7 @@ def test_targets_list_only_existing_files(targets):
 
 def test_every_test_file_has_its_own_py_test(targets):
   problems = []
-  for f in test_files():
+  for f in unit_test_files():
     name = os.path.splitext(os.path.basename(f))[0]
     t = targets.get(name)
     if t is None or t.rule != "py_test":
@@ -182,7 +182,7 @@ def test_every_test_file_has_its_own_py_test(targets):
     if t.kwargs.get("main", f) != f:
       problems.append(f"{f}: py_test '{name}' has main = {t.kwargs['main']!r}")
   listed = {f for t in targets.values() if t.rule == "py_test" for f in t.kwargs.get("srcs", [])}
-  tests = set(test_files())
+  tests = set(unit_test_files())
   for f in python_files("tests"):
     if f not in tests and f not in listed:
       problems.append(f"{f}: helper module in no py_test's srcs (add it to the py_tests that "
@@ -192,7 +192,7 @@ def test_every_test_file_has_its_own_py_test(targets):
 
 def test_py_tests_are_test_files(targets):
   """A py_test without its tests/test_*.py (renamed or deleted test file) is stale."""
-  stems = {os.path.splitext(os.path.basename(f))[0] for f in test_files()}
+  stems = {os.path.splitext(os.path.basename(f))[0] for f in unit_test_files()}
   stale = [f"py_test '{t.name}' (no tests/{t.name}.py)" for t in targets.values()
            if t.rule == "py_test" and t.name not in stems]
   assert not stale, "BUILD has stale tests:\n  " + "\n  ".join(stale) + f"\n{HINT}"
@@ -262,7 +262,7 @@ def test_tests_that_import_a_launcher_depend_on_it(targets):
   binary_of = {os.path.splitext(os.path.basename(t.kwargs["main"]))[0]: t.name
                for t in targets.values() if t.rule == "py_binary" and "main" in t.kwargs}
   problems = []
-  for f in test_files():
+  for f in unit_test_files():
     t = targets.get(os.path.splitext(os.path.basename(f))[0])
     if t is None:
       continue  # reported by test_every_test_file_has_its_own_py_test
