@@ -1,0 +1,69 @@
+"""The local machine as a topology (simulator/costmodel/topology_calibration.py, issue 17 part 2):
+the link fit on known lines, and `go-jax-calibrate --topology` on two CPU devices writing a
+file that the topology reader and a placement method accept."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from go_jax import methods
+from simulator import sources, topology_file
+from simulator.costmodel import topology_calibration as tc
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _launch(*args, timeout=180):
+  return subprocess.run([sys.executable, "-m", "experiments.calibrate_cost_model", *args],
+                        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+
+
+def test_fit_link_recovers_a_known_line():
+  sizes = [4e3, 2.6e5, 2e6, 8e6]
+  lat, bw = 20e-6, 5e9
+  got = tc.fit_link(sizes, [lat + s / bw for s in sizes])
+  assert got == pytest.approx((lat, bw), rel=1e-9)
+
+
+def test_fit_link_clamps_a_negative_latency_and_refuses_no_slope():
+  sizes = [1e3, 1e6, 2e6]
+  lat, bw = tc.fit_link(sizes, [0.0, 1e-3 + 1e-5, 2e-3 + 1e-5])  # line through -ish origin
+  assert lat >= 0 and bw == pytest.approx(1e9, rel=0.02)
+  with pytest.raises(ValueError, match="do not grow with the size"):
+    tc.fit_link(sizes, [3e-3, 2e-3, 1e-3])
+  with pytest.raises(ValueError, match="two or more distinct sizes"):
+    tc.fit_link([1e3, 1e3], [1e-6, 2e-6])
+
+
+def test_calibrate_topology_on_two_cpu_devices(tmp_path):
+  path = tmp_path / "local.json"
+  proc = _launch(f"--topology={path}", "--cpu_devices=2", "--quick", "--noprogress")
+  assert proc.returncode == 0, proc.stderr
+  assert f"wrote {path}" in proc.stdout and "cpu0 -> cpu1" in proc.stdout
+  topo = topology_file.from_json(str(path))
+  assert topo.num_devices == 2 and topo.speed[0] == 1.0 and topo.speed[1] > 0
+  assert np.all(topo.overhead == 0)  # the calibrated op costs carry the launch overhead
+  assert np.all(np.isfinite(topo.mem_capacity)) and np.all(topo.mem_capacity > 0)
+  off = ~np.eye(2, dtype=bool)
+  assert np.all(np.isfinite(topo.bandwidth[off])) and np.all(topo.bandwidth[off] > 0)
+  assert np.all(topo.latency[off] >= 0)
+  # usable as any topology: a placement method runs on it and fits in its memory
+  graph = sources.load_graph("layered:n=24,width=4,seed=0")
+  sol = methods.solve("heft", graph, topo)
+  assert sol.feasible and sol.placement.shape == (graph.num_nodes,)
+
+
+def test_bad_flags_are_one_line(tmp_path):
+  proc = _launch("--cpu_devices=2")
+  assert proc.returncode != 0 and "--cpu_devices is for --topology" in proc.stderr
+  assert "Traceback" not in proc.stderr
+  proc = _launch(f"--topology={tmp_path / 't.json'}", f"--out={tmp_path / 'c.json'}")
+  assert proc.returncode != 0 and "--topology names the file" in proc.stderr
+  assert not os.path.exists(tmp_path / "t.json")
+  proc = _launch(f"--topology={tmp_path / 't.json'}", "--backend=nosuchbackend")
+  assert proc.returncode != 0 and "--backend=nosuchbackend" in proc.stderr
+  assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
