@@ -91,7 +91,7 @@ def _measure_topology() -> None:
          ) if FLAGS.progress else None
   topo, report = tc.measure_topology(
       devices, sizes=tc.QUICK_SIZES if FLAGS.quick else tc.DEFAULT_SIZES,
-      repeats=FLAGS.repeats or (3 if FLAGS.quick else 7), progress=say)
+      repeats=FLAGS.repeats or (3 if FLAGS.quick else 15), progress=say)
   topology_file.to_json(topo, FLAGS.topology, name="local",
                         description=f"measured by go-jax-calibrate --topology on "
                         f"{len(report['device_names'])} {report['backend']} device(s)",
@@ -102,8 +102,10 @@ def _measure_topology() -> None:
     print(f"{n:<8} {topo.speed[i]:7.3f} {report['flops_per_second'][i] / 1e9:8.1f} "
           f"{topo.mem_capacity[i] / 1e9:10.1f}")
   for link in report["links"]:
+    worst = max(abs(e) for e in link["fit_relative_error"])
     print(f"{link['src']} -> {link['dst']}: latency {link['latency'] * 1e6:.1f} us, "
-          f"bandwidth {link['bandwidth'] / 1e9:.2f} GB/s")
+          f"bandwidth {link['bandwidth'] / 1e9:.2f} GB/s (the fit is within {100 * worst:.0f}% "
+          f"of each measured size, {link['bytes'][0]}-{link['bytes'][-1]} bytes)")
   print(f"wrote {FLAGS.topology}")
 
 

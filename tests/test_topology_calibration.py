@@ -29,14 +29,19 @@ def test_fit_link_recovers_a_known_line():
   assert got == pytest.approx((lat, bw), rel=1e-9)
 
 
-def test_fit_link_clamps_a_negative_latency_and_refuses_no_slope():
+def test_fit_link_passes_through_the_smallest_copy_and_fits_the_slope():
   sizes = [1e3, 1e6, 2e6]
-  lat, bw = tc.fit_link(sizes, [0.0, 1e-3 + 1e-5, 2e-3 + 1e-5])  # line through -ish origin
-  assert lat >= 0 and bw == pytest.approx(1e9, rel=0.02)
+  # the large copies are off the line through the small one: the slope follows them
+  lat, bw = tc.fit_link(sizes, [10e-6, 10e-6 + 2e-3, 10e-6 + 4e-3])
+  assert lat == pytest.approx(10e-6 - 1e3 / bw) and bw == pytest.approx(0.5e9, rel=1e-3)
+  lat, bw = tc.fit_link(sizes, [1e-9, 1e-3, 2e-3])  # intercept below 0: clamped
+  assert lat == 0.0 and bw == pytest.approx(1e9, rel=1e-3)
   with pytest.raises(ValueError, match="do not grow with the size"):
     tc.fit_link(sizes, [3e-3, 2e-3, 1e-3])
   with pytest.raises(ValueError, match="two or more distinct sizes"):
     tc.fit_link([1e3, 1e3], [1e-6, 2e-6])
+  with pytest.raises(ValueError, match="must be > 0"):
+    tc.fit_link(sizes, [0.0, 1e-3, 2e-3])
 
 
 def test_calibrate_topology_on_two_cpu_devices(tmp_path):
@@ -46,6 +51,7 @@ def test_calibrate_topology_on_two_cpu_devices(tmp_path):
   assert f"wrote {path}" in proc.stdout and "cpu0 -> cpu1" in proc.stdout
   topo = topology_file.from_json(str(path))
   assert topo.num_devices == 2 and topo.speed[0] == 1.0 and topo.speed[1] > 0
+  assert "the fit is within" in proc.stdout  # each link says how far its line is off
   assert np.all(topo.overhead == 0)  # the calibrated op costs carry the launch overhead
   assert np.all(np.isfinite(topo.mem_capacity)) and np.all(topo.mem_capacity > 0)
   off = ~np.eye(2, dtype=bool)

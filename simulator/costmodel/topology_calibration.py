@@ -6,7 +6,8 @@ latency and bandwidth of every device-to-device copy, measured on the JAX device
 
 What is measured, per the simulator's section-4 semantics (docs/topology.md, "The local machine
 as a topology"):
-- `speed`: a jitted float32 matmul's FLOP/s on each device, relative to the first device. Graph
+- `speed`: a jitted float32 matmul's FLOP/s on each device (its fastest of at least 5 rounds,
+  the devices timed round-robin), relative to the first device. Graph
   costs from the local calibration (`go-jax-calibrate`) are seconds on that backend's devices,
   so the first device runs them at speed 1 and a slower or faster device proportionally.
 - `overhead`: 0. The calibrated cost model already puts each op's launch overhead in its cost;
@@ -16,9 +17,12 @@ as a topology"):
   it; CPU devices do not, so the host's physical memory divided by the local CPU devices that
   share it.
 - `latency`, `bandwidth` per ordered pair (i, j): `jax.device_put` of a device-i array to device
-  j, timed (median of `repeats`) at several sizes, then the least-squares line
-  time = latency + bytes / bandwidth (latency clamped at >= 0). Written by hand: a two-parameter
-  linear fit, numpy's lstsq does the work.
+  j, timed (median of `repeats`) at several sizes, then the line time = latency + bytes /
+  bandwidth through the smallest copy's time with the least-squares slope (`fit_link`).
+  Written by hand: a one-parameter least-squares slope. The report keeps each size's
+  relative error: copies between CPU devices are far from one line (cache-sized arrays copy at
+  tens of GB/s, fresh arrays of tens of MB at about 2 GB/s here), which the simulator's
+  single latency + bandwidth per link cannot express.
 """
 
 from __future__ import annotations
@@ -31,52 +35,66 @@ import numpy as np
 
 from simulator.topology import Topology
 
-DEFAULT_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 23)  # bytes per copy: 4 KiB .. 8 MiB
+DEFAULT_SIZES = (1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24)  # bytes per copy: 4 KiB .. 16 MiB
 QUICK_SIZES = (1 << 12, 1 << 18, 1 << 21)
 MATMUL_N = 512
 
 
 def fit_link(sizes: Sequence[float], seconds: Sequence[float]) -> Tuple[float, float]:
-  """(latency s, bandwidth bytes/s) of the line seconds = latency + bytes / bandwidth through
-  the points, latency clamped at 0 (then the slope is refitted through the origin).
+  """(latency s, bandwidth bytes/s) of the line seconds = latency + bytes / bandwidth that
+  passes through the smallest copy's time (what a tiny copy costs is the latency) and whose
+  slope is the least-squares one over the other sizes in absolute seconds (so the large copies,
+  which dominate a step's transfer time, weigh most); latency clamped at 0.
 
   Raises:
-    ValueError: fewer than two distinct sizes, or times that do not grow with the size (no
-      positive bandwidth fits them).
+    ValueError: fewer than two distinct sizes, a time <= 0, or times that do not grow with
+      the size (no positive bandwidth fits them).
   """
   x, y = np.asarray(sizes, np.float64), np.asarray(seconds, np.float64)
   if x.shape != y.shape or len(np.unique(x)) < 2:
     raise ValueError(f"fit_link: give times at two or more distinct sizes, got sizes {list(x)}")
-  a = np.stack([np.ones_like(x), x], axis=1)
-  (lat, per_byte), *_ = np.linalg.lstsq(a, y, rcond=None)
-  if lat < 0:
-    lat, per_byte = 0.0, float(x @ y / (x @ x))
+  if not np.all(y > 0):
+    raise ValueError(f"fit_link: copy times must be > 0, got {list(y)}")
+  k = int(np.argmin(x))
+  dx, dy = x - x[k], y - y[k]
+  per_byte = float(dx @ dy / (dx @ dx))
   if not per_byte > 0:
     raise ValueError(f"fit_link: copy times {list(y)} do not grow with the size {list(x)}: "
                      "no positive bandwidth fits them (a noisy machine? more repeats)")
-  return float(lat), float(1.0 / per_byte)
+  return max(0.0, float(y[k] - x[k] * per_byte)), 1.0 / per_byte
 
 
 MIN_SAMPLE_S = 0.01  # a sample repeats the call until it lasts this long (timer resolution)
 MAX_INNER = 1000
 
 
-def _median_time(fn: Callable[[], Any], repeats: int) -> float:
-  """Median seconds per call over `repeats` samples, each of enough calls to last
-  MIN_SAMPLE_S (after a warm-up call, compilation and allocation, and a timed one that sets
-  the calls per sample)."""
+def _calls_per_sample(fn: Callable[[], Any]) -> int:
+  """Warms `fn` up (compilation, allocation), then how many calls last MIN_SAMPLE_S."""
   fn()
   t0 = time.perf_counter()
   fn()
-  first = time.perf_counter() - t0
-  inner = int(min(MAX_INNER, max(1, np.ceil(MIN_SAMPLE_S / max(first, 1e-9)))))
-  times = []
+  once = time.perf_counter() - t0
+  return int(min(MAX_INNER, max(1, np.ceil(MIN_SAMPLE_S / max(once, 1e-9)))))
+
+
+def _interleaved_times(fns: Sequence[Callable[[], Any]], repeats: int) -> List[List[float]]:
+  """Seconds per call of each of `fns`, `repeats` samples each, taken round-robin (one sample
+  of every fn per round) so that a slow spell of the machine (another process, the clock
+  ramping up) touches every fn alike; a sample repeats its call for MIN_SAMPLE_S."""
+  inner = [_calls_per_sample(f) for f in fns]
+  out: List[List[float]] = [[] for _ in fns]
   for _ in range(repeats):
-    t0 = time.perf_counter()
-    for _ in range(inner):
-      fn()
-    times.append((time.perf_counter() - t0) / inner)
-  return float(np.median(times))
+    for k, f in enumerate(fns):
+      t0 = time.perf_counter()
+      for _ in range(inner[k]):
+        f()
+      out[k].append((time.perf_counter() - t0) / inner[k])
+  return out
+
+
+def _time(fn: Callable[[], Any], repeats: int) -> float:
+  """Median seconds per call of `fn` (`_interleaved_times` of one)."""
+  return float(np.median(_interleaved_times([fn], repeats)[0]))
 
 
 def _host_memory_bytes() -> float:
@@ -123,12 +141,14 @@ def measure_topology(devices: Optional[Sequence[Any]] = None, *,
   tiny = jax.jit(lambda a: a + 1.0)
   flops, dispatch, memory, memory_source = [], [], [], []
   same_platform = {p: sum(1 for x in jax.devices(p)) for p in {dev.platform for dev in devs}}
+  mats = [jax.device_put(jnp.ones((matmul_n, matmul_n), jnp.float32), dev) for dev in devs]
+  # each device's fastest round: its speed, not what else ran then (interference only slows)
+  matmul_times = _interleaved_times(
+      [lambda a=a: matmul(a, a).block_until_ready() for a in mats], max(repeats, 5))
   for i, dev in enumerate(devs):
-    a = jax.device_put(jnp.ones((matmul_n, matmul_n), jnp.float32), dev)
     s = jax.device_put(jnp.ones((), jnp.float32), dev)
-    t = _median_time(lambda: matmul(a, a).block_until_ready(), repeats)
-    flops.append(2.0 * matmul_n ** 3 / t)
-    dispatch.append(_median_time(lambda: tiny(s).block_until_ready(), repeats))
+    flops.append(2.0 * matmul_n ** 3 / min(matmul_times[i]))
+    dispatch.append(_time(lambda: tiny(s).block_until_ready(), repeats))
     mem, source = _memory(dev, same_platform[dev.platform])
     memory.append(mem)
     memory_source.append(source)
@@ -143,16 +163,20 @@ def measure_topology(devices: Optional[Sequence[Any]] = None, *,
     for j in range(d):
       if i == j:
         continue
-      secs = [_median_time(lambda x=on_i[n]: jax.device_put(x, devs[j]).block_until_ready(),
+      secs = [_time(lambda x=on_i[n]: jax.device_put(x, devs[j]).block_until_ready(),
                            repeats) for n in sizes]
       try:
         latency[i, j], bandwidth[i, j] = fit_link(sizes, secs)
       except ValueError as e:
         raise ValueError(f"measure_topology: link {names[i]} -> {names[j]}: {e}") from e
+      fitted = latency[i, j] + np.asarray(sizes, np.float64) / bandwidth[i, j]
+      rel = (fitted - np.asarray(secs)) / np.asarray(secs)
       pairs.append({"src": names[i], "dst": names[j], "bytes": list(map(int, sizes)),
-                    "seconds": secs, "latency": latency[i, j], "bandwidth": bandwidth[i, j]})
+                    "seconds": secs, "latency": latency[i, j], "bandwidth": bandwidth[i, j],
+                    "fit_relative_error": rel.tolist()})
       say(f"link {names[i]} -> {names[j]}: latency {latency[i, j] * 1e6:.1f} us, bandwidth "
-          f"{bandwidth[i, j] / 1e9:.2f} GB/s")
+          f"{bandwidth[i, j] / 1e9:.2f} GB/s (fit within {100 * np.abs(rel).max():.0f}% of "
+          f"the {len(sizes)} sizes)")
   speed = np.asarray(flops) / flops[0]
   topo = Topology.create(speed, np.zeros(d), np.asarray(memory), bandwidth, latency)
   report = {"device_names": names, "flops_per_second": flops, "dispatch_seconds": dispatch,
