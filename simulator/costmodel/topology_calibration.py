@@ -7,9 +7,9 @@ latency and bandwidth of every device-to-device copy, measured on the JAX device
 What is measured, per the simulator's section-4 semantics (docs/topology.md, "The local machine
 as a topology"):
 - `speed`: a jitted float32 matmul's FLOP/s on each device (its fastest of at least 5 rounds,
-  the devices timed round-robin), relative to the first device. Graph
-  costs from the local calibration (`go-jax-calibrate`) are seconds on that backend's devices,
-  so the first device runs them at speed 1 and a slower or faster device proportionally.
+  the devices timed round-robin), relative to the first device. Graph costs from the local
+  calibration (`go-jax-calibrate`) are seconds on that backend's devices, so the first device
+  runs them at speed 1 and a slower or faster device proportionally.
 - `overhead`: 0. The calibrated cost model already puts each op's launch overhead in its cost;
   a topology overhead would count it twice. (The measured dispatch time of a tiny op is in the
   report, for a user whose graph costs come from elsewhere.)
@@ -140,7 +140,7 @@ def measure_topology(devices: Optional[Sequence[Any]] = None, *,
   matmul = jax.jit(lambda a, b: a @ b)
   tiny = jax.jit(lambda a: a + 1.0)
   flops, dispatch, memory, memory_source = [], [], [], []
-  same_platform = {p: sum(1 for x in jax.devices(p)) for p in {dev.platform for dev in devs}}
+  same_platform = {p: len(jax.devices(p)) for p in {dev.platform for dev in devs}}
   mats = [jax.device_put(jnp.ones((matmul_n, matmul_n), jnp.float32), dev) for dev in devs]
   # each device's fastest round: its speed, not what else ran then (interference only slows)
   matmul_times = _interleaved_times(
@@ -163,8 +163,8 @@ def measure_topology(devices: Optional[Sequence[Any]] = None, *,
     for j in range(d):
       if i == j:
         continue
-      secs = [_time(lambda x=on_i[n]: jax.device_put(x, devs[j]).block_until_ready(),
-                           repeats) for n in sizes]
+      secs = [_time(lambda x=on_i[n]: jax.device_put(x, devs[j]).block_until_ready(), repeats)
+              for n in sizes]
       try:
         latency[i, j], bandwidth[i, j] = fit_link(sizes, secs)
       except ValueError as e:
