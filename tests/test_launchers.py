@@ -66,6 +66,11 @@ def _docstring(module):
     return ast.get_docstring(ast.parse(fh.read()))
 
 
+# Launchers whose --topology names a file they write (go-jax-calibrate --topology measures the
+# local devices), not a topology spec to read: their help lists no presets.
+WRITES_TOPOLOGY = ("go-jax-calibrate",)
+
+
 def test_every_console_script_help_shows_its_docstring_and_flags(tmp_path):
   scripts = entry_points()
   assert len(scripts) >= 8, scripts
@@ -78,7 +83,7 @@ def test_every_console_script_help_shows_its_docstring_and_flags(tmp_path):
     assert "Try --helpfull" in out and "USAGE" not in out.split("flags:")[0]
     flag_lines = re.findall(r"^  --(?:\[no\])?(\w+):", out, re.M)
     assert "config" in flag_lines or "graph" in flag_lines or "out" in flag_lines, (name, out)
-    if "topology" in flag_lines:
+    if "topology" in flag_lines and name not in WRITES_TOPOLOGY:
       assert "Presets:" in out and "nvlink8" in out, name
 
 
