@@ -10,8 +10,8 @@ within 5% of the final result, the claims of the Placeto and GO papers, converge
 The experiment (cells, resuming, sharding) is experiments/placer_comparison.py, its report (the
 tables, the claims, the plot) experiments/placer_report.py; this launcher holds its flags.
 Writes <out>/learned_placers.json (atomically), <out>/learned_placers.md and
-<out>/convergence.png; an existing learned_placers.json in --out is resumed. Bad input (unknown method, bad field) is a
-one-line error, exit 1.
+<out>/convergence.png; an existing learned_placers.json in --out is resumed. Bad input (unknown
+method, bad field) is a one-line error, exit 1.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ def cell_key(graph: str, topology: str, method: str) -> str:
   return f"{graph} | {topology} | {method}"
 
 
-
 # ------------------------------------------------------------------ reading a cell
 def feasible_value(row: Optional[Mapping[str, Any]], value: Optional[float]) -> bool:
   """Whether an objective of this cell fits in memory (the objectives put every out-of-memory
@@ -63,23 +62,33 @@ def _gmean(xs: Sequence[float]) -> Optional[float]:
   return float(np.exp(np.mean(np.log(xs)))) if xs else None
 
 
+def _feasible_objective(row: Optional[Mapping[str, Any]]) -> Optional[float]:
+  """A finished cell's final objective if it fits in memory, else None."""
+  if row is None or "error" in row or not feasible_value(row, row["objective"]):
+    return None
+  return float(row["objective"])
+
+
+def best_classic(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], graph: str,
+                 topology: str) -> Tuple[Optional[float], Optional[str]]:
+  """The lowest feasible final objective of the classic methods on an instance and the
+  method's name ((None, None) if none fits)."""
+  found = [(v, m) for m in cfg["classic"]
+           if (v := _feasible_objective(cells.get(cell_key(graph, topology, m)))) is not None]
+  return min(found, key=lambda x: x[0]) if found else (None, None)
+
+
 def scale(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], graph: str,
           topology: str) -> Tuple[Optional[float], str]:
   """What an instance's objectives are divided by in the tables and the plot, and its name:
   the reference method's objective, or, where the reference is out of memory (its objective
   is then a penalty, not a time), the best feasible classic method's; (None, reference) if
   neither exists."""
-  ref = cells.get(cell_key(graph, topology, cfg["reference"]))
-  if ref is not None and "error" not in ref and feasible_value(ref, ref["objective"]):
-    return float(ref["objective"]), cfg["reference"]
-  best: Tuple[Optional[float], str] = (None, cfg["reference"])
-  for m in cfg["classic"]:
-    row = cells.get(cell_key(graph, topology, m))
-    if row is None or "error" in row or not feasible_value(row, row["objective"]):
-      continue
-    if best[0] is None or row["objective"] < best[0]:
-      best = (float(row["objective"]), m)
-  return best
+  ref = _feasible_objective(cells.get(cell_key(graph, topology, cfg["reference"])))
+  if ref is not None:
+    return ref, cfg["reference"]
+  value, name = best_classic(cells, cfg, graph, topology)
+  return (value, name) if value is not None else (None, cfg["reference"])
 
 
 def compare(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], a: str, b: str,
@@ -170,15 +179,15 @@ def overview(cells: Mapping[str, Mapping], cfg: Mapping[str, Any], t: float
           continue
         row = cells.get(cell_key(g, topo, m))
         v = value_at(row, t)
-        feasible = [float(r["objective"]) for r in classic if feasible_value(r, r["objective"])]
-        if not feasible_value(row, v) or not feasible:
+        best, _ = best_classic(cells, cfg, g, topo)
+        if not feasible_value(row, v) or best is None:
           missing += 1
           continue
-        to_best.append(v / min(feasible))
-        ahead += v < min(feasible)
-        ref = classic[list(cfg["classic"]).index(cfg["reference"])]
-        if feasible_value(ref, ref["objective"]):
-          to_ref.append(v / float(ref["objective"]))
+        to_best.append(v / best)
+        ahead += v < best
+        ref = _feasible_objective(cells.get(cell_key(g, topo, cfg["reference"])))
+        if ref is not None:
+          to_ref.append(v / ref)
         else:
           ref_oom += 1
     out[m] = {"gmean_to_reference": _gmean(to_ref), "gmean_to_best_classic": _gmean(to_best),
@@ -336,7 +345,7 @@ def plot(cfg: Mapping[str, Any], cells: Mapping[str, Mapping], path: str) -> str
       ax.step(xs, ys, where="post", label=m)
     for i, m in enumerate(cfg["classic"]):
       row = cells.get(cell_key(g, topo, m))
-      if row is None or "error" in row or not feasible_value(row, row["objective"]):
+      if _feasible_objective(row) is None:
         continue
       ax.plot([max(row["seconds"], 1e-2)], [row["objective"] / value],
               markers[i % len(markers)], color="k", fillstyle="none", label=m)

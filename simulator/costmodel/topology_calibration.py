@@ -105,7 +105,7 @@ def _host_memory_bytes() -> float:
 
 
 def _memory(device, sharing: int) -> Tuple[float, str]:
-  stats = None
+  """The device's memory in bytes and where the number comes from."""
   try:
     stats = device.memory_stats()
   except Exception:  # pylint: disable=broad-except  (backends without the call raise)
