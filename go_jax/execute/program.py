@@ -1,0 +1,170 @@
+"""`place_program`: run a JAX program with each op on the device a placement chose.
+
+  placed = execute.place_program(step, args, placement)       # placement: (N,) int per node
+  outs = placed(*args)                                          # == jax.jit(step)(*args)
+  seconds = placed.measure(repeats=10)                          # median step time
+
+The program is split at the JAX level (`go_jax.execute.trace`: jaxpr equations tied to the nodes
+of `simulator.from_jax(fn, *args, stage="pre")`), each device's segments
+(`go_jax.execute.plan`) are compiled ahead of time with `jax.jit` pinned to that device, values
+cross devices with `jax.device_put`, and the segments are dispatched in the plan's order without
+waiting on any of them, so devices overlap as far as the data allow (JAX's dispatch is
+asynchronous; a segment starts when its inputs are ready on its device).
+
+Works on any backend with several devices. On a CPU, `--xla_force_host_platform_device_count=N`
+in XLA_FLAGS (set before JAX starts) gives N devices that share the host's cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+
+from go_jax.execute import plan as plan_lib
+from go_jax.execute.trace import TracedProgram, eval_equations, trace_program
+
+
+@dataclasses.dataclass
+class _Compiled:
+  segment: plan_lib.Segment
+  call: Callable[..., Any]  # the compiled executable: in_vars' values -> out_vars' values
+
+
+def _sharding(device):
+  return jax.sharding.SingleDeviceSharding(device)
+
+
+def _compile(traced: TracedProgram, seg: plan_lib.Segment, device) -> _Compiled:
+  eqns = [traced.eqns[i] for i in seg.eqns]
+
+  def piece(*values):
+    return eval_equations(eqns, seg.in_vars, seg.out_vars, values)
+
+  piece.__name__ = f"segment_d{seg.device}_{seg.eqns[0]}"
+  sharding = _sharding(device)
+  jitted = jax.jit(piece, in_shardings=(sharding,) * len(seg.in_vars),
+                   out_shardings=[sharding] * len(seg.out_vars))
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding)
+           for v in seg.in_vars]
+  return _Compiled(seg, jitted.lower(*avals).compile())
+
+
+class PlacedProgram:
+  """A program compiled to run with a placement over `devices`; call it like the program.
+
+  Attributes:
+    devices: the devices, indexed by the placement's values.
+    traced: the program's equations and graph (`go_jax.execute.trace.TracedProgram`).
+    plan: equation devices, dispatch order, segments and the node placement actually run.
+    compile_seconds: wall time of tracing, planning and compiling the segments.
+  """
+
+  def __init__(self, traced: TracedProgram, plan: plan_lib.Plan, devices: Sequence[Any],
+               example_args: Optional[Tuple] = None):
+    self.traced, self.plan, self.devices = traced, plan, tuple(devices)
+    self.compile_seconds = 0.0
+    self._example_args = example_args
+    self._compiled = [_compile(traced, s, self.devices[s.device]) for s in plan.segments]
+    jaxpr = traced.closed.jaxpr
+    # Consts live where they are first read, copied once here, not at every call.
+    self._consts = dict(zip(jaxpr.constvars, traced.closed.consts))
+
+  @property
+  def num_segments(self) -> int:
+    return len(self.plan.segments)
+
+  @property
+  def node_placement(self) -> np.ndarray:
+    """(N,) the device each node of the program's graph runs on (see `plan`)."""
+    return self.plan.node_placement
+
+  def _copy_to(self, copies: Dict[int, Any], d: int):
+    if d not in copies:
+      copies[d] = jax.device_put(next(iter(copies.values())), self.devices[d])
+    return copies[d]
+
+  def __call__(self, *args):
+    flat, tree = jax.tree_util.tree_flatten(args)
+    if tree != self.traced.in_tree:
+      raise ValueError(f"PlacedProgram: arguments of structure {tree}, expected "
+                       f"{self.traced.in_tree}")
+    jaxpr = self.traced.closed.jaxpr
+    env: Dict[Any, Dict[int, Any]] = {}  # var -> device -> value on that device
+    for v, x in zip(jaxpr.invars, flat):
+      env[v] = {-1: x}  # -1: where the caller left it
+    for v, x in self._consts.items():
+      env[v] = {-1: x}
+    for c in self._compiled:
+      d = c.segment.device
+      outs = c.call(*[self._copy_to(env[v], d) for v in c.segment.in_vars])
+      for v, o in zip(c.segment.out_vars, outs):
+        env[v] = {d: o}
+    results = [v.val if isinstance(v, jcore.Literal) else next(iter(env[v].values()))
+               for v in jaxpr.outvars]
+    return jax.tree_util.tree_unflatten(self.traced.out_tree, results)
+
+  def measure(self, repeats: int = 10, args: Optional[Tuple] = None, warmup: int = 2) -> float:
+    """Median wall time in seconds of one call, dispatch to the last output ready.
+
+    `args`: the call's arguments (default: those `place_program` was given, when concrete).
+    """
+    if repeats < 1 or warmup < 0:
+      raise ValueError(f"measure: repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    args = self._example_args if args is None else args
+    if args is None:
+      raise ValueError("measure: place_program was given abstract arguments; pass args=")
+    times = []
+    for k in range(warmup + repeats):
+      t0 = time.perf_counter()
+      jax.block_until_ready(self(*args))
+      if k >= warmup:
+        times.append(time.perf_counter() - t0)
+    return float(statistics.median(times))
+
+
+def _concrete(args) -> bool:
+  return all(isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool))
+             for x in jax.tree_util.tree_leaves(args))
+
+
+def place_program(fn: Callable, args: Tuple, placement, devices: Optional[Sequence[Any]] = None,
+                  priority=None, traced: Optional[TracedProgram] = None) -> PlacedProgram:
+  """`fn` compiled to run with `placement` over `devices`.
+
+  Args:
+    fn: a pure JAX function.
+    args: its arguments, a tuple (arrays, or `jax.ShapeDtypeStruct`s: then `measure` needs args).
+    placement: (N,) int, a device index per node of the graph that
+      `simulator.from_jax(fn, *args, stage="pre")` builds (also `placed.traced.graph.graph`).
+    devices: the devices the indices refer to (default: `jax.local_devices()`).
+    priority: optional (N,) float, higher dispatched first among ready ops (a method's priority;
+      default: the program's own order).
+    traced: `trace_program(fn, *args)` when the caller already has it (several placements of one
+      program share one trace).
+
+  Raises:
+    ValueError: `fn` fails to trace or has side effects, args not a tuple, a placement of the
+      wrong length or with a device index outside [0, len(devices)).
+  """
+  t0 = time.perf_counter()
+  if not isinstance(args, tuple):
+    raise ValueError(f"place_program: args must be a tuple of the program's arguments, got "
+                     f"{type(args).__name__}")
+  devices = tuple(jax.local_devices() if devices is None else devices)
+  if not devices:
+    raise ValueError("place_program: no devices")
+  traced = traced or trace_program(fn, *args)
+  plan = plan_lib.make_plan(traced, placement, len(devices), priority)
+  example = args if _concrete(args) else None
+  placed = PlacedProgram(traced, plan, devices, example)
+  placed.compile_seconds = time.perf_counter() - t0
+  return placed
+
+
+__all__ = ["PlacedProgram", "place_program"]

@@ -1,0 +1,201 @@
+"""Placed execution (go_jax.execute, docs/design.md section 9): plans of hand-made programs, the
+placed program's outputs against `jax.jit`'s on every zoo model's tiny step over 2-4 devices, and
+the errors."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from go_jax import execute
+from simulator.frontends import from_jax
+
+pytestmark = pytest.mark.fast_compile
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _toy(x, w):
+  return jnp.tanh(x @ w) + x
+
+
+def _toy_args():
+  return jnp.arange(16.0).reshape(4, 4) / 16, jnp.eye(4) * 0.5
+
+
+def _segments(plan):
+  return [(s.device, s.eqns) for s in plan.segments]
+
+
+def test_worked_example_plans():
+  """design.md 9's worked example: three equations, three nodes, two plans."""
+  traced = execute.trace_program(_toy, *_toy_args())
+  assert [str(e.primitive) for e in traced.eqns] == ["dot_general", "tanh", "add"]
+  assert traced.graph.opcodes == ("dot", "tanh", "add")
+  assert list(traced.node_eqn) == [0, 1, 2]
+  plan = execute.make_plan(traced, np.array([0, 1, 1]), 2)
+  assert _segments(plan) == [(0, (0,)), (1, (1, 2))]
+  a, b = plan.segments
+  x, w = traced.closed.jaxpr.invars
+  assert a.in_vars == (x, w) and b.in_vars == (a.out_vars[0], x)
+  assert b.out_vars == tuple(traced.closed.jaxpr.outvars)
+  plan = execute.make_plan(traced, np.array([0, 1, 0]), 2)
+  assert _segments(plan) == [(0, (0,)), (1, (1,)), (0, (2,))]
+  assert list(plan.node_placement) == [0, 1, 0] and plan.split_equations == 0
+
+
+def test_same_graph_as_the_front_end():
+  """The placement indexes the nodes of from_jax(fn, *args, stage="pre")."""
+  args = _toy_args()
+  traced = execute.trace_program(_toy, *args)
+  g = from_jax(_toy, *args, stage="pre")
+  assert traced.num_nodes == g.num_nodes
+  assert list(traced.graph.graph.node_names[0].split()[:1]) == g.node_names[0].split()[:1]
+
+
+def _mlp(params, x):
+  h = x
+  for w, b in params:
+    h = jax.nn.relu(h @ w + b)
+  return jnp.sum(h ** 2), h
+
+
+def _mlp_args(seed=0):
+  rng = np.random.default_rng(seed)
+  params = [(jnp.asarray(rng.normal(size=(8, 8)), jnp.float32),
+             jnp.asarray(rng.normal(size=8), jnp.float32)) for _ in range(4)]
+  return params, jnp.asarray(rng.normal(size=(3, 8)), jnp.float32)
+
+
+def test_placed_program_equals_jit_on_one_device_twice():
+  """Two device indices on the same CPU device: the program is really split and re-joined."""
+  args = _mlp_args()
+  ref = jax.jit(_mlp)(*args)
+  traced = execute.trace_program(_mlp, *args)
+  rng = np.random.default_rng(1)
+  dev = jax.devices()[0]
+  for _ in range(3):
+    placement = rng.integers(0, 2, traced.num_nodes)
+    placed = execute.place_program(_mlp, args, placement, devices=(dev, dev), traced=traced)
+    assert placed.num_segments >= 2
+    out = placed(*args)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+                           out, ref)
+    assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(ref)
+  assert placed.measure(repeats=2, warmup=1) > 0
+
+
+def test_priority_sets_the_dispatch_order():
+  """Two independent chains: the higher priority one is dispatched first; the order is always
+  topological."""
+  def two_chains(x, y):
+    return jnp.sin(jnp.cos(x)), jnp.exp(jnp.tanh(y))
+  args = (jnp.ones(3), jnp.ones(3))
+  traced = execute.trace_program(two_chains, *args)
+  names = [str(e.primitive) for e in traced.eqns]
+  n = traced.num_nodes
+  prio = np.zeros(n)
+  for k, i in enumerate(traced.node_eqn):
+    prio[k] = 10.0 if names[i] in ("tanh", "exp") else 0.0
+  plan = execute.make_plan(traced, np.zeros(n, np.int64), 1, priority=prio)
+  ordered = [names[i] for i in plan.order]
+  assert ordered[:2] == ["tanh", "exp"] and ordered.index("cos") < ordered.index("sin")
+  assert len(plan.segments) == 1  # one device: one segment
+
+
+def test_errors():
+  args = _toy_args()
+  traced = execute.trace_program(_toy, *args)
+  with pytest.raises(ValueError, match=r"shape \(3,\)"):
+    execute.make_plan(traced, np.zeros(2, np.int64), 2)
+  with pytest.raises(ValueError, match=r"node 1 .* device 2, outside \[0, 2\)"):
+    execute.make_plan(traced, np.array([0, 2, 0]), 2)
+  with pytest.raises(ValueError, match="priority must be 3 finite"):
+    execute.make_plan(traced, np.zeros(3, np.int64), 2, priority=[0, np.nan, 0])
+  with pytest.raises(ValueError, match="args must be a tuple"):
+    execute.place_program(_toy, list(args), np.zeros(3, np.int64))
+
+  def noisy(x):
+    jax.debug.print("{}", x)
+    return x + 1
+  with pytest.raises(ValueError, match="side effects"):
+    execute.trace_program(noisy, jnp.ones(2))
+  with pytest.raises(ValueError, match="cannot trace"):
+    execute.trace_program(lambda x: x @ x, jnp.ones((2, 3)))
+  abstract = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
+  placed = execute.place_program(_toy, abstract, np.zeros(3, np.int64), traced=traced)
+  with pytest.raises(ValueError, match="abstract arguments"):
+    placed.measure()
+  with pytest.raises(ValueError, match="arguments of structure"):
+    placed(args[0])
+  np.testing.assert_allclose(placed(*args), jax.jit(_toy)(*args), rtol=1e-6)
+
+
+# Every zoo model's tiny training step, run placed over several CPU devices in a subprocess
+# (the devices must exist before JAX starts). Float64 makes the comparison exact up to rounding:
+# in float32 the zoo's steps are ill-conditioned (batch norm over 2 samples, Adam on gradients
+# that are mathematically zero), and jax.jit's own output moves by up to 1e4 (InceptionV3) when
+# XLA merely fuses the ops differently, as op-by-op execution shows.
+_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_enable_x64", True)
+    from go_jax import execute
+    from simulator import zoo
+    out = {}
+    for k, spec in enumerate(sys.argv[1].split(",")):
+      name, kind = spec.split(":")
+      z = zoo.build(name, "tiny")
+      args = jax.tree_util.tree_map(
+          lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+          z.concrete_args())
+      traced = execute.trace_program(z.step, *args)
+      n, d = traced.num_nodes, 2 + (k + len(name)) % 3
+      rng = np.random.default_rng(k)
+      if kind == "nodes":  # every node on a random device: the most segments
+        placement, priority = rng.integers(0, d, n), None
+      else:  # 8 blocks of the graph's (topological) order, each on a random device
+        placement = np.repeat(rng.integers(0, d, 8), -(-n // 8))[:n]
+        priority = -np.arange(n, dtype=float)
+      placed = execute.place_program(z.step, args, placement, jax.devices()[:d],
+                                     priority=priority, traced=traced)
+      got, ref = placed(*args), jax.jit(z.step)(*args)
+      leaves = lambda t: [np.asarray(x) for x in jax.tree_util.tree_leaves(t)]
+      err = max(float(np.max(np.abs(a - b), initial=0) / (1e-6 + np.max(np.abs(b), initial=0)))
+                for a, b in zip(leaves(got), leaves(ref)))
+      used = sorted({s.device for s in placed.plan.segments})
+      out[spec] = {"err": err, "devices": d, "used": used, "segments": placed.num_segments,
+                   "same_tree": jax.tree_util.tree_structure(got) ==
+                                jax.tree_util.tree_structure(ref)}
+    print(json.dumps(out))
+""")
+_GROUPS = [
+    "amoebanet:blocks,wavenet_2x18:blocks",
+    "inception_v3:blocks",
+    "bert_base:blocks,gnmt2:blocks,gnmt4:blocks,gpt2_small:blocks",
+    "gnmt8:blocks,resnet50:blocks,transformer_nmt:blocks",
+    "transformer_xl2:blocks,transformer_xl4:blocks,transformer_xl8:blocks,wavenet_4x36:blocks",
+    "gpt2_small:nodes,bert_base:nodes",
+]
+
+
+@pytest.mark.parametrize("group", _GROUPS)
+def test_zoo_steps_placed_over_cpu_devices_equal_jit(group):
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=4",
+             JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+  proc = subprocess.run([sys.executable, "-c", _SCRIPT, group], capture_output=True, text=True,
+                        cwd=REPO, env=env, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert sorted(results) == sorted(group.split(","))
+  for spec, r in results.items():
+    assert r["same_tree"], spec
+    assert r["err"] < 1e-6, (spec, r)
+    assert len(r["used"]) >= 2, (spec, r)  # really split across devices
+    assert r["segments"] >= 2, (spec, r)
