@@ -18,6 +18,15 @@ joint3 (GO's go_joint3 places, orders and fuses, against the baselines and the b
 followed by xla_fusion / fuse_all). Fusing rows show their fused graph's node count (groups);
 placement.npz then holds the best row's fuse mask too.
 
+--execute (task joint, a zoo: or jax: graph at stage=pre) then runs every row's placement and
+priority for real on the first D local JAX devices (D: the topology's; on a CPU --cpu_devices=D
+exposes them) with `go_jax.execute.place_program`, and prints the measured median step time
+beside the predicted makespan, their ratio, the segments the program was split into and the
+Spearman rank correlation over the rows (`go_jax.place_execute`); execution.md and results.json
+("execution") hold them. Predictions are in the seconds of the graph's cost-model device: for
+comparable numbers cost the graph with this machine's calibration (go-jax-calibrate) and use
+the topology go-jax-calibrate --topology writes, as in the last example.
+
 Examples:
   go-jax-place                                 # built-in default, a few minutes on 2 CPU cores
   go-jax-place --graph=pipedream:vgg16 --topology=nvlink8@mem=0.6x --finetune_seconds=300
@@ -27,6 +36,8 @@ Examples:
   go-jax-place --graph=my_graph.npz --checkpoint=none --noplots --out=/tmp/place1
   go-jax-place --task=fusion --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink1
   go-jax-place --task=joint3 --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink4
+  go-jax-place --graph=zoo:gnmt2,size=tiny,device=local,calibration=cal.json \
+      --topology=local.json --cpu_devices=2 --execute
 """
 
 from __future__ import annotations
@@ -36,8 +47,8 @@ from typing import Sequence
 
 from absl import app, flags, logging
 
-from go_jax import place_tasks, pretrained, results
-from simulator import topology_spec
+from go_jax import place_execute, place_tasks, pretrained, results
+from simulator import runtime, topology_spec
 from go_jax import place as place_lib
 from experiments import cli
 
@@ -92,6 +103,20 @@ flags.DEFINE_string("device_spec", place_lib.DEFAULT_DEVICE_SPEC,
                     "XLA's fusion decisions (simulator.costmodel).")
 flags.DEFINE_string("out", "results/place", "Folder for the results and plots.")
 flags.DEFINE_bool("plots", True, "Write the Gantt charts and the bar chart.")
+flags.DEFINE_bool("execute", False,
+                  "After the comparison, run every row's placement for real on the first D "
+                  "local JAX devices (D: the topology's) and print the measured step time "
+                  "beside the predicted makespan (task joint; a zoo: or jax: graph at "
+                  "stage=pre). Predictions are in the graph's cost-model device's seconds: "
+                  "for comparable numbers cost the graph with this machine's calibration "
+                  "(go-jax-calibrate; zoo:...,device=local,calibration=cal.json) and use the "
+                  "topology go-jax-calibrate --topology writes.")
+flags.DEFINE_integer("execute_repeats", place_execute.DEFAULT_REPEATS,
+                     "--execute: timed steps per placement (the median is shown).",
+                     lower_bound=1)
+flags.DEFINE_integer("cpu_devices", None,
+                     "Expose this many CPU devices before JAX starts (JAX's default on a CPU "
+                     "is one), e.g. for --execute on a CPU-only machine.", lower_bound=1)
 
 
 def _as_flag_error(flag: str, fn, *args, **kwargs):
@@ -103,16 +128,38 @@ def _as_flag_error(flag: str, fn, *args, **kwargs):
     raise app.UsageError(f"--{flag}={getattr(FLAGS, flag)}: {e}") from e
 
 
+def _execution_devices():
+  """--execute's checks before any work: task, graph kind and stage, topology, local devices."""
+  try:
+    place_execute.check_request(FLAGS.graph, FLAGS.task)
+  except ValueError as e:
+    raise app.UsageError(f"--execute: {e}") from e
+  count = _as_flag_error("topology", place_execute.topology_devices, FLAGS.topology)
+  try:
+    return place_execute.local_devices(count)
+  except ValueError as e:
+    raise app.UsageError(f"--execute: {e}; on a CPU, give --cpu_devices={count}") from e
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  if FLAGS.cpu_devices:  # before anything starts JAX's backends
+    runtime.configure_cpu_devices(FLAGS.cpu_devices)
   cli.check_out(FLAGS.out)
   try:
     results.load(FLAGS.out, place_lib.LAUNCHER)  # another launcher's results: stop first
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  devices = _execution_devices() if FLAGS.execute else None
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
                          device_spec=FLAGS.device_spec)
+  program = None
+  if FLAGS.execute:
+    try:
+      program = place_execute.load_program(FLAGS.graph, seed=FLAGS.seed)
+    except ValueError as e:
+      raise app.UsageError(f"--execute: {e}") from e
   _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)
   if FLAGS.checkpoint and FLAGS.checkpoint != place_lib.NO_CHECKPOINT:
     _as_flag_error("checkpoint", pretrained.load_config, FLAGS.checkpoint)
@@ -133,7 +180,16 @@ def main(argv: Sequence[str]) -> None:
   print(place_lib.markdown_table(result))
   print()
   print(place_lib.verdict(result), flush=True)
-  files = place_lib.write_outputs(result, FLAGS.out, plots=FLAGS.plots)
+  files = place_lib.write_outputs(result, FLAGS.out, plots=FLAGS.plots)  # kept if execution fails
+  if program is not None:
+    try:
+      report = place_execute.execute(result, program, devices=devices,
+                                     repeats=FLAGS.execute_repeats)
+    except ValueError as e:
+      raise app.UsageError(f"--execute: {e}") from e
+    print()
+    print(place_execute.markdown_table(report), flush=True)
+    files.update(place_execute.write_outputs(result, report, FLAGS.out, files))
   print(f"\nwrote {FLAGS.out}/: " + ", ".join(sorted(os.path.basename(p)
                                                     for p in files.values())))
 

@@ -33,6 +33,7 @@ Tasks (`task`, `go_jax.place_tasks`): "joint" (the above), "fusion" (GO's `go_fu
 fusion baselines fuse one fixed schedule, `placement_from`'s placement and priority) and
 "joint3" (GO's `go_joint3` places, orders and fuses, against the baselines and the best one's
 placement followed by xla_fusion / fuse_all). Rows that fuse show `groups` (fused graph nodes).
+`go_jax.place_execute` (--execute) runs the rows' placements on the local devices and times them.
 """
 
 from __future__ import annotations
@@ -491,12 +492,19 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
       out, header(result) + "\n\n" + markdown_table(result) + "\n\n" + verdict(result))
   cols = results.COLUMNS + (("groups",) if any(r.fuse is not None for r in result.rows) else ())
   files["csv"] = results.write_csv(out, [dict(r.data, groups=r.groups) for r in result.rows], cols)
-  data = to_json(result)
-  data["files"] = {k: os.path.abspath(v) for k, v in sorted(files.items())}
-  files["results"] = results.write_json(out, LAUNCHER, data)
+  files["results"] = write_results_json(result, out, files)
   return {k: os.path.abspath(v) for k, v in files.items()}
 
 
+def write_results_json(result: PlaceResult, out: str, files: Mapping[str, str],
+                       extra: Optional[Mapping[str, Any]] = None) -> str:
+  """Writes results.json (atomically): `to_json`, the `files` written beside it and `extra`
+  top-level entries (--execute adds "execution", `go_jax.place_execute`); returns its path."""
+  data = dict(to_json(result), **(extra or {}))
+  data["files"] = {k: os.path.abspath(v) for k, v in sorted(files.items())}
+  return results.write_json(out, LAUNCHER, data)
+
+
 __all__ = ["place", "load_graph_arg", "load_policy", "PlaceResult", "Row",
-           "markdown_table", "header", "verdict", "to_json", "write_outputs", "DEFAULT_GRAPH",
-           "DEFAULT_TOPOLOGY", "DEFAULT_BASELINES", "DEFAULT_METHOD"]
+           "markdown_table", "header", "verdict", "to_json", "write_outputs", "write_results_json",
+           "DEFAULT_GRAPH", "DEFAULT_TOPOLOGY", "DEFAULT_BASELINES", "DEFAULT_METHOD"]

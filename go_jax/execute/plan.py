@@ -5,7 +5,8 @@ Rules (docs/design.md section 9, "Placed execution"):
     flops + bytes accessed + 1; ties: the lowest device). Equations whose nodes the placement
     puts on several devices are counted (`Plan.split_equations`): one equation cannot be split.
   * An equation with no node (the lowering folded it away) runs on the device of its first
-    consumer, else of the producer of its first input, else device 0.
+    consumer, else of the producer of its first input, else on the device holding most of the
+    work. Equations whose values reach no output of the program are not run (XLA drops them).
   * Dispatch order: a topological order of the equations, the highest priority first among the
     ready ones (an equation's priority: the max over its nodes'; no priority: the program's own
     order). An equation without a node takes its most urgent consumer's priority (so it is
@@ -43,10 +44,11 @@ class Segment:
 @dataclasses.dataclass(frozen=True)
 class Plan:
   eqn_device: np.ndarray  # (E,) int device of each equation
-  order: np.ndarray  # (E,) int equation indices in dispatch order
+  order: np.ndarray  # (L,) int the live equations' indices, in dispatch order
   segments: Tuple[Segment, ...]  # in dispatch order
   node_placement: np.ndarray  # (N,) int device each graph node actually runs on
   split_equations: int  # equations whose nodes the placement put on several devices
+  dead_equations: int = 0  # equations whose values never reach an output: not run
 
 
 def _is_var(v) -> bool:
@@ -79,15 +81,26 @@ def _equation_devices(traced: TracedProgram, placement: np.ndarray, num_devices:
   load = np.zeros((e, num_devices))
   np.add.at(load, (traced.node_eqn[mapped], placement[mapped]), weight[mapped])
   has_node = load.sum(1) > 0
-  device = np.argmax(load, 1)  # ties: the lowest device
+  main = int(np.argmax(load.sum(0)))  # the device holding most of the work
+  device = np.where(has_node, np.argmax(load, 1), main)  # ties: the lowest device
   split = int(np.sum((load > 0).sum(1) > 1))
   for i in reversed(range(e)):  # no node: the first consumer's device (consumers come later)
     if not has_node[i] and consumers[i]:
       device[i] = device[consumers[i][0]]
-  for i in range(e):  # ... else the first input's producer's
-    if not has_node[i] and not consumers[i]:
-      device[i] = device[producers[i][0]] if producers[i] else 0
+  for i in range(e):  # ... else the first input's producer's, else the main device
+    if not has_node[i] and not consumers[i] and producers[i]:
+      device[i] = device[producers[i][0]]
   return device, has_node, split
+
+
+def _live(traced: TracedProgram, consumers) -> np.ndarray:
+  """(E,) bool: the equation's value reaches the program's outputs (others are not run)."""
+  outs = {v for v in traced.closed.jaxpr.outvars if _is_var(v)}
+  live = np.zeros(len(traced.eqns), bool)
+  for i in reversed(range(len(traced.eqns))):
+    live[i] = any(live[c] for c in consumers[i]) or any(
+        v in outs for v in traced.eqns[i].outvars if _is_var(v))
+  return live
 
 
 def _dispatch_order(traced: TracedProgram, priority: Optional[np.ndarray], has_node, producers,
@@ -122,8 +135,8 @@ def _segments(traced: TracedProgram, device: np.ndarray, order: np.ndarray) -> L
   program_outs = {v for v in traced.closed.jaxpr.outvars if _is_var(v)}
   made_by = {v: i for i, e in enumerate(eqns) for v in e.outvars if _is_var(v)}
   readers: Dict[Any, set] = {}
-  for i, e in enumerate(eqns):
-    for v in e.invars:
+  for i in order:  # the live equations
+    for v in eqns[i].invars:
       if _is_var(v):
         readers.setdefault(v, set()).add(i)
   open_segs: Dict[int, List[int]] = {}  # device -> its open segment's equations (insertion order)
@@ -193,8 +206,10 @@ def make_plan(traced: TracedProgram, placement, num_devices: int,
   device, has_node, split = _equation_devices(traced, placement, num_devices, producers,
                                               consumers)
   order = _dispatch_order(traced, priority, has_node, producers, consumers)
+  live = _live(traced, consumers)
+  order = order[live[order]]
   return Plan(device, order, tuple(_segments(traced, device, order)),
-              _node_placement(traced, device, placement), split)
+              _node_placement(traced, device, placement), split, int(np.sum(~live)))
 
 
 __all__ = ["Plan", "Segment", "make_plan"]

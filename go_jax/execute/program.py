@@ -71,6 +71,9 @@ class PlacedProgram:
     self.compile_seconds = 0.0
     self._example_args = example_args
     self._compiled = [_compile(traced, s, self.devices[s.device]) for s in plan.segments]
+    self._index = {}  # device -> its first index
+    for i, dev in enumerate(self.devices):
+      self._index.setdefault(dev, i)
     jaxpr = traced.closed.jaxpr
     # Consts live where they are first read, copied once here, not at every call.
     self._consts = dict(zip(jaxpr.constvars, traced.closed.consts))
@@ -84,10 +87,11 @@ class PlacedProgram:
     """(N,) the device each node of the program's graph runs on (see `plan`)."""
     return self.plan.node_placement
 
-  def _copy_to(self, copies: Dict[int, Any], d: int):
-    if d not in copies:
-      copies[d] = jax.device_put(next(iter(copies.values())), self.devices[d])
-    return copies[d]
+  def _where(self, x) -> int:
+    """Index of the device holding array `x` (-1: a host value or another device)."""
+    if isinstance(x, jax.Array) and len(x.sharding.device_set) == 1:
+      return self._index.get(next(iter(x.sharding.device_set)), -1)
+    return -1
 
   def __call__(self, *args):
     flat, tree = jax.tree_util.tree_flatten(args)
@@ -95,14 +99,19 @@ class PlacedProgram:
       raise ValueError(f"PlacedProgram: arguments of structure {tree}, expected "
                        f"{self.traced.in_tree}")
     jaxpr = self.traced.closed.jaxpr
-    env: Dict[Any, Dict[int, Any]] = {}  # var -> device -> value on that device
+    env: Dict[Any, Dict[int, Any]] = {}  # var -> device index -> its value on that device
     for v, x in zip(jaxpr.invars, flat):
-      env[v] = {-1: x}  # -1: where the caller left it
+      env[v] = {self._where(x): x}
     for v, x in self._consts.items():
       env[v] = {-1: x}
     for c in self._compiled:
       d = c.segment.device
-      outs = c.call(*[self._copy_to(env[v], d) for v in c.segment.in_vars])
+      need = [v for v in c.segment.in_vars if d not in env[v]]
+      if need:  # one batched transfer per segment: far cheaper than a device_put per value
+        moved = jax.device_put([next(iter(env[v].values())) for v in need], self.devices[d])
+        for v, m in zip(need, moved):
+          env[v][d] = m
+      outs = c.call(*[env[v][d] for v in c.segment.in_vars])
       for v, o in zip(c.segment.out_vars, outs):
         env[v] = {d: o}
     results = [v.val if isinstance(v, jcore.Literal) else next(iter(env[v].values()))

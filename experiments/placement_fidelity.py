@@ -1,0 +1,244 @@
+"""Experiment: the simulator's predicted step time of placed programs against the measured one.
+
+An experiment, not library code (it times programs on the local devices): the launcher is
+experiments/validate_placements.py; what it checks is the simulator (`simulator.simulate`, with
+the calibrated local cost model and the measured local topology) and placed execution
+(`go_jax.execute`).
+
+For each zoo model (one size, "small" by default) and each device count D:
+  * the step's pre-optimisation graph is costed with the calibrated "local" roofline, and XLA's
+    own fusion decisions on it are read from the post-optimisation module
+    (`go_jax.methods.fusion.xla_fusion_program`);
+  * each method (`go_jax.methods.solve`, on the measured D-device topology) gives a placement
+    and a priority; random placements use several seeds;
+  * `execute.place_program` runs the placement for real on the first D local devices, and
+    `PlacedProgram.node_placement` is the placement it actually ran;
+  * predicted: the simulated makespan of that node placement and the method's priority, fused
+    with XLA's decisions (design.md 4.1: groups never cross devices, as XLA compiles each
+    device's segments separately), and unfused;
+  * measured: every placement of the model is timed in interleaved rounds (so a change of the
+    machine's load hits them all alike), the median per placement.
+Per (model, D): Spearman's rank correlation between predicted and measured, and the MAPE.
+
+What the prediction leaves out, by design of the simulator: the host's dispatch of each segment
+(a `jax.jit` call and its copies, tens of microseconds each) and, for virtual CPU devices, that
+they share the host's cores (the topology measures each device alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from experiments.cost_model_validation import fmt_spearman, spearman
+
+RANDOM = "random"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCase:
+  """One zoo model's step, ready to place: its program, costed graph and XLA's decisions."""
+  name: str
+  step: Callable[..., Any]
+  args: Tuple
+  graph: Any  # CompGraph: the pre-optimisation graph, costed on the local device
+  fuse: np.ndarray  # (N,) bool XLA's fusion decisions on the graph
+  traced: Any  # go_jax.execute.TracedProgram
+
+
+def model_case(name: str, size: str, calibration) -> ModelCase:
+  """Builds, costs and traces zoo model `name`'s training step at `size`."""
+  from go_jax import execute
+  from go_jax.methods.fusion import xla_fusion_program
+  from simulator import zoo
+  from simulator.costmodel import local_spec
+  z = zoo.build(name, size)
+  args = z.concrete_args()
+  graph, fuse, _ = xla_fusion_program(z.step, *args, device_spec=local_spec(calibration),
+                                      calibration=calibration, name=f"zoo:{name}/{size}/pre")
+  traced = execute.trace_program(z.step, *args)
+  if traced.num_nodes != graph.num_nodes:
+    raise ValueError(f"{name}: the traced program has {traced.num_nodes} nodes, its graph "
+                     f"{graph.num_nodes}")
+  return ModelCase(f"{name}/{size}", z.step, args, graph, np.asarray(fuse, bool), traced)
+
+
+def placements(case: ModelCase, topology, methods_: Sequence[str], random_seeds: int,
+               seed: int = 0, options: Optional[Dict[str, Dict[str, Any]]] = None,
+               progress: Callable[[str], None] = lambda s: None
+               ) -> List[Tuple[str, np.ndarray, np.ndarray]]:
+  """(label, placement (N,), priority (N,)) per method; "random" gives `random_seeds` rows."""
+  from go_jax import methods
+  out = []
+  for name in methods_:
+    seeds = range(random_seeds) if name == RANDOM else (seed,)
+    for s in seeds:
+      t0 = time.perf_counter()
+      sol = methods.solve(name, case.graph, topology, objective="makespan", seed=int(s),
+                          **(options or {}).get(name, {}))
+      label = f"{name}_{s}" if name == RANDOM else name
+      progress(f"{case.name} D={topology.num_devices}: {label} placed in "
+               f"{time.perf_counter() - t0:.1f} s")
+      out.append((label, np.asarray(sol.placement, np.int64),
+                  np.asarray(sol.priority, np.float64)))
+  return out
+
+
+def predict(case: ModelCase, topology, placement, priority) -> Dict[str, float]:
+  """Simulated makespans (s) of one action: fused with XLA's decisions, and unfused."""
+  from go_jax import methods
+  fused = methods.evaluate(case.graph, topology, placement, priority, "makespan", fuse=case.fuse)
+  plain = methods.evaluate(case.graph, topology, placement, priority, "makespan")
+  return {"predicted_s": float(fused["makespan"]), "predicted_unfused_s": float(plain["makespan"])}
+
+
+def _time_rounds(calls: Sequence[Callable[[], Any]], repeats: int,
+                 progress: Callable[[str], None]) -> np.ndarray:
+  """(len(calls),) median seconds per call over `repeats` interleaved rounds (one call each;
+  two warm-up calls first)."""
+  import jax
+  for call in calls:
+    for _ in range(2):
+      jax.block_until_ready(call())
+  times = np.zeros((repeats, len(calls)))
+  for r in range(repeats):
+    for k, call in enumerate(calls):
+      t0 = time.perf_counter()
+      jax.block_until_ready(call())
+      times[r, k] = time.perf_counter() - t0
+    progress(f"timing round {r + 1}/{repeats}")
+  return np.median(times, axis=0)
+
+
+def run_model(case: ModelCase, topologies: Dict[int, Any], methods_: Sequence[str],
+              random_seeds: int, repeats: int, devices: Sequence[Any], seed: int = 0,
+              options: Optional[Dict[str, Dict[str, Any]]] = None,
+              progress: Callable[[str], None] = lambda s: None) -> List[Dict[str, Any]]:
+  """Rows (one per device count and placement) of one model: predicted and measured seconds."""
+  from go_jax import execute
+  import jax
+  rows, calls = [], []
+  for d, topo in sorted(topologies.items()):
+    for label, placement, priority in placements(case, topo, methods_, random_seeds, seed,
+                                                 options, progress):
+      t0 = time.perf_counter()
+      placed = execute.place_program(case.step, case.args, placement, devices[:d],
+                                     priority=priority, traced=case.traced)
+      compile_s = time.perf_counter() - t0
+      pred = predict(case, topo, placed.node_placement, priority)
+      own = predict(case, topo, placement, priority)
+      rows.append({"model": case.name, "devices": d, "placement": label,
+                   "method": label.split("_")[0] if label.startswith(RANDOM) else label,
+                   **pred, "predicted_given_s": own["predicted_s"],
+                   "segments": placed.num_segments,
+                   "split_equations": placed.plan.split_equations,
+                   "devices_used": int(len(set(placed.node_placement.tolist()))),
+                   "moved_nodes": int(np.sum(placed.node_placement != placement)),
+                   "compile_s": compile_s})
+      calls.append(placed)
+      progress(f"{case.name} D={d}: {label}: {placed.num_segments} segments, compiled in "
+               f"{compile_s:.1f} s, predicted {pred['predicted_s'] * 1e3:.2f} ms")
+  load_before = os.getloadavg()[0]
+  times = _time_rounds([lambda p=p: p(*case.args) for p in calls], repeats, progress)
+  load_after = os.getloadavg()[0]
+  for row, t in zip(rows, times):
+    row.update(measured_s=float(t), loadavg=[load_before, load_after])
+    row["error_percent"] = 100.0 * (row["predicted_s"] - t) / t
+    row["error_unfused_percent"] = 100.0 * (row["predicted_unfused_s"] - t) / t
+  del calls
+  jax.clear_caches()
+  return rows
+
+
+def summarize(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+  """Per (model, devices): placements, Spearman and MAPE (fused and unfused predictions)."""
+  groups: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
+  for r in rows:
+    groups.setdefault((r["model"], r["devices"]), []).append(r)
+  out = []
+  for (model, d), rs in sorted(groups.items()):
+    meas = [r["measured_s"] for r in rs]
+    out.append({
+        "model": model, "devices": d, "placements": len(rs),
+        "spearman": spearman([r["predicted_s"] for r in rs], meas),
+        "mape_percent": float(np.mean([abs(r["error_percent"]) for r in rs])),
+        "spearman_unfused": spearman([r["predicted_unfused_s"] for r in rs], meas),
+        "mape_unfused_percent": float(np.mean([abs(r["error_unfused_percent"]) for r in rs])),
+        "measured_range_s": [float(min(meas)), float(max(meas))]})
+  return out
+
+
+def table(summary: Sequence[Dict[str, Any]], threshold: float = 0.8) -> str:
+  """The per (model, devices) summary as a markdown table."""
+  lines = ["| model | devices | placements | Spearman | MAPE | Spearman (unfused) | "
+           "MAPE (unfused) | measured range |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+  for s in summary:
+    mark = "" if s["spearman"] is not None and s["spearman"] >= threshold else " (below)"
+    lo, hi = s["measured_range_s"]
+    lines.append(f"| {s['model']} | {s['devices']} | {s['placements']} | "
+                 f"{fmt_spearman(s['spearman'])}{mark} | {s['mape_percent']:.1f}% | "
+                 f"{fmt_spearman(s['spearman_unfused'])} | {s['mape_unfused_percent']:.1f}% | "
+                 f"{lo * 1e3:.1f}-{hi * 1e3:.1f} ms |")
+  return "\n".join(lines)
+
+
+def rows_table(rows: Sequence[Dict[str, Any]]) -> str:
+  """Every placement: predicted (fused, unfused) and measured milliseconds."""
+  lines = ["| model | D | placement | segments | predicted | unfused | measured | error |",
+           "|---|---:|---|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    lines.append(f"| {r['model']} | {r['devices']} | {r['placement']} | {r['segments']} | "
+                 f"{r['predicted_s'] * 1e3:.2f} | {r['predicted_unfused_s'] * 1e3:.2f} | "
+                 f"{r['measured_s'] * 1e3:.2f} | {r['error_percent']:+.0f}% |")
+  return "\n".join(lines)
+
+
+def scatter_plot(rows: Sequence[Dict[str, Any]], summary: Sequence[Dict[str, Any]],
+                 path: str) -> str:
+  """Predicted vs measured per placement (log-log), one colour per model, one marker per D."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from simulator import fileio
+  if not rows:
+    raise ValueError("scatter_plot: no rows")
+  models = sorted({r["model"] for r in rows})
+  counts = sorted({r["devices"] for r in rows})
+  markers = dict(zip(counts, "os^Dv<>"))
+  cmap = plt.get_cmap("tab10")
+  fig, ax = plt.subplots(figsize=(7.2, 6.4))
+  meas = np.array([r["measured_s"] for r in rows]) * 1e3
+  pred = np.array([r["predicted_s"] for r in rows]) * 1e3
+  lo, hi = min(meas.min(), pred.min()) / 1.5, max(meas.max(), pred.max()) * 1.5
+  ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+  by = {(s["model"], s["devices"]): s for s in summary}
+  for i, m in enumerate(models):
+    for d in counts:
+      sel = [r for r in rows if r["model"] == m and r["devices"] == d]
+      if not sel:
+        continue
+      s = by[(m, d)]
+      ax.scatter([r["measured_s"] * 1e3 for r in sel], [r["predicted_s"] * 1e3 for r in sel],
+                 color=cmap(i % 10), marker=markers[d], s=28, zorder=3,
+                 label=f"{m.split('/')[0]} D={d} (rho {fmt_spearman(s['spearman'])})")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlim(lo, hi)
+  ax.set_ylim(lo, hi)
+  ax.set_xlabel("measured step time (ms)")
+  ax.set_ylabel("predicted step time (ms, XLA's fusion)")
+  ax.set_title("placed programs: simulator vs measured")
+  ax.legend(fontsize=6, loc="upper left", ncol=2)
+  fig.tight_layout()
+  with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
+    fig.savefig(fh, format="png", dpi=120)
+  plt.close(fig)
+  return path
+
+
+__all__ = ["ModelCase", "model_case", "placements", "predict", "rows_table", "run_model",
+           "scatter_plot", "summarize", "table"]

@@ -1,0 +1,85 @@
+"""The fidelity study (experiments/validate_placements.py, experiments/placement_fidelity.py): a
+tiny end-to-end run over 2 virtual CPU devices, its files and its resume, and the summary."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import placement_fidelity as fidelity
+from simulator.costmodel import Calibration
+from simulator.costmodel.opclass import OP_CLASSES
+
+pytestmark = pytest.mark.fast_compile
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _calibration(path):
+  """A synthetic calibration (a real one takes a minute to measure): the study only needs one
+  to cost the graph."""
+  Calibration(backend="cpu", device_kind="cpu", date="2025-01-01T00:00:00+00:00",
+              peak_flops={"f32": 5e10}, mem_bandwidth=2e10, mem_capacity=2e10,
+              launch_overhead=1e-6, dispatch_overhead=1e-5, transcendental_weight=3.0,
+              parallel_efficiency=0.5,
+              classes={c: {"flops_eff": 0.5, "bytes_eff": 0.5, "overhead": 1e-6}
+                       for c in OP_CLASSES if c != "free"}).save(str(path))
+
+
+def _launch(*args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+  return subprocess.run([sys.executable, "-m", "experiments.validate_placements", *args],
+                        capture_output=True, text=True, cwd=REPO, env=env, timeout=600,
+                        check=False)
+
+
+def test_tiny_study_end_to_end_and_resume(tmp_path):
+  cal = tmp_path / "cal.json"
+  _calibration(cal)
+  out = tmp_path / "out"
+  args = ("--models=gpt2_small", "--size=tiny", "--devices=2", "--methods=single,heft,random",
+          "--random_seeds=2", "--repeats=3", f"--calibration={cal}", f"--out={out}",
+          "--noprogress")
+  proc = _launch(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  data = json.loads((out / "results.json").read_text())
+  rows = data["cells"]["gpt2_small/tiny"]
+  assert [r["placement"] for r in rows] == ["single", "heft", "random_0", "random_1"]
+  for r in rows:
+    assert r["devices"] == 2 and r["measured_s"] > 0 and r["predicted_s"] > 0
+    assert r["predicted_unfused_s"] >= r["predicted_s"] * (1 - 1e-9)  # fusion never slows
+  single = rows[0]
+  assert single["segments"] == 1 and single["devices_used"] == 1
+  assert all(r["segments"] > 1 for r in rows[2:])  # random placements are split
+  (summary,) = data["summary"]
+  assert summary["placements"] == 4 and summary["model"] == "gpt2_small/tiny"
+  assert "| gpt2_small/tiny | 2 | 4 |" in proc.stdout
+  for name in ("results.md", "fidelity.png", "topology_2.json"):
+    assert (out / name).is_file(), name
+  again = _launch(*args)  # resumed: nothing is re-run, the same table
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert json.loads((out / "results.json").read_text())["cells"] == data["cells"]
+  other = _launch(*args[:-2], "--repeats=5", f"--out={out}", "--noprogress")
+  assert other.returncode != 0 and "other settings" in other.stderr
+  assert "Traceback" not in other.stderr
+
+
+def test_bad_flags_are_one_line():
+  proc = _launch("--devices=two", "--out=/tmp/unused_vp")
+  assert proc.returncode != 0 and "--devices" in proc.stderr and "Traceback" not in proc.stderr
+  proc = _launch("--models=nope", "--devices=1", "--out=/tmp/unused_vp2")
+  assert proc.returncode != 0 and "unknown zoo model" in proc.stderr
+
+
+def test_summary_spearman_and_mape():
+  rows = [{"model": "m", "devices": 2, "placement": f"p{i}", "measured_s": t,
+           "predicted_s": p, "predicted_unfused_s": p * 2, "segments": 1,
+           "error_percent": 100 * (p - t) / t, "error_unfused_percent": 100 * (2 * p - t) / t}
+          for i, (t, p) in enumerate([(1.0, 1.1), (2.0, 1.8), (3.0, 3.3)])]
+  (s,) = fidelity.summarize(rows)
+  assert s["spearman"] == pytest.approx(1.0) and s["placements"] == 3
+  assert s["mape_percent"] == pytest.approx(np.mean([10, 10, 10]))
+  assert s["mape_unfused_percent"] == pytest.approx(np.mean([120, 80, 120]))
+  assert "| m | 2 | 3 | 1.000 | 10.0% |" in fidelity.table([s])
