@@ -50,6 +50,7 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
   for r in rows:
     assert r["devices"] == 2 and r["measured_s"] > 0
     assert r["predicted_s"] > 0 and r["predicted_unfused_s"] > 0
+    assert r["predicted_segments_s"] > 0 and r["dispatch_s"] > 0
   single = rows[0]
   assert single["segments"] == 1 and single["devices_used"] == 1
   assert all(r["segments"] > 1 for r in rows[2:])  # random placements are split
@@ -75,11 +76,15 @@ def test_bad_flags_are_one_line():
 
 def test_summary_spearman_and_mape():
   rows = [{"model": "m", "devices": 2, "placement": f"p{i}", "measured_s": t,
-           "predicted_s": p, "predicted_unfused_s": p * 2, "segments": 1,
-           "error_percent": 100 * (p - t) / t, "error_unfused_percent": 100 * (2 * p - t) / t}
+           "predicted_s": p, "predicted_unfused_s": p * 2, "predicted_segments_s": 4 - p,
+           "segments": 1, "error_percent": 100 * (p - t) / t,
+           "error_unfused_percent": 100 * (2 * p - t) / t,
+           "error_segments_percent": 100 * (4 - p - t) / t}
           for i, (t, p) in enumerate([(1.0, 1.1), (2.0, 1.8), (3.0, 3.3)])]
   (s,) = fidelity.summarize(rows)
   assert s["spearman"] == pytest.approx(1.0) and s["placements"] == 3
   assert s["mape_percent"] == pytest.approx(np.mean([10, 10, 10]))
   assert s["mape_unfused_percent"] == pytest.approx(np.mean([120, 80, 120]))
+  assert s["spearman_segments"] == pytest.approx(-1.0)
   assert "| m | 2 | 3 | 1.000 | 10.0% |" in fidelity.table([s])
+  assert "-1.000 (below)" in fidelity.table([s])

@@ -118,8 +118,25 @@ class PlacedProgram:
                for v in jaxpr.outvars]
     return jax.tree_util.tree_unflatten(self.traced.out_tree, results)
 
+  def place_args(self, *args) -> Tuple:
+    """`args` with each array moved to the device of the first segment that reads it.
+
+    A training loop keeps each weight on the device that uses it; a step called on arguments
+    placed so copies only what a second device also reads, as the simulator assumes (an op's
+    parameters are resident on its device)."""
+    flat, tree = jax.tree_util.tree_flatten(args)
+    first = {}
+    for c in self._compiled:
+      for v in c.segment.in_vars:
+        first.setdefault(v, c.segment.device)
+    invars = self.traced.closed.jaxpr.invars
+    placed = [jax.device_put(x, self.devices[first[v]]) if v in first else x
+              for v, x in zip(invars, flat)]
+    return jax.tree_util.tree_unflatten(tree, placed)
+
   def measure(self, repeats: int = 10, args: Optional[Tuple] = None, warmup: int = 2) -> float:
-    """Median wall time in seconds of one call, dispatch to the last output ready.
+    """Median wall time in seconds of one call, dispatch to the last output ready, with the
+    arguments first moved where they are read (`place_args`).
 
     `args`: the call's arguments (default: those `place_program` was given, when concrete).
     """
@@ -128,6 +145,7 @@ class PlacedProgram:
     args = self._example_args if args is None else args
     if args is None:
       raise ValueError("measure: place_program was given abstract arguments; pass args=")
+    args = jax.block_until_ready(self.place_args(*args))
     times = []
     for k in range(warmup + repeats):
       t0 = time.perf_counter()
