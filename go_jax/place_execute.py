@@ -130,22 +130,10 @@ def load_program(graph_spec: str, seed: int = 0) -> Program:
     except ValueError as e:
       raise ValueError(f"graph {graph_spec!r}: {e}") from e
     return Program(z.step, tuple(z.concrete_args(seed)), graph_spec)
-  target = positional
-  with jax_program.working_dir_on_path():
-    fn = jax_program.import_function(target)
-    func = target.rpartition(":")[2]
-    try:
-      out = fn()
-    except Exception as e:  # the user's code: name it, keep the cause
-      raise ValueError(f"graph {graph_spec!r}: calling {func}() failed: "
-                       f"{type(e).__name__}: {e}") from e
+  out = jax_program.call_target(positional)
   if isinstance(out, CompGraph):
-    raise ValueError(f"graph {graph_spec!r}: {func}() returns a CompGraph, not a JAX program "
-                     "(fn, args): there is no program to execute")
-  if not (isinstance(out, tuple) and len(out) == 2 and callable(out[0])
-          and isinstance(out[1], tuple)):
-    raise ValueError(f"graph {graph_spec!r}: {func}() must return a JAX program (fn, args) "
-                     f"with args a tuple, got {type(out).__name__}")
+    raise ValueError(f"graph {graph_spec!r}: {positional.rpartition(':')[2]}() returns a "
+                     "CompGraph, not a JAX program (fn, args): there is no program to execute")
   return Program(out[0], tuple(jax.tree_util.tree_map(_concrete, out[1])), graph_spec)
 
 

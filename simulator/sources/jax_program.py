@@ -121,6 +121,32 @@ def import_function(target: str) -> Callable:
   return fn
 
 
+def call_target(target: str):
+  """Imports and calls a `package.module:function` target with the working directory on the
+  path: its `CompGraph`, or its JAX program `(fn, args)` (args a tuple).
+
+  Raises:
+    ModuleNotImportable: no such module.
+    ValueError: malformed target, no such function, the function (or importing its module)
+      fails (its exception type and message are kept), or a wrong return value.
+  """
+  with working_dir_on_path():
+    fn = import_function(target)
+    func_name = target.rpartition(":")[2]
+    try:
+      out = fn()
+    except Exception as e:  # the user's code: name it, keep the cause
+      raise ValueError(f"graph 'jax:{target}': calling {func_name}() failed: "
+                       f"{type(e).__name__}: {e}") from e
+  if isinstance(out, CompGraph):
+    return out
+  if not (isinstance(out, tuple) and len(out) == 2 and callable(out[0])
+          and isinstance(out[1], tuple)):
+    raise ValueError(f"graph 'jax:{target}': {func_name}() must return a CompGraph or a JAX "
+                     f"program (fn, args) with args a tuple, got {type(out).__name__}")
+  return out
+
+
 def _cost_model(device: str, calibration: Optional[str]
                 ) -> Tuple[costmodel.DeviceSpec, Optional[costmodel.Calibration]]:
   """The device spec and calibration (None without a file) of a spec's `device` and
@@ -149,19 +175,9 @@ def load_jax_program(target: str, stage: str = DEFAULT_STAGE, device: str = DEFA
   except ValueError as e:
     raise ValueError(f"graph 'jax:{target}': {e}") from e
   with working_dir_on_path():
-    fn = import_function(target)
-    func_name = target.rpartition(":")[2]
-    try:
-      out = fn()
-    except Exception as e:  # the user's code: name it, keep the cause
-      raise ValueError(f"graph 'jax:{target}': calling {func_name}() failed: "
-                       f"{type(e).__name__}: {e}") from e
+    out = call_target(target)
     if isinstance(out, CompGraph):
       return out
-    if not (isinstance(out, tuple) and len(out) == 2 and callable(out[0])
-            and isinstance(out[1], tuple)):
-      raise ValueError(f"graph 'jax:{target}': {func_name}() must return a CompGraph or a JAX "
-                       f"program (fn, args) with args a tuple, got {type(out).__name__}")
     program, args = out
     try:
       return from_jax(program, *args, stage=stage, name=f"jax:{target}/{stage}/{device}",
@@ -170,5 +186,5 @@ def load_jax_program(target: str, stage: str = DEFAULT_STAGE, device: str = DEFA
       raise ValueError(f"graph 'jax:{target}': {e}") from e
 
 
-__all__ = ["DEFAULT_DEVICE", "DEFAULT_STAGE", "ModuleNotImportable", "STAGES", "from_jax",
-           "import_function", "is_target", "load_jax_program", "working_dir_on_path"]
+__all__ = ["DEFAULT_DEVICE", "DEFAULT_STAGE", "ModuleNotImportable", "STAGES", "call_target",
+           "from_jax", "import_function", "is_target", "load_jax_program", "working_dir_on_path"]
