@@ -20,9 +20,10 @@ For each zoo model (one size, "small" by default) and each device count D:
     plus the host's measured time to launch a call, and one node per value that crosses
     segments), which is how the program really runs: a segment's values are ready only when
     the whole segment is;
-  * measured: every placement of the model is timed in interleaved rounds (so a change of the
-    machine's load hits them all alike), the median per placement, with the arguments placed
-    where they are first read (`PlacedProgram.place_args`).
+  * measured: each placement is timed right after it is compiled (two warm-up calls, then the
+    median of `repeats` calls), with the arguments placed where they are first read
+    (`PlacedProgram.place_args`), and then released: a segment's executable holds a few memory
+    maps, and all of a model's placements at once can pass the kernel's limit.
 Per (model, D): Spearman's rank correlation between predicted and measured, and the MAPE.
 
 What no prediction here models: that virtual CPU devices share the host's cores (the topology
@@ -201,7 +202,7 @@ def run_model(case: ModelCase, topologies: Dict[int, Any], methods_: Sequence[st
   """Rows (one per device count and placement) of one model: predicted and measured seconds."""
   from go_jax import execute
   import jax
-  rows, calls = [], []
+  rows = []
   dispatch_s = dispatch_seconds(devices[0])
   for d, topo in sorted(topologies.items()):
     for label, placement, priority in placements(case, topo, methods_, random_seeds, seed,
@@ -212,30 +213,29 @@ def run_model(case: ModelCase, topologies: Dict[int, Any], methods_: Sequence[st
       compile_s = time.perf_counter() - t0
       pred = predict(case, topo, placed.node_placement, priority)
       own = predict(case, topo, placement, priority)
-      rows.append({"model": case.name, "devices": d, "placement": label,
-                   "method": label.split("_")[0] if label.startswith(RANDOM) else label,
-                   **pred, "predicted_given_s": own["predicted_s"],
-                   "predicted_segments_s": predict_segments(case, placed, topo, dispatch_s),
-                   "dispatch_s": dispatch_s,
-                   "segments": placed.num_segments,
-                   "split_equations": placed.plan.split_equations,
-                   "devices_used": int(len(set(placed.node_placement.tolist()))),
-                   "moved_nodes": int(np.sum(placed.node_placement != placement)),
-                   "compile_s": compile_s})
-      calls.append(placed)
-      progress(f"{case.name} D={d}: {label}: {placed.num_segments} segments, compiled in "
-               f"{compile_s:.1f} s, predicted {pred['predicted_s'] * 1e3:.2f} ms")
-  load_before = os.getloadavg()[0]
-  placed_args = [jax.block_until_ready(p.place_args(*case.args)) for p in calls]
-  times = _time_rounds([lambda p=p, a=a: p(*a) for p, a in zip(calls, placed_args)], repeats,
-                       progress)
-  load_after = os.getloadavg()[0]
-  for row, t in zip(rows, times):
-    row.update(measured_s=float(t), loadavg=[load_before, load_after])
-    row["error_percent"] = 100.0 * (row["predicted_s"] - t) / t
-    row["error_unfused_percent"] = 100.0 * (row["predicted_unfused_s"] - t) / t
-    row["error_segments_percent"] = 100.0 * (row["predicted_segments_s"] - t) / t
-  del calls, placed_args
+      # Timed now and released: every segment's executable holds a few memory maps, and a
+      # model's placements together can pass the kernel's limit (vm.max_map_count, 65530).
+      args = jax.block_until_ready(placed.place_args(*case.args))
+      load = os.getloadavg()[0]
+      (t,) = _time_rounds([lambda: placed(*args)], repeats, lambda s: None)
+      row = {"model": case.name, "devices": d, "placement": label,
+             "method": label.split("_")[0] if label.startswith(RANDOM) else label,
+             **pred, "predicted_given_s": own["predicted_s"],
+             "predicted_segments_s": predict_segments(case, placed, topo, dispatch_s),
+             "dispatch_s": dispatch_s, "segments": placed.num_segments,
+             "split_equations": placed.plan.split_equations,
+             "devices_used": int(len(set(placed.node_placement.tolist()))),
+             "moved_nodes": int(np.sum(placed.node_placement != placement)),
+             "compile_s": compile_s, "measured_s": float(t),
+             "loadavg": [load, os.getloadavg()[0]]}
+      for key, pkey in (("error_percent", "predicted_s"),
+                        ("error_unfused_percent", "predicted_unfused_s"),
+                        ("error_segments_percent", "predicted_segments_s")):
+        row[key] = 100.0 * (row[pkey] - t) / t
+      rows.append(row)  # `placed` is released when the next placement replaces it
+      progress(f"{case.name} D={d}: {label}: {row['segments']} segments, compiled in "
+               f"{compile_s:.1f} s, predicted {pred['predicted_s'] * 1e3:.2f} ms (segment "
+               f"graph {row['predicted_segments_s'] * 1e3:.2f} ms), measured {t * 1e3:.2f} ms")
   jax.clear_caches()
   return rows
 
