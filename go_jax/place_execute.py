@@ -223,8 +223,8 @@ def execute(result: place_lib.PlaceResult, program: Program, *,
   """Runs every row of `result` (placement and priority, on the original graph's nodes) with
   `go_jax.execute.place_program` and times it (median of `repeats` steps after 2 warm-ups).
 
-  The program is traced once for all rows; rows with the same placement and priority share
-  one compiled program (each is timed on its own).
+  The program is traced once for all rows; consecutive rows with the same placement and
+  priority share one compiled program (each is timed on its own).
 
   Args:
     result: a `place.place` result (task joint: the rows carry no fuse masks).
@@ -255,17 +255,21 @@ def execute(result: place_lib.PlaceResult, program: Program, *,
     raise ValueError(f"the program of {program.spec!r} lowers to {traced.num_nodes} nodes, the "
                      f"graph placed ({graph.name!r}) has {graph.num_nodes}: not the same "
                      "program (placements index the pre-optimisation graph)")
-  compiled: Dict[Tuple[bytes, bytes], Any] = {}
+  # Only the last compiled program is kept (rows in a row often share one: GO's greedy and
+  # best-of-K): each segment's executable holds a few memory maps, and every row's at once can
+  # pass the kernel's limit (vm.max_map_count) on a large graph.
+  last_key, placed = None, None
   records = []
   for r in result.rows:
     placement = np.asarray(result.expand(r.placement), np.int64)
     priority = np.asarray(result.expand(r.priority), np.float64)
     key = (placement.tobytes(), priority.tobytes())
     t1 = time.perf_counter()
-    if key not in compiled:
-      compiled[key] = execute_lib.place_program(program.fn, program.args, placement,
-                                                devices[:d], priority=priority, traced=traced)
-    placed = compiled[key]
+    if key != last_key:
+      placed = None  # released before the next is compiled
+      placed = execute_lib.place_program(program.fn, program.args, placement, devices[:d],
+                                         priority=priority, traced=traced)
+      last_key = key
     built = time.perf_counter() - t1
     measured = placed.measure(repeats)
     run = np.asarray(placed.node_placement, np.int64)
