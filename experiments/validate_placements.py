@@ -6,7 +6,8 @@ for real with `go_jax.execute.place_program` and timed (interleaved rounds, medi
 predicted by the simulator with the calibrated local cost model and XLA's fusion decisions
 (experiments/placement_fidelity.py says exactly how). Prints per (model, D) Spearman and MAPE and
 writes to --out: results.json (every placement; resumable: finished models are skipped),
-results.md, fidelity.png (scatter), calibration.json and topology_<D>.json (what predicted).
+results.md, fidelity.png (scatter), calibration.json and topology_<D>.json (what predicted;
+measured as `go-jax-calibrate --topology` does unless the file is already there).
 
 On a CPU-only machine --cpu_devices (default: the largest --devices) virtual CPU devices are
 made before JAX starts; they share the host's cores.
@@ -113,8 +114,7 @@ def main(argv: Sequence[str]) -> None:
     path = os.path.join(FLAGS.out, f"topology_{d}.json")
     if not os.path.exists(path):
       progress(f"measuring the topology of {d} local device(s)")
-      topo, _ = topology_calibration.measure_topology(
-          devices[:d], sizes=topology_calibration.QUICK_SIZES, repeats=3)
+      topo, _ = topology_calibration.measure_topology(devices[:d])  # go-jax-calibrate's
       topology_file.to_json(topo, path, name=f"local{d}",
                             description=f"measured by {LAUNCHER} on {d} device(s)")
     topologies[d] = topology_file.from_json(path)
