@@ -90,6 +90,23 @@ def test_placed_program_equals_jit_on_one_device_twice():
   assert placed.measure(repeats=2, warmup=1) > 0
 
 
+def test_arrays_the_program_closes_over():
+  """Consts of the jaxpr (closed-over arrays) are copied to their first reader's device once."""
+  w = jnp.arange(16.0).reshape(4, 4)
+
+  def f(x):
+    return jnp.tanh(x @ w) + w.sum()
+
+  x = jnp.ones((4, 4))
+  traced = execute.trace_program(f, x)
+  assert len(traced.closed.consts) >= 1
+  dev = jax.devices()[0]
+  for placement in (np.zeros(traced.num_nodes, np.int64), np.arange(traced.num_nodes) % 2):
+    placed = execute.place_program(f, (x,), placement, devices=(dev, dev), traced=traced)
+    for _ in range(2):  # the second call reuses the kept copies
+      np.testing.assert_allclose(placed(x), jax.jit(f)(x), rtol=1e-6)
+
+
 def test_priority_sets_the_dispatch_order():
   """Two independent chains: the higher priority one is dispatched first; the order is always
   topological."""

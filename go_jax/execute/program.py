@@ -74,9 +74,16 @@ class PlacedProgram:
     self._index = {}  # device -> its first index
     for i, dev in enumerate(self.devices):
       self._index.setdefault(dev, i)
-    jaxpr = traced.closed.jaxpr
-    # Consts live where they are first read, copied once here, not at every call.
-    self._consts = dict(zip(jaxpr.constvars, traced.closed.consts))
+    # Consts (arrays the program closes over) are copied once, here, to the device that reads
+    # them first; copies to other devices are made at the first call and kept.
+    first = {}
+    for c in self._compiled:
+      for v in c.segment.in_vars:
+        first.setdefault(v, c.segment.device)
+    self._first_reader = first
+    self._consts = {v: ({first[v]: jax.device_put(x, self.devices[first[v]])} if v in first
+                        else {-1: x})
+                    for v, x in zip(traced.closed.jaxpr.constvars, traced.closed.consts)}
 
   @property
   def num_segments(self) -> int:
@@ -102,8 +109,7 @@ class PlacedProgram:
     env: Dict[Any, Dict[int, Any]] = {}  # var -> device index -> its value on that device
     for v, x in zip(jaxpr.invars, flat):
       env[v] = {self._where(x): x}
-    for v, x in self._consts.items():
-      env[v] = {-1: x}
+    env.update(self._consts)
     for c in self._compiled:
       d = c.segment.device
       need = [v for v in c.segment.in_vars if d not in env[v]]
@@ -125,11 +131,7 @@ class PlacedProgram:
     placed so copies only what a second device also reads, as the simulator assumes (an op's
     parameters are resident on its device)."""
     flat, tree = jax.tree_util.tree_flatten(args)
-    first = {}
-    for c in self._compiled:
-      for v in c.segment.in_vars:
-        first.setdefault(v, c.segment.device)
-    invars = self.traced.closed.jaxpr.invars
+    first, invars = self._first_reader, self.traced.closed.jaxpr.invars
     placed = [jax.device_put(x, self.devices[first[v]]) if v in first else x
               for v, x in zip(invars, flat)]
     return jax.tree_util.tree_unflatten(tree, placed)
