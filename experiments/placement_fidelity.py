@@ -177,30 +177,12 @@ def dispatch_seconds(device, calls: int = 2000) -> float:
   return elapsed / calls
 
 
-def _time_rounds(calls: Sequence[Callable[[], Any]], repeats: int,
-                 progress: Callable[[str], None]) -> np.ndarray:
-  """(len(calls),) median seconds per call over `repeats` interleaved rounds (one call each;
-  two warm-up calls first)."""
-  import jax
-  for call in calls:
-    for _ in range(2):
-      jax.block_until_ready(call())
-  times = np.zeros((repeats, len(calls)))
-  for r in range(repeats):
-    for k, call in enumerate(calls):
-      t0 = time.perf_counter()
-      jax.block_until_ready(call())
-      times[r, k] = time.perf_counter() - t0
-    progress(f"timing round {r + 1}/{repeats}")
-  return np.median(times, axis=0)
-
-
 def run_model(case: ModelCase, topologies: Dict[int, Any], methods_: Sequence[str],
               random_seeds: int, repeats: int, devices: Sequence[Any], seed: int = 0,
               options: Optional[Dict[str, Dict[str, Any]]] = None,
               progress: Callable[[str], None] = lambda s: None) -> List[Dict[str, Any]]:
   """Rows (one per device count and placement) of one model: predicted and measured seconds."""
-  from go_jax import execute
+  from go_jax import execute, methods
   import jax
   rows = []
   dispatch_s = dispatch_seconds(devices[0])
@@ -212,15 +194,15 @@ def run_model(case: ModelCase, topologies: Dict[int, Any], methods_: Sequence[st
                                      priority=priority, traced=case.traced)
       compile_s = time.perf_counter() - t0
       pred = predict(case, topo, placed.node_placement, priority)
-      own = predict(case, topo, placement, priority)
+      given = methods.evaluate(case.graph, topo, placement, priority, "makespan",
+                               fuse=case.fuse)["makespan"]
       # Timed now and released: every segment's executable holds a few memory maps, and a
       # model's placements together can pass the kernel's limit (vm.max_map_count, 65530).
-      args = jax.block_until_ready(placed.place_args(*case.args))
       load = os.getloadavg()[0]
-      (t,) = _time_rounds([lambda: placed(*args)], repeats, lambda s: None)
+      t = placed.measure(repeats)  # arguments where first read, 2 warm-ups, the median
       row = {"model": case.name, "devices": d, "placement": label,
              "method": label.split("_")[0] if label.startswith(RANDOM) else label,
-             **pred, "predicted_given_s": own["predicted_s"],
+             **pred, "predicted_given_s": float(given),
              "predicted_segments_s": predict_segments(case, placed, topo, dispatch_s),
              "dispatch_s": dispatch_s, "segments": placed.num_segments,
              "split_equations": placed.plan.split_equations,

@@ -36,10 +36,6 @@ class _Compiled:
   call: Callable[..., Any]  # the compiled executable: in_vars' values -> out_vars' values
 
 
-def _sharding(device):
-  return jax.sharding.SingleDeviceSharding(device)
-
-
 def _compile(traced: TracedProgram, seg: plan_lib.Segment, device) -> _Compiled:
   eqns = [traced.eqns[i] for i in seg.eqns]
 
@@ -47,7 +43,7 @@ def _compile(traced: TracedProgram, seg: plan_lib.Segment, device) -> _Compiled:
     return eval_equations(eqns, seg.in_vars, seg.out_vars, values)
 
   piece.__name__ = f"segment_d{seg.device}_{seg.eqns[0]}"
-  sharding = _sharding(device)
+  sharding = jax.sharding.SingleDeviceSharding(device)
   jitted = jax.jit(piece, in_shardings=(sharding,) * len(seg.in_vars),
                    out_shardings=[sharding] * len(seg.out_vars))
   avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding)
