@@ -33,13 +33,21 @@ calibration program, never a per-model factor):
   * XLA's executor runs independent ops concurrently on the pool; programs of many
     independent tiny ops are left out of the calibration (their cost is load dependent, and the
     model is a sequential single-device schedule).
+  * A step's ops are slower than the same ops alone (2026-11-25 profiles: BERT's 512x512x128
+    matmuls at 145-450 us in the step, 196 us alone; WaveNet's split transposes over 10x), and
+    summed op times exceed the time any op runs by 20-30%: independent ops run at once and
+    contend for the cores and the thread pool, and operands come from memory, not the caches.
+    Two calibrated terms answer it: microbenchmarks read cold operands
+    (`microbench.cold_copies`), and the thread-pool ops of a program with independent ops take
+    the `contention` factor (`roofline.concurrent` / `contended`), fitted on the synthetic
+    training steps of `step_programs`. Before them every zoo model was under-predicted (MAPE
+    25%, Spearman 0.965 in one run); with them the error has no common sign.
   * Machine load (other processes on the 2 cores) scales short and long programs differently:
     every timing sample lasts >= 50 ms and microbenchmarks and steps are timed in the same
     interleaved rounds, so the calibration and the validation see the same conditions.
-Remaining outliers (typically within 35%): ResNet-50 is under-predicted (its unfused
-lhs-dilated convolutions, transposes and batch-norm reductions run slower than their classes'
-calibration programs); AmoebaNet, dominated by depthwise convolutions whose speed varies with
-kernel size and stride, is over- or under-predicted by up to ~25% from run to run.
+Remaining outliers: the GNMT steps (LSTMs of thousands of tiny ops) vary by up to 40% from one
+process to the next (gnmt8: 22.3-32.5 ms in four processes, same machine, same load), more than
+the model's error; Transformer-XL and WaveNet stay slightly under-predicted (about -10%).
 """
 
 from __future__ import annotations

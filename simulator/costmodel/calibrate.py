@@ -59,12 +59,19 @@ COMPUTE_BYTES_EFF_MIN = 0.5
 OVERHEAD_BOUNDS = (0.0, 1e-2)     # seconds per op
 DISPATCH_BOUNDS = (0.0, 1e-2)     # seconds per jitted call
 TW_BOUNDS = (1.0, 200.0)          # flops per transcendental element op
+CONTENTION_BOUNDS = (1.0, 3.0)
+# A weak prior on the per-op overheads: a residual of OVERHEAD_PRIOR x overhead / OVERHEAD_SCALE
+# per class. Without it a class present in few programs can take a fixed cost of hundreds of us
+# to absorb one badly fitted program (conv_filter did: 190 us per op, so AmoebaNet's 29 filter
+# gradients were predicted at 7 ms instead of 0.35), a cost every op of that class then pays.
+OVERHEAD_PRIOR = 0.1
+OVERHEAD_SCALE = 50e-6    # op-time factor of programs with independent ops
 SOFT_L1_SCALE = 0.1               # residuals (log ratio) beyond ~10% count linearly, not squared
 IDENTIFIED = 1e-3                 # |d residual / d log param| summed over programs
 INLINE_FLOPS = 1000               # XLA:CPU runs programs under this many flops inline
 # Ops that run on XLA:CPU's thread pool (library dots / convs; split loop fusions): a call that
 # has one wakes the pool once.
-POOL_CLASSES = ("dot", "conv", "conv_grouped", "conv_filter", "conv_eigen")
+POOL_CLASSES = roofline.POOL_CLASSES
 COMPUTE_CLASSES = POOL_CLASSES + ("dot_small",)
 # Classes that share one fitted per-op overhead (each class its own: tying them, e.g. all library
 # kernels to one value, was tried and fits the grouped convolutions' large fixed cost badly).
@@ -115,14 +122,17 @@ class _Model:
   """Parameter vector <-> roofline tables, and the predicted time of every program."""
 
   def __init__(self, leaves: feat.OpLeaves, program_of: np.ndarray, num_programs: int,
-               peak: np.ndarray, bandwidth: float, fresh: np.ndarray):
+               peak: np.ndarray, bandwidth: float, fresh: np.ndarray, concurrent: np.ndarray):
     self.leaves, self.program_of, self.num = leaves, program_of, num_programs
     self.fresh = np.asarray(fresh, np.float64)  # (P,) bytes mapped afresh per call
+    concurrent = np.asarray(concurrent, bool)  # (P,) the program has independent ops
+    # (M,) thread-pool leaves of concurrent programs: their durations take the contention factor
+    self.contended = roofline.pooled(leaves) & concurrent[program_of]
+    self.has_concurrent = bool(self.contended.any())
     flops = np.bincount(program_of, weights=leaves.flops * leaves.weight, minlength=num_programs)
     self.inline = flops < INLINE_FLOPS
-    pooled = np.isin(leaves.op_class, [feat.CLASS_IDS[c] for c in POOL_CLASSES])
-    pooled |= leaves.partitions > 1
-    self.pool = np.bincount(program_of, weights=pooled.astype(float), minlength=num_programs) > 0
+    self.pool = np.bincount(program_of, weights=roofline.pooled(leaves).astype(float),
+                            minlength=num_programs) > 0
     self.peak, self.bandwidth = peak, bandwidth
     present = np.unique(leaves.op_class[leaves.weight > 0])
     self.classes = [c for c in present if feat.OP_CLASSES[c] != "free"]
@@ -133,8 +143,9 @@ class _Model:
   def x0_bounds(self, overhead0: float):
     """Efficiencies in log space; overheads linear, in microseconds (a log overhead near 0
     has no gradient and would stick there). Layout: per class (log flops_eff, log bytes_eff),
-    per overhead group the overhead, then the three dispatch overheads, the transcendental
-    weight and the parallel efficiency."""
+    per overhead group the overhead, then the contention factor, the first-touch cost (ms per
+    MiB), the three dispatch overheads, the transcendental weight and the parallel
+    efficiency."""
     x0, lo, hi = [], [], []
     for c in self.classes:
       name = feat.OP_CLASSES[c]
@@ -146,9 +157,9 @@ class _Model:
     x0 += [overhead0 / US] * len(self.groups)
     lo += [OVERHEAD_BOUNDS[0] / US] * len(self.groups)
     hi += [OVERHEAD_BOUNDS[1] / US] * len(self.groups)
-    x0 += [0.3, 10.0, 20.0, 50.0, 2.0, 0.5]
-    lo += [0.0] + [DISPATCH_BOUNDS[0] / US] * 3 + [TW_BOUNDS[0], 0.0]
-    hi += [100.0] + [DISPATCH_BOUNDS[1] / US] * 3 + [TW_BOUNDS[1], 1.0]
+    x0 += [1.2, 0.3, 10.0, 20.0, 50.0, 2.0, 0.5]
+    lo += [CONTENTION_BOUNDS[0], 0.0] + [DISPATCH_BOUNDS[0] / US] * 3 + [TW_BOUNDS[0], 0.0]
+    hi += [CONTENTION_BOUNDS[1], 100.0] + [DISPATCH_BOUNDS[1] / US] * 3 + [TW_BOUNDS[1], 1.0]
     return np.array(x0), (np.array(lo), np.array(hi))
 
   def tables(self, x):
@@ -166,16 +177,26 @@ class _Model:
     """Seconds per byte of a freshly mapped buffer (the parameter is in ms per MiB)."""
     return x[-6] * 1e-3 / 2**20
 
+  def prior(self, x) -> np.ndarray:
+    """Residuals of the weak prior on the per-op overheads (one per overhead group)."""
+    k = 2 * len(self.classes)
+    return OVERHEAD_PRIOR * x[k:k + len(self.groups)] / (OVERHEAD_SCALE / US)
+
+  def contention(self, x) -> float:
+    return float(x[-7]) if self.has_concurrent else 1.0
+
   def predict(self, x, smooth=None) -> np.ndarray:
     f_eff, b_eff, over, dispatch, tw, par = self.tables(x)
     t = roofline.leaf_durations(self.leaves, self.peak, self.bandwidth, over, f_eff, b_eff,
                                 tw, par, smooth)
-    return (dispatch + self.fresh * self.first_touch(x)
-            + np.bincount(self.program_of, weights=t * self.leaves.weight, minlength=self.num))
+    t = np.where(self.contended, t * self.contention(x), t)
+    ops = np.bincount(self.program_of, weights=t * self.leaves.weight, minlength=self.num)
+    return dispatch + self.fresh * self.first_touch(x) + ops
 
 
 def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, float],
-        bandwidth: float, fresh: Optional[np.ndarray] = None):
+        bandwidth: float, fresh: Optional[np.ndarray] = None,
+        concurrent: Optional[np.ndarray] = None):
   """Fits the roofline parameters to measured program times (see the module docstring).
 
   Returns (model tables dict, per-parameter identified flags, predicted times (P,)).
@@ -191,14 +212,17 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
   peak = np.array([peak_flops.get(d, peak_flops["f32"]) if d != "other" else peak_flops["f32"]
                    for d in feat.NODE_DTYPES])
   fresh = np.zeros(len(times)) if fresh is None else np.asarray(fresh, np.float64)
-  model = _Model(flat, program_of, len(times), peak, bandwidth, fresh)
+  concurrent = (np.zeros(len(times), bool) if concurrent is None
+                else np.asarray(concurrent, bool))
+  model = _Model(flat, program_of, len(times), peak, bandwidth, fresh, concurrent)
   _, bounds = model.x0_bounds(overhead0=0.0)
   log_t = np.log(np.asarray(times, np.float64))
   best = None
   for overhead0 in START_OVERHEADS:  # a few starts; the best final cost wins
     x, _ = model.x0_bounds(overhead0=overhead0)
     for smooth, loss in STAGES:  # continuation: soft maxima first, the roofline's hard max last
-      res = optimize.least_squares(lambda x, p=smooth: np.log(model.predict(x, p)) - log_t, x,
+      res = optimize.least_squares(lambda x, p=smooth: np.concatenate(
+                                       [np.log(model.predict(x, p)) - log_t, model.prior(x)]), x,
                                    bounds=bounds, loss=loss, f_scale=SOFT_L1_SCALE,
                                    method="trf", x_scale=X_SCALE, max_nfev=MAX_NFEV,
                                    ftol=1e-10, xtol=1e-10, gtol=1e-10)
@@ -223,7 +247,8 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
                     "pool_dispatch_overhead": bool(jac_norm[-3] > IDENTIFIED),
                     "transcendental_weight": model.has_trans and bool(jac_norm[-2] > IDENTIFIED),
                     "parallel_efficiency": model.has_parts and bool(jac_norm[-1] > IDENTIFIED),
-                    "first_touch": bool(np.any(fresh > 0)) and bool(jac_norm[-6] > IDENTIFIED)}
+                    "first_touch": bool(np.any(fresh > 0)) and bool(jac_norm[-6] > IDENTIFIED),
+                    "contention": model.has_concurrent and bool(jac_norm[-7] > IDENTIFIED)}
   fitted_overheads = [v["overhead"] for k, v in classes.items()
                       if fitted[k]["overhead"] and v["overhead"] > 0]
   tables = {
@@ -235,6 +260,7 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
       "parallel_efficiency": float(par) if model.has_parts else 0.0,
       "launch_overhead": float(np.median(fitted_overheads)) if fitted_overheads else 1e-6,
       "first_touch": float(model.first_touch(res.x)) if np.any(fresh > 0) else 0.0,
+      "contention": model.contention(res.x),
       "status": res.message, "nfev": int(res.nfev),
   }
   return tables, model.predict(res.x)
@@ -257,8 +283,10 @@ def fit_calibration(device, compiled, leaves, times, conditions: Dict) -> Calibr
   """The Calibration of measured microbenchmark times (see the module docstring)."""
   times = np.asarray(times, np.float64)
   peak_flops, bandwidth = _peaks(compiled, leaves, times)
+  concurrent = np.array([roofline.concurrent(feat.hlo_graph(c.hlo_text, c.program.name), lv)
+                         for c, lv in zip(compiled, leaves)], bool)
   tables, predicted = fit(leaves, times, peak_flops, bandwidth,
-                          np.array([c.fresh_bytes for c in compiled]))
+                          np.array([c.fresh_bytes for c in compiled]), concurrent)
   rel = predicted / times - 1.0
   measurements = [{"name": c.program.name, "target": c.program.target,
                    "measured_s": float(t), "predicted_s": float(q)}
@@ -270,7 +298,7 @@ def fit_calibration(device, compiled, leaves, times, conditions: Dict) -> Calibr
       launch_overhead=tables["launch_overhead"], dispatch_overhead=tables["dispatch_overhead"],
       transcendental_weight=tables["transcendental_weight"],
       parallel_efficiency=tables["parallel_efficiency"], classes=tables["classes"],
-      first_touch=tables["first_touch"],
+      first_touch=tables["first_touch"], contention=tables["contention"],
       fitted=tables["fitted"], host=platform.node(),
       conditions=dict(conditions, cpu_count=os.cpu_count(),
                       xla_flags=os.environ.get("XLA_FLAGS", ""), programs=len(compiled)),

@@ -52,6 +52,7 @@ class Calibration:
   fit: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   measurements: List[Mapping[str, Any]] = dataclasses.field(default_factory=list)
   first_touch: float = 0.0  # seconds per byte of a buffer the allocator maps afresh per call
+  contention: float = 1.0  # op-time factor of programs with independent ops (roofline.concurrent)
   version: int = VERSION
 
   def __post_init__(self):
@@ -65,7 +66,8 @@ class Calibration:
         bytes_eff={c: v["bytes_eff"] for c, v in self.classes.items()},
         overhead_ratio={c: v["overhead"] / base for c, v in self.classes.items()},
         transcendental_weight=self.transcendental_weight,
-        parallel_efficiency=self.parallel_efficiency, first_touch=self.first_touch)
+        parallel_efficiency=self.parallel_efficiency, first_touch=self.first_touch,
+        contention=self.contention)
 
   # ---------------------------------------------------------------- I/O
   def to_dict(self) -> Dict[str, Any]:
@@ -124,7 +126,8 @@ class Calibration:
                 f"{self.launch_overhead * 1e6:.2f} us; dispatch {self.dispatch_overhead * 1e6:.1f}"
                 f" us; transcendental weight {self.transcendental_weight:.2f}; parallel "
                 f"efficiency {self.parallel_efficiency:.2f}; first touch "
-                f"{self.first_touch * 2**20 * 1e3:.2f} ms/MiB   (* = default, not fitted)")
+                f"{self.first_touch * 2**20 * 1e3:.2f} ms/MiB; contention {self.contention:.2f}"
+                f"   (* = default, not fitted)")
     return "\n".join(rows)
 
 
@@ -154,6 +157,8 @@ def _check(c: Calibration):
   tw = _positive("transcendental_weight", c.transcendental_weight)
   if tw < 1:
     raise ValueError(f"field 'transcendental_weight' must be >= 1, got {tw}")
+  if _positive("contention", c.contention) < 1:
+    raise ValueError(f"field 'contention' must be >= 1, got {c.contention}")
   pe = _positive("parallel_efficiency", c.parallel_efficiency, allow_zero=True)
   if pe > 1:
     raise ValueError(f"field 'parallel_efficiency' must be in [0, 1], got {pe}")

@@ -58,6 +58,7 @@ class RooflineParams:
   transcendental_weight: float = 1.0
   parallel_efficiency: float = 0.0
   first_touch: float = 0.0  # seconds per byte of a freshly mapped buffer (page faults)
+  contention: float = 1.0  # time factor of thread-pool ops in programs with concurrent ops
 
   def __post_init__(self):
     for name in ("flops_eff", "bytes_eff", "overhead_ratio"):
@@ -77,6 +78,8 @@ class RooflineParams:
     if not (np.isfinite(self.first_touch) and self.first_touch >= 0):
       raise ValueError(f"RooflineParams.first_touch must be finite and >= 0, got "
                        f"{self.first_touch!r}")
+    if not (np.isfinite(self.contention) and self.contention >= 1):
+      raise ValueError(f"RooflineParams.contention must be >= 1, got {self.contention!r}")
     if not 0 <= self.parallel_efficiency <= 1:
       raise ValueError(f"RooflineParams.parallel_efficiency must be in [0, 1], got "
                        f"{self.parallel_efficiency!r}")
@@ -138,6 +141,54 @@ def _params(calibration) -> RooflineParams:
   return calibration.roofline_params()
 
 
+def concurrent(graph, leaves: Optional[feat.OpLeaves] = None) -> bool:
+  """Whether the program has two ops that do work and neither depends on the other.
+
+  XLA:CPU's executor runs such ops at the same time on its worker threads, where they contend
+  for the cores, the caches and the thread pool (a split loop fusion or a library kernel waits
+  for workers another op holds). Profiles of the zoo's training steps (experiments/
+  cost_model_validation.py) show what that costs: summed op times exceed the time covered by
+  any op by 20-30%, and an op that is split over the pool runs up to several times longer
+  than alone (a matmul of BERT's step 1.5-2.3x, a split transpose of WaveNet's over 10x),
+  while ops run inline on one thread do not slow down measurably. A program of one op, or a
+  chain of dependent ops (most microbenchmarks), has none of it. See `contended`.
+  """
+  base = graph.graph if isinstance(graph, feat.HloGraph) else graph
+  leaves = feat.features(graph) if leaves is None else leaves
+  n = base.num_nodes
+  work = np.zeros(n, bool)
+  busy = (leaves.op_class != feat.CLASS_IDS["free"]) & (leaves.weight > 0)
+  work[leaves.owner[busy]] = True
+  if work.sum() < 2:
+    return False
+  depth = np.zeros(n, np.int64)  # most working ops on a path ending at each node
+  ptr, pred = base.predecessor_csr()
+  for v in base.topological_order():
+    before = pred[ptr[v]:ptr[v + 1]]
+    depth[v] = int(work[v]) + (int(depth[before].max()) if before.size else 0)
+  return int(depth.max()) < int(work.sum())
+
+
+# Ops that run on XLA:CPU's intra-op thread pool: library dots and convolutions (and loop
+# fusions XLA split into partitions, `OpLeaves.partitions` > 1).
+POOL_CLASSES = ("dot", "conv", "conv_grouped", "conv_filter", "conv_eigen")
+
+
+def pooled(leaves: feat.OpLeaves) -> np.ndarray:
+  """(M,) whether each leaf runs on the intra-op thread pool."""
+  return (np.isin(leaves.op_class, [feat.CLASS_IDS[c] for c in POOL_CLASSES])
+          | (leaves.partitions > 1))
+
+
+def contended(graph, leaves: feat.OpLeaves, t: np.ndarray, contention: float) -> np.ndarray:
+  """(M,) leaf durations `t` with the thread-pool leaves of a concurrent program (`concurrent`)
+  scaled by `contention`: such an op waits for workers that other ops hold. Fitted on the
+  synthetic training steps of `step_programs` (a single factor for every class)."""
+  if contention == 1.0 or not concurrent(graph, leaves):
+    return t
+  return np.where(pooled(leaves), t * contention, t)
+
+
 def first_touch_costs(graph, seconds: float) -> np.ndarray:
   """(N,) `seconds` of page faulting spread over the nodes in proportion to their output bytes
   (the ops whose writes first touch a freshly mapped buffer)."""
@@ -172,6 +223,7 @@ def durations(graph, spec: DeviceSpec, calibration=None, fresh_bytes: float = 0.
   t = leaf_durations(leaves, peak_by_dtype(spec), spec.mem_bandwidth,
                      ratio * spec.launch_overhead, flops_eff, bytes_eff,
                      p.transcendental_weight, p.parallel_efficiency)
+  t = contended(graph, leaves, t, p.contention)
   per_node = np.bincount(leaves.owner, weights=leaves.weight * t, minlength=leaves.num_nodes)
   return per_node + first_touch_costs(graph, fresh_bytes * p.first_touch)
 
@@ -206,5 +258,6 @@ def class_breakdown(graph, spec: DeviceSpec, calibration=None) -> Dict[str, floa
   t = leaf_durations(leaves, peak_by_dtype(spec), spec.mem_bandwidth,
                      ratio * spec.launch_overhead, flops_eff, bytes_eff,
                      p.transcendental_weight, p.parallel_efficiency) * leaves.weight
+  t = contended(graph, leaves, t, p.contention)
   tot = np.bincount(leaves.op_class, weights=t, minlength=len(OP_CLASSES))
   return {c: float(tot[i]) for i, c in enumerate(OP_CLASSES) if tot[i] > 0}
