@@ -10,11 +10,14 @@ results.md, fidelity.png (scatter), calibration.json and topology_<D>.json (what
 measured as `go-jax-calibrate --topology` does unless the file is already there).
 
 On a CPU-only machine --cpu_devices (default: the largest --devices) virtual CPU devices are
-made before JAX starts; they share the host's cores.
+made before JAX starts; they share the host's cores. --backends=gpu,cpu places over the devices
+of several backends, in that order (one GPU plus --cpu_devices virtual CPU devices: D=2 is the
+GPU and one CPU device); the cost model is calibrated on the first device's backend.
 
   python -m experiments.validate_placements                                # 6 models, 2 and 4
   python -m experiments.validate_placements --models=gnmt2 --size=tiny --devices=2 --out=/tmp/v
   python -m experiments.validate_placements --calibration=cal.json --repeats=9
+  python -m experiments.validate_placements --backends=gpu,cpu --cpu_devices=3 --devices=2,4
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ flags.DEFINE_float("go_finetune_seconds", 0.0, "Fine-tuning of go_hint (0: zero-
 flags.DEFINE_integer("repeats", 7, "Timed rounds (median).", lower_bound=3)
 flags.DEFINE_integer("cpu_devices", None, "Virtual CPU devices to expose (default: the largest "
                      "--devices).", lower_bound=1)
+flags.DEFINE_list("backends", [], "JAX backends whose devices are placed over, in this order "
+                  "(e.g. gpu,cpu); default: the devices of JAX's default backend.")
 flags.DEFINE_string("calibration", None, "Cost-model calibration JSON (go-jax-calibrate); "
                     "default: <out>/calibration.json, calibrated now (quick set) if missing.")
 flags.DEFINE_integer("seed", 0, "Seed of the methods.")
@@ -78,10 +83,11 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.progress:
       print(f"[{time.time() - start:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
-  devices = jax.devices()
+  devices = local_devices(jax, FLAGS.backends)
   if len(devices) < counts[-1]:
     raise app.UsageError(f"--devices={counts[-1]} but JAX has {len(devices)} device(s) "
-                         f"({devices[0].platform}); raise --cpu_devices")
+                         f"({', '.join(sorted({d.platform for d in devices}))}); raise "
+                         f"--cpu_devices")
   unknown = sorted(set(FLAGS.models) - set(zoo.available()))
   if unknown:
     raise app.UsageError(f"--models: unknown zoo model(s) {unknown}")
@@ -92,6 +98,9 @@ def main(argv: Sequence[str]) -> None:
               "random_seeds": FLAGS.random_seeds, "brkga_budget": FLAGS.brkga_budget,
               "go_finetune_seconds": FLAGS.go_finetune_seconds, "repeats": FLAGS.repeats,
               "seed": FLAGS.seed, "platform": devices[0].platform}
+  if FLAGS.backends:  # only then: result files of earlier runs stay resumable
+    settings["backends"] = list(FLAGS.backends)
+    settings["device_names"] = [f"{d.platform}{d.id}" for d in devices[:counts[-1]]]
   json_path = os.path.join(FLAGS.out, "results.json")
   try:
     store = cli.load_resumable(json_path, LAUNCHER, settings)
@@ -107,7 +116,7 @@ def main(argv: Sequence[str]) -> None:
       raise app.UsageError(f"--calibration={cal_path}: {cli.one_line(e)}") from e
   else:
     progress(f"no calibration at {cal_path}: calibrating the cost model now (quick set)")
-    cal = costmodel.calibrate(sizes="quick", progress=progress)
+    cal = costmodel.calibrate(backend=devices[0].platform, sizes="quick", progress=progress)
     cal.save(cal_path)
   topologies = {}
   for d in counts:  # measured once per output folder, so a resumed run predicts alike
@@ -144,6 +153,28 @@ def main(argv: Sequence[str]) -> None:
                                 "summary": summary, "machine": cli.machine_info()})
   print(fidelity.table(summary))
   print(f"wrote {json_path}, {os.path.join(FLAGS.out, 'results.md')}, {plot}")
+
+
+def local_devices(jax, backends: Sequence[str]) -> list:
+  """The devices to place over: those of each of `backends` in turn (e.g. ["gpu", "cpu"]),
+  or, when empty, those of JAX's default backend.
+
+  Raises:
+    app.UsageError: a backend named twice or not available.
+  """
+  if not backends:
+    return list(jax.devices())
+  names = [b.strip().lower() for b in backends]
+  if len(set(names)) != len(names):
+    raise app.UsageError(f"--backends: each backend once, got {list(backends)}")
+  devices = []
+  for b in names:
+    try:
+      devices += list(jax.devices(b))
+    except RuntimeError as e:
+      raise app.UsageError(f"--backends: backend {b!r} is not available: "
+                           f"{cli.one_line(e)}") from e
+  return devices
 
 
 def run():

@@ -72,6 +72,13 @@ def test_bad_flags_are_one_line():
   assert proc.returncode != 0 and "--devices" in proc.stderr and "Traceback" not in proc.stderr
   proc = _launch("--models=nope", "--devices=1", "--out=/tmp/unused_vp2")
   assert proc.returncode != 0 and "unknown zoo model" in proc.stderr
+  proc = _launch("--backends=cpu,gpu", "--devices=1", "--out=/tmp/unused_vp3")  # CPU-only here
+  assert proc.returncode != 0 and "--backends: backend 'gpu' is not available" in proc.stderr
+  assert "Traceback" not in proc.stderr
+  proc = _launch("--backends=cpu,CPU", "--devices=1", "--out=/tmp/unused_vp4")
+  assert proc.returncode != 0 and "--backends: each backend once" in proc.stderr
+  proc = _launch("--backends=cpu", "--devices=3", "--cpu_devices=2", "--out=/tmp/unused_vp5")
+  assert proc.returncode != 0 and "--devices=3 but JAX has 2 device(s) (cpu)" in proc.stderr
 
 
 def test_summary_spearman_and_mape():

@@ -459,9 +459,26 @@ def programs(sizes="full") -> List[Program]:
 MMAP_THRESHOLD = 32 * 2**20
 
 
+def executable_platform(exe) -> str:
+  """The platform ("cpu", "gpu", ...) an executable runs on: that of its arguments' devices,
+  else JAX's default backend (an executable without arguments)."""
+  import jax
+  try:
+    for s in jax.tree_util.tree_leaves(exe.input_shardings):
+      for d in s.device_set:
+        return d.platform
+  except Exception:  # pylint: disable=broad-except  (executables without shardings)
+    pass
+  return jax.default_backend()
+
+
 def fresh_bytes(exe, hlo_text: str) -> float:
   """Bytes an XLA:CPU executable's call maps afresh: its temp buffer and each output buffer of
-  at least MMAP_THRESHOLD bytes (smaller ones come back from the allocator's free lists)."""
+  at least MMAP_THRESHOLD bytes (smaller ones come back from the allocator's free lists).
+  0 on other platforms: a GPU's (BFC) allocator keeps its device memory and hands it out again
+  without faulting pages in."""
+  if executable_platform(exe) != "cpu":
+    return 0.0
   from simulator.frontends.hlo import parse_hlo_module
   from simulator.costmodel.opclass import strip_comments
   total = 0.0

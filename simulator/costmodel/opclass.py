@@ -377,6 +377,78 @@ class _Module:
       return None
 
 
+# ------------------------------------------------------------------ XLA:GPU library calls
+# XLA:GPU runs many GEMMs and convolutions as custom-calls into cuBLAS / cuBLASLt / cuDNN. The
+# front end counts a custom-call as opaque (0 flops; its bytes include the library workspace
+# that the call returns as a trailing u8/s8 array), so a roofline would see a memory-bound
+# "custom_call". `gpu_library_call` gives such a call the class and the flops of the dot or
+# convolution it computes, read from its own attributes. No XLA:CPU module has these targets.
+GPU_GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
+# cuDNN convolution targets -> which operand / result plays which role of the forward
+# convolution its window and dim_labels describe.
+GPU_CONV_TARGETS = {"__cudnn$convForward": "forward",
+                    "__cudnn$convBiasActivationForward": "forward",
+                    "__cudnn$convBackwardInput": "input",
+                    "__cudnn$convBackwardFilter": "filter"}
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+
+
+def _json_dims(attrs: str, key: str) -> List[int]:
+  m = re.search(r'"' + key + r'"\s*:\s*\[([^\]]*)\]', attrs)
+  return [int(t) for t in re.findall(r"\d+", m.group(1))] if m else []
+
+
+def gpu_library_call(inst, by_name) -> "Tuple[str, float, float] | None":
+  """(class, flops, workspace bytes) of an XLA:GPU cuBLAS / cuDNN custom-call; None for any
+  other instruction. `by_name`: the instructions of its computation (operand shapes).
+
+  GEMM: 2 x result elements x the contracting size (the `dot_dimension_numbers` of its
+  backend_config); "dot_small" when M, N or K < SMALL_GEMM, as for a dot. Convolution: 2 x the
+  forward output's elements x the kernel's elements per output feature (window taps x input
+  features per group; taps in the padding are not subtracted), whichever of the three
+  tensors the call returns; "conv_grouped" when feature_group_count > 1, "conv_filter" for a
+  weight gradient, else "conv".
+  """
+  if inst.opcode != "custom-call" or "custom_call_target" not in inst.attrs:
+    return None
+  m = _TARGET.search(inst.attrs)
+  target = m.group(1) if m else ""
+  if target not in GPU_GEMM_TARGETS and target not in GPU_CONV_TARGETS:
+    return None
+  from simulator.frontends.hlo_costs import workspace_bytes
+  dims = lambda name: (by_name[name].shape[0][1] if name in by_name and by_name[name].shape
+                       else ())
+  result = inst.shape[0][1] if inst.shape else ()
+  work = float(workspace_bytes(inst))
+  if target in GPU_GEMM_TARGETS:
+    if len(inst.operands) < 2:
+      return "dot", 0.0, work
+    lhs, rhs = dims(inst.operands[0]), dims(inst.operands[1])
+    sides, k = [], 1
+    for side, shape in (("lhs", lhs), ("rhs", rhs)):
+      contracting = set(_json_dims(inst.attrs, f"{side}_contracting_dimensions"))
+      skip = contracting | set(_json_dims(inst.attrs, f"{side}_batch_dimensions"))
+      sides.append(math.prod(d for i, d in enumerate(shape) if i not in skip))
+      if side == "lhs":
+        k = math.prod(d for i, d in enumerate(shape) if i in contracting)
+    cls = "dot_small" if min(sides + [k]) < SMALL_GEMM else "dot"
+    return cls, 2.0 * math.prod(result) * k, work
+  role = GPU_CONV_TARGETS[target]
+  labels = inst.attr("dim_labels") or ""
+  groups = int(inst.attr("feature_group_count") or 1)
+  cls = "conv_grouped" if groups > 1 else ("conv_filter" if role == "filter" else "conv")
+  ops_ = [dims(o) for o in inst.operands[:2]]
+  if "_" not in labels or "->" not in labels or len(ops_) < 2:
+    return cls, 0.0, work
+  out_shape = {"forward": result, "input": ops_[0], "filter": ops_[1]}[role]
+  kernel = {"forward": ops_[1], "input": ops_[1], "filter": result}[role]
+  ker_labels = labels.split("_", 1)[1].split("->")[0]
+  if len(ker_labels) != len(kernel) or "o" not in ker_labels or not kernel[ker_labels.index("o")]:
+    return cls, 0.0, work
+  per_output = math.prod(kernel) // kernel[ker_labels.index("o")]
+  return cls, 2.0 * math.prod(out_shape) * per_output, work
+
+
 def _rows(h: HloGraph, mod: _Module, comp: str, owner_of, weight: float) -> List[tuple]:
   """Leaf rows of the nodes of `h` (the graph of computation `comp` of `mod`)."""
   insts = [i for i in mod.comps[comp]
@@ -399,6 +471,9 @@ def _rows(h: HloGraph, mod: _Module, comp: str, owner_of, weight: float) -> List
     flops, trans = float(g.flops[k]), float(h.transcendentals[k])
     nbytes = 0.0 if cls == "free" else mod.streamed_bytes(inst, comp, cls,
                                                           float(g.bytes_accessed[k]))
+    lib = gpu_library_call(inst, mod.by_name.get(comp, {}))  # XLA:GPU cuBLAS / cuDNN calls
+    if lib is not None:
+      cls, flops, nbytes = lib[0], lib[1], nbytes - lib[2]
     if cls == "free" or (flops == 0 and nbytes == 0):
       cls, flops, trans, nbytes = "free", 0.0, 0.0, 0.0
     out.append((owner, weight, cls, flops, trans, nbytes, dtype, _partitions(inst)))
