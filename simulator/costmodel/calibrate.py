@@ -31,7 +31,12 @@ Procedure (`calibrate`):
      load and that a sequential single-device schedule does not represent.
      A program whose temp buffer or an output is >= 32 MiB pays, per call, the page faults of
      that freshly mapped memory: a fitted cost per byte (`first_touch`, from the
-     `fresh_output` programs), outside the op durations.
+     `fresh_output` programs), outside the op durations. In a program with independent ops
+     (`roofline.concurrent`: the synthetic training steps of `step_programs`, and a few
+     microbenchmarks such as a conv's two gradients) the thread-pool ops take one more
+     parameter, the `contention` factor (in [1, 3]). A weak prior (`OVERHEAD_PRIOR`) keeps
+     the per-op overheads of classes seen in few programs from growing to hundreds of us.
+     Every program reads cold operands (`microbench.cold_copies`).
   4. A parameter counts as fitted when the data move it (its Jacobian column is not ~0: e.g. a
      class that is never compute bound in the programs leaves flops_eff undetermined); the
      others keep `roofline.DEFAULT_FLOPS_EFF` / `DEFAULT_BYTES_EFF` and are flagged in
@@ -59,13 +64,13 @@ COMPUTE_BYTES_EFF_MIN = 0.5
 OVERHEAD_BOUNDS = (0.0, 1e-2)     # seconds per op
 DISPATCH_BOUNDS = (0.0, 1e-2)     # seconds per jitted call
 TW_BOUNDS = (1.0, 200.0)          # flops per transcendental element op
-CONTENTION_BOUNDS = (1.0, 3.0)
+CONTENTION_BOUNDS = (1.0, 3.0)   # time factor of thread-pool ops in concurrent programs
 # A weak prior on the per-op overheads: a residual of OVERHEAD_PRIOR x overhead / OVERHEAD_SCALE
 # per class. Without it a class present in few programs can take a fixed cost of hundreds of us
 # to absorb one badly fitted program (conv_filter did: 190 us per op, so AmoebaNet's 29 filter
 # gradients were predicted at 7 ms instead of 0.35), a cost every op of that class then pays.
 OVERHEAD_PRIOR = 0.1
-OVERHEAD_SCALE = 50e-6    # op-time factor of programs with independent ops
+OVERHEAD_SCALE = 50e-6
 SOFT_L1_SCALE = 0.1               # residuals (log ratio) beyond ~10% count linearly, not squared
 IDENTIFIED = 1e-3                 # |d residual / d log param| summed over programs
 INLINE_FLOPS = 1000               # XLA:CPU runs programs under this many flops inline

@@ -150,7 +150,7 @@ def concurrent(graph, leaves: Optional[feat.OpLeaves] = None) -> bool:
   cost_model_validation.py) show what that costs: summed op times exceed the time covered by
   any op by 20-30%, and an op that is split over the pool runs up to several times longer
   than alone (a matmul of BERT's step 1.5-2.3x, a split transpose of WaveNet's over 10x),
-  while ops run inline on one thread do not slow down measurably. A program of one op, or a
+  while for ops run inline on one thread a fitted factor came out at 1.0. A program of one op, or a
   chain of dependent ops (most microbenchmarks), has none of it. See `contended`.
   """
   base = graph.graph if isinstance(graph, feat.HloGraph) else graph
