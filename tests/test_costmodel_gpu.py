@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from simulator.costmodel import microbench
+from simulator.costmodel import microbench, timing
 from simulator.costmodel import opclass as feat
 
 pytestmark = pytest.mark.fast_compile
@@ -77,6 +77,6 @@ def test_no_page_faults_are_charged_off_xla_cpu(monkeypatch):
   text = exe.as_text()
   assert microbench.executable_platform(exe) == "cpu"
   assert microbench.fresh_bytes(exe, text) == pytest.approx(36e6)  # the output is >= 32 MiB
-  monkeypatch.setattr(microbench, "executable_platform", lambda e: "gpu")
+  monkeypatch.setattr(timing, "executable_platform", lambda e: "gpu")
   assert microbench.fresh_bytes(exe, text) == 0.0
   assert np.isfinite(microbench.fresh_bytes(exe, text))
