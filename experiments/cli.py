@@ -362,13 +362,18 @@ def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dic
 
 
 def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_file: str,
-                        out: str, json_name: str, md_name: str) -> None:
+                        out: str, json_name: str, md_name: str, executor=None) -> None:
   """The body of a resumable table launcher (learned_placers, regal_table): runs
-  `run_fn(config, out, log=...)` with progress on stderr, turns a ValueError (bad config
+  `run_fn(config, out, log=..., executor=executor)` with progress on stderr (inside the
+  executor's `with` block: a Ray connection for the run), turns a ValueError (bad config
   field, unusable results file) into a one-line usage error naming the config file, then
   prints the markdown and what was written."""
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  executor = executor if executor is not None else executors.make("local")
   try:
-    result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True))
+    with executor:
+      result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True),
+                      executor=executor)
   except ValueError as e:
     raise app.UsageError(f"--config={config_file}: {one_line(e)}") from e
   print(result["markdown"])

@@ -4,7 +4,8 @@ A tiny sweep (2 methods x 2 graphs x 2 seeds on a 2-device topology) runs in thi
 Ray tasks on a local Ray instance of 2 CPUs (started once for the module, a few seconds); the
 rows must agree in everything but their timing, and the placements the cells find must be the
 same. A driver "killed" after half the cells resumes without redoing them, a failing cell is the
-same error row either way, and without Ray --executor=ray is one line naming the extra.
+same error row either way, and without Ray --executor=ray is one line naming the extra. The
+REGAL and learned-placer tables run their cells through the same executors.
 """
 
 import os
@@ -18,13 +19,18 @@ from experiments import cli
 
 ray = pytest.importorskip("ray")  # the "cluster" extra (also in the "test" extra)
 
+# Compile time dominates (tests/conftest.py). The Ray workers, started after the module's
+# fixture has set JAX_DISABLE_MOST_OPTIMIZATIONS, compile the same way as this process.
+pytestmark = pytest.mark.fast_compile
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = ("search_seconds",)
+# Every test's graphs, on nvlink2 (one padded shape: the workers compile once for all tests).
+GRAPHS = ["chain:n=12,seed=0", "series_parallel:n=14,seed=0"]
 
 
 def tiny_config(**overrides):
-  cfg = dict(methods=["random", "brkga"],
-             graphs=["chain:n=12,seed=0", "series_parallel:n=14,seed=0"],
+  cfg = dict(methods=["random", "brkga"], graphs=list(GRAPHS),
              topologies=["nvlink2"], seeds=[0, 1], objective="makespan", budget=32,
              method_options={"brkga": {"population": 16}})
   cfg.update(overrides)
@@ -169,3 +175,52 @@ def test_launcher_without_ray_is_one_line(tmp_path):
       'go-jax-evaluate: error: --executor=ray needs Ray: pip install "go-jax[cluster]"']
   assert not os.path.exists(tmp_path / "ev" / "results.json")
   assert cli.RAY_ONLY_FLAGS  # the flags that need --executor=ray
+
+
+# ------------------------------------------------------------------ the table launchers
+def _same_answers(a, b):
+  """Cells of two table JSONs: the same keys, objectives and placements (times differ)."""
+  assert sorted(a) == sorted(b)
+  for key in a:
+    assert "error" not in a[key], (key, a[key])
+    assert (a[key]["objective"], a[key]["placement"]) == (b[key]["objective"],
+                                                          b[key]["placement"]), key
+
+
+def test_regal_table_on_ray_has_the_local_cells(ray_executor, tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from experiments import regal_comparison
+  from experiments.configs import regal_table as table_config
+  config = table_config.get_config()
+  config.methods = ("brkga", "random")
+  config.reference = "brkga"
+  config.datasets = ml_collections.ConfigDict({"tiny": ";".join(GRAPHS)})
+  config.topology = "nvlink{devices}"
+  config.device_counts = (2,)
+  config.seeds = (0,)
+  config.budget = 32
+  config.plots = False
+  config.method_options = ml_collections.ConfigDict({"brkga": {"population": 16}})
+  quiet = lambda s: None
+  local = regal_comparison.run_table(config, str(tmp_path / "local"), log=quiet)
+  remote = regal_comparison.run_table(config, str(tmp_path / "ray"), log=quiet,
+                                      executor=ray_executor)
+  assert remote["computed"] == len(remote["cells"]) == 4
+  _same_answers(local["cells"], remote["cells"])
+  again = regal_comparison.run_table(config, str(tmp_path / "ray"), log=quiet,
+                                     executor=ray_executor)
+  assert again["computed"] == 0 and again["skipped"] == 4
+
+
+def test_learned_placers_on_ray_have_the_local_cells(ray_executor, tmp_path):
+  from experiments import placer_comparison
+  from experiments.configs import learned_placers
+  cfg = learned_placers.get_config("tiny").to_dict()
+  cfg.update(graphs=GRAPHS[:1], topologies=["nvlink2"], learned=[],  # deterministic methods
+             families={GRAPHS[0]: "chain"}, cold_start=False)
+  quiet = lambda s: None
+  local = placer_comparison.run_comparison(cfg, str(tmp_path / "local"), log=quiet)
+  remote = placer_comparison.run_comparison(cfg, str(tmp_path / "ray"), log=quiet,
+                                            executor=ray_executor)
+  assert remote["computed"] == len(remote["cells"]) >= 2
+  _same_answers(local["cells"], remote["cells"])
