@@ -224,3 +224,16 @@ def test_learned_placers_on_ray_have_the_local_cells(ray_executor, tmp_path):
                                             executor=ray_executor)
   assert remote["computed"] == len(remote["cells"]) >= 2
   _same_answers(local["cells"], remote["cells"])
+
+
+def test_transfer_on_ray_pretrains_in_the_driver_and_has_the_local_rows(ray_executor, tmp_path):
+  from go_jax import transfer
+  from test_transfer import tiny_config as transfer_config, tiny_pretrain  # tests/ is on the path
+  cfg = dict(transfer_config(tmp_path), baselines=("heft",), finetune_updates=1)
+  pretrained = []
+  remote = transfer.run(cfg, str(tmp_path / "ray"), progress=False, executor=ray_executor,
+                        pretrain_config=lambda row: pretrained.append(row) or tiny_pretrain(row))
+  assert pretrained == ["go_hint"]  # in this process, before the cell went to a worker
+  assert len(remote) == 4 and not any(r["error"] for r in remote)
+  local = transfer.run(cfg, str(tmp_path / "local"), pretrain_config=None, progress=False)
+  assert stable(remote) == stable(local)  # the same checkpoint, fine-tuned by one update
