@@ -181,7 +181,11 @@ class RayExecutor(Executor):
     with warnings.catch_warnings():  # Ray starts its processes with fork+exec, which is safe
       warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
                               category=RuntimeWarning)
-      ray.init(**options)
+      try:
+        ray.init(**options)
+      except ConnectionError as e:  # no cluster there: one line naming the address
+        raise ConnectionError(f"no Ray cluster at {self.address!r}: "
+                              f"{' '.join(str(e).split())}") from e
     self._started = True
     resources = ray.cluster_resources()
     logging.info("ray: %s with %s CPUs, %s GPUs; %g CPU / %g GPU per cell",
