@@ -413,7 +413,8 @@ def run_table(config, out: str, log: Callable[[str], None] = print,
     what = (f"error: {row['error']}" if "error" in row else
             f"{row['objective']:.6g} in {row['seconds']:.2f} s")
     log(f"[{done}/{len(todo)}] {ds} D={devices} {gname} seed {seed} {m}: {what} | "
-        f"{60 * rate:.1f} cells/min, elapsed {cli.duration_text(elapsed)}, ETA {cli.duration_text(eta)}")
+        f"{60 * rate:.1f} cells/min, elapsed {cli.duration_text(elapsed)}, "
+        f"ETA {cli.duration_text(eta)}")
     if time.perf_counter() - state["last_save"] >= float(cfg["save_seconds"]):
       save()
       state["last_save"] = time.perf_counter()
