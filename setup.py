@@ -51,10 +51,15 @@ EXTRAS_REQUIRE = {
         # setuptools before 70.1 (e.g. the one Python 3.11's venv installs) needs `wheel`.
         "wheel>=0.40,<1",
         "optuna>=3.6,<6",  # tests/test_regal_baselines.py runs the BRKGA tuner end to end
+        "ray>=2.9,<3",  # tests/test_executors.py runs a tiny sweep on a local Ray instance
     ],
     # experiments/tune_brkga.py (go_jax.methods.tuned.tune): tunes BRKGA's hyper-parameters for
     # `brkga_tuned`, which itself only reads the shipped JSON and needs no optuna.
     "tune": ["optuna>=3.6,<6"],
+    # --executor=ray of the sweep launchers (go_jax/executors.py): cells as Ray tasks on a local
+    # Ray instance or a cluster. Plain `ray` (core): the executor needs no dashboard or
+    # autoscaler; a cluster's nodes install what their own setup needs (e.g. "ray[default]").
+    "cluster": ["ray>=2.9,<3"],
 }
 
 setup(

@@ -250,6 +250,56 @@ def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
           flags_parser=_parse_flags)
 
 
+# ------------------------------------------------------------------ executors
+def define_executor_flags(module_name: str) -> None:
+  """--executor, --ray_address, --ray_num_cpus, --cpus_per_cell, --gpus_per_cell: where a sweep
+  launcher's cells run (`go_jax.executors`); `executor_from_flags` builds the executor. The
+  flags are the launcher's own (`module_name`), so that its --help lists them."""
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  if module_name == "__main__":  # as absl names the flags of a `python -m` module
+    module_name = sys.argv[0] if sys.argv else module_name
+  flags.DEFINE_enum(
+      "executor", "local", executors.names(),
+      "Where the cells run: 'local' (one after the other in this process) or 'ray' (one Ray "
+      "task per cell, on a local Ray instance or the cluster at --ray_address; needs "
+      'pip install "go-jax[cluster]"). Results are written by this process as cells finish; '
+      "a rerun resumes.", module_name=module_name)
+  flags.DEFINE_string(
+      "ray_address", None, "With --executor=ray: the Ray cluster to join ('auto': the one this "
+      "machine belongs to, 'HOST:PORT', 'ray://HOST:10001'); unset: start a local Ray "
+      "instance.", module_name=module_name)
+  flags.DEFINE_integer(
+      "ray_num_cpus", None, "With --executor=ray and no --ray_address: CPUs of the local Ray "
+      "instance (default: one per core).", module_name=module_name)
+  flags.DEFINE_float(
+      "cpus_per_cell", 1.0, "With --executor=ray: CPUs each cell's task requests (Ray runs as "
+      "many cells at once as the CPUs allow; a worker's JAX gets that many CPU devices, and "
+      "with 1 XLA runs single-threaded).", module_name=module_name)
+  flags.DEFINE_float(
+      "gpus_per_cell", 0.0, "With --executor=ray: GPUs each cell's task requests (0: the "
+      "workers run JAX on the CPU).", module_name=module_name)
+
+
+RAY_ONLY_FLAGS = ("ray_address", "ray_num_cpus", "cpus_per_cell", "gpus_per_cell")
+
+
+def executor_from_flags():
+  """The executor the flags of `define_executor_flags` name; app.UsageError (one line) for a
+  Ray flag without --executor=ray, or --executor=ray without Ray installed."""
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  name = FLAGS.executor
+  if name != "ray":
+    given = [f"--{f}" for f in RAY_ONLY_FLAGS if FLAGS[f].present]
+    if given:
+      raise app.UsageError(f"{', '.join(given)} need(s) --executor=ray")
+    return executors.make(name)
+  try:
+    return executors.make(name, address=FLAGS.ray_address, num_cpus=FLAGS.ray_num_cpus,
+                          cpus_per_cell=FLAGS.cpus_per_cell, gpus_per_cell=FLAGS.gpus_per_cell)
+  except ValueError as e:
+    raise app.UsageError(one_line(e)) from e
+
+
 # ------------------------------------------------------------------ experiment bookkeeping
 def plain(value):
   """ConfigDict / tuple values as plain JSON-able Python (dicts, lists, scalars)."""
@@ -312,13 +362,18 @@ def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dic
 
 
 def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_file: str,
-                        out: str, json_name: str, md_name: str) -> None:
+                        out: str, json_name: str, md_name: str, executor=None) -> None:
   """The body of a resumable table launcher (learned_placers, regal_table): runs
-  `run_fn(config, out, log=...)` with progress on stderr, turns a ValueError (bad config
+  `run_fn(config, out, log=..., executor=executor)` with progress on stderr (inside the
+  executor's `with` block: a Ray connection for the run), turns a ValueError (bad config
   field, unusable results file) into a one-line usage error naming the config file, then
   prints the markdown and what was written."""
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  executor = executor if executor is not None else executors.make("local")
   try:
-    result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True))
+    with executor:
+      result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True),
+                      executor=executor)
   except ValueError as e:
     raise app.UsageError(f"--config={config_file}: {one_line(e)}") from e
   print(result["markdown"])

@@ -9,6 +9,8 @@ report.
   python -m experiments.evaluate                                    # tiny CI config
   python -m experiments.evaluate --config=experiments/configs/suite.py --out=results/suite
   python -m experiments.evaluate --config.seeds='(0, 1)' --config.budget=500 --plots
+  python -m experiments.evaluate --config=experiments/configs/suite.py --executor=ray  # local Ray
+  python -m experiments.evaluate --config=... --executor=ray --ray_address=auto   # a Ray cluster
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ flags.DEFINE_string("out", "results/evaluate", "Folder for results.json/.csv/.md
 flags.DEFINE_bool("plots", None, "Write a Gantt/memory PNG per cell and a bar chart per graph "
                   "and topology (default: the config's `plots`).")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
+cli.define_executor_flags(__name__)
 flags.DEFINE_integer("cpu_devices", 0, "CPU cores exposed as devices, so that each batch of "
                      "actions is split across them (0: one per core; 1: no split). See "
                      "simulator.runtime.configure_cpu_devices.")
@@ -50,9 +53,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(str(e)) from e
   if FLAGS.cpu_devices < 0:
     raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: must be >= 0")
+  executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
   runtime.configure_cpu_devices(FLAGS.cpu_devices or None)  # before any JAX computation
   try:
-    rows = harness.run(_CONFIG.value, FLAGS.out, plots=FLAGS.plots, progress=FLAGS.progress)
+    with executor:
+      rows = harness.run(_CONFIG.value, FLAGS.out, plots=FLAGS.plots, progress=FLAGS.progress,
+                         executor=executor)
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   print(harness.markdown(rows))

@@ -6,6 +6,8 @@ within 5% of the final result, the claims of the Placeto and GO papers, converge
       --out=results/learned_placers
   python -m experiments.learned_placers --config=experiments/configs/learned_placers.py:quick \
       --out=results/learned_placers_quick --config.shard=1/2   # one of two processes
+  python -m experiments.learned_placers --config=experiments/configs/learned_placers.py \
+      --out=results/learned_placers --executor=ray --ray_address=auto   # cells as Ray tasks
 
 The experiment (cells, resuming, sharding) is experiments/placer_comparison.py, its report (the
 tables, the claims, the plot) experiments/placer_report.py; this launcher holds its flags.
@@ -30,14 +32,16 @@ _CONFIG = cli.define_config_file(
     "be overridden with --config.FIELD=VALUE.")
 flags.DEFINE_string("out", "results/learned_placers", "Folder for learned_placers.json/.md and "
                     "convergence.png; an existing learned_placers.json there is resumed.")
+cli.define_executor_flags(__name__)
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   out = cli.check_out(FLAGS.out)
+  executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
   cli.run_resumable_table(run_comparison, _CONFIG.value, FLAGS["config"].config_filename, out,
-                          JSON_NAME, MD_NAME)
+                          JSON_NAME, MD_NAME, executor=executor)
 
 
 def run():

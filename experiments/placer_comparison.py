@@ -196,11 +196,47 @@ def _pending(cfg, row: Optional[Mapping[str, Any]], method: str) -> bool:
   return method in cfg["learned"] and (row.get("budget_seconds") or 0) < max(cfg["seconds"])
 
 
-def run_comparison(config, out: str, log: Callable[[str], None] = print) -> Dict[str, Any]:
+class CellTask:
+  """One cell (graph, topology, method) -> its row, as an executor's task (`go_jax.executors`):
+  graphs and topologies are kept per process (a Ray worker builds each once for the cells it
+  runs); sent to a worker it travels as the config alone."""
+
+  def __init__(self, cfg):
+    self.cfg = cfg
+    self._cache = {"graphs": {}, "topos": {}}
+
+  def __getstate__(self):
+    return {"cfg": self.cfg}
+
+  def __setstate__(self, state):
+    self.cfg = state["cfg"]
+    key = json.dumps(self.cfg, sort_keys=True, default=repr)
+    self._cache = _WORKER_CACHE.setdefault(key, {"graphs": {}, "topos": {}})
+
+  def __call__(self, item) -> Dict[str, Any]:
+    from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
+    g, topo_spec, m = item
+    graphs, topos = self._cache["graphs"], self._cache["topos"]
+    if g not in graphs:
+      graphs[g] = sources.load_graph(g)
+    if (g, topo_spec) not in topos:
+      topos[(g, topo_spec)] = topology_spec.make_topology(
+          topology_spec.parse_topology(topo_spec), graphs[g])[0]
+    row = solve_cell(self.cfg, m, graphs[g], topos[(g, topo_spec)])
+    row["load_average"] = [round(x, 2) for x in os.getloadavg()]  # of the machine it ran on
+    return row
+
+
+_WORKER_CACHE: Dict[str, Dict[str, Any]] = {}
+
+
+def run_comparison(config, out: str, log: Callable[[str], None] = print,
+                   executor=None) -> Dict[str, Any]:
   """Runs (or resumes) this process's shard of the comparison in folder `out`, then writes
   the report of every cell the folder holds; returns the JSON written plus "computed" and
-  "skipped" cell counts of this run."""
-  from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
+  "skipped" cell counts of this run. executor (`go_jax.executors`; None: this process) runs
+  the cells; this process merges their rows and writes the JSON."""
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
   cfg = as_settings(config)
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
@@ -215,38 +251,34 @@ def run_comparison(config, out: str, log: Callable[[str], None] = print) -> Dict
   log(f"[{LAUNCHER}] {len(everything)} cells, shard {i}/{n}: {len(todo)} to run; "
       f"{len(cfg['graphs'])} graphs x {len(cfg['topologies'])} topologies; learned methods "
       f"get {max(cfg['seconds']):g} s each; load average {machine['load_average']}")
-  graphs: Dict[str, Any] = {}
-  topos: Dict[Tuple[str, str], Any] = {}
   mine: List[str] = []
   t0 = time.perf_counter()
   planned = sum(max(cfg["seconds"]) if m in cfg["learned"] else 10.0 for _, _, m in todo)
-  spent_planned = 0.0
-  for g, topo_spec, m in todo:
+  state = {"spent_planned": 0.0}
+
+  def on_done(item, row, exc):
+    g, topo_spec, m = item
     key = cell_key(g, topo_spec, m)
-    try:
-      if g not in graphs:
-        graphs[g] = sources.load_graph(g)
-      if (g, topo_spec) not in topos:
-        topos[(g, topo_spec)] = topology_spec.make_topology(
-            topology_spec.parse_topology(topo_spec), graphs[g])[0]
-      row = solve_cell(cfg, m, graphs[g], topos[(g, topo_spec)])
-    except Exception as e:  # pylint: disable=broad-except
+    if exc is not None:
       if cfg["fail_fast"]:
-        raise
-      row = {"error": cli.one_line(e)}
-    row.update(graph=g, topology=topo_spec, method=m, family=cfg["families"].get(g, "other"),
-               load_average=[round(x, 2) for x in os.getloadavg()])
+        raise exc
+      row = {"error": cli.one_line(exc), "load_average": [round(x, 2) for x in os.getloadavg()]}
+    row.update(graph=g, topology=topo_spec, method=m, family=cfg["families"].get(g, "other"))
     cells[key] = row
     mine.append(key)
     _locked_merge(path, result, mine)
-    spent_planned += max(cfg["seconds"]) if m in cfg["learned"] else 10.0
+    state["spent_planned"] += max(cfg["seconds"]) if m in cfg["learned"] else 10.0
+    spent = state["spent_planned"]
     elapsed = time.perf_counter() - t0
-    eta = elapsed / spent_planned * (planned - spent_planned) if spent_planned else math.inf
+    eta = elapsed / spent * (planned - spent) if spent else math.inf
     what = (f"error: {row['error']}" if "error" in row else
             f"{row['objective']:.6g}{'' if row['feasible'] else ' (OOM)'} in "
             f"{row['seconds']:.1f} s")
     log(f"[{len(mine)}/{len(todo)}] {g} {topo_spec} {m}: {what} | elapsed "
         f"{cli.duration_text(elapsed)}, ETA {cli.duration_text(eta)}")
+
+  executor = executor if executor is not None else executors.make("local")
+  executor.run(CellTask(cfg), todo, on_done)
   result = _locked_merge(path, result, mine)
   result["table"] = summarize(cfg, result["cells"])
   result["markdown"] = markdown(cfg, result["table"])

@@ -312,11 +312,56 @@ def plot(cfg, table: Mapping[str, Any], path: str) -> str:
 
 
 # ------------------------------------------------------------------ the run
-def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str, Any]:
+class CellTask:
+  """One cell (dataset, devices, graph index, seed, method) -> its row, as an executor's task
+  (`go_jax.executors`): the graphs, topologies and warmed-up shapes are kept per process, so
+  that a Ray worker loads a dataset and compiles a shape once for all the cells it runs. Sent to
+  a worker it travels as the config alone."""
+
+  def __init__(self, cfg, data=None):
+    self.cfg = cfg
+    self._cache = {"data": dict(data or {}), "topos": {}, "warmed": set()}
+
+  def __getstate__(self):
+    return {"cfg": self.cfg}
+
+  def __setstate__(self, state):
+    import json  # pylint: disable=g-import-not-at-top
+    self.cfg = state["cfg"]
+    key = json.dumps(self.cfg, sort_keys=True, default=repr)
+    self._cache = _WORKER_CACHE.setdefault(key, {"data": {}, "topos": {}, "warmed": set()})
+
+  def __call__(self, item) -> Dict[str, Any]:
+    from simulator import topology_spec  # pylint: disable=g-import-not-at-top
+    cfg, cache = self.cfg, self._cache
+    ds, devices, gi, seed, m = item
+    if ds not in cache["data"]:
+      cache["data"][ds] = load_dataset(ds, cfg["datasets"][ds])
+    graph = cache["data"][ds][1][gi]
+    if (ds, devices, gi) not in cache["topos"]:
+      tspec = topology_spec.parse_topology(topology_spec_for(cfg, devices))
+      cache["topos"][(ds, devices, gi)] = topology_spec.make_topology(tspec, graph)[0]
+    topo = cache["topos"][(ds, devices, gi)]
+    shape = (m,) + _shape(graph, topo.num_devices)
+    if cfg["warmup"] and m not in cfg["no_warmup"] and shape not in cache["warmed"]:
+      cache["warmed"].add(shape)
+      try:
+        solve_cell(cfg, m, graph, topo, seed)
+      except Exception:  # pylint: disable=broad-except
+        pass  # the timed call below meets the same error and records it
+    return solve_cell(cfg, m, graph, topo, seed)
+
+
+_WORKER_CACHE: Dict[str, Dict[str, Any]] = {}
+
+
+def run_table(config, out: str, log: Callable[[str], None] = print,
+              executor=None) -> Dict[str, Any]:
   """Makes (or resumes) the table in folder `out`; returns the JSON written (module docstring)
-  plus "computed" and "skipped" cell counts of this run."""
-  from go_jax import methods  # pylint: disable=g-import-not-at-top
-  from simulator import fileio, topology_spec  # pylint: disable=g-import-not-at-top
+  plus "computed" and "skipped" cell counts of this run. executor (`go_jax.executors`; None:
+  this process) runs the cells; this process merges their rows and writes the JSON."""
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  from simulator import fileio  # pylint: disable=g-import-not-at-top
   cfg = as_settings(config)
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
@@ -344,52 +389,42 @@ def run_table(config, out: str, log: Callable[[str], None] = print) -> Dict[str,
       f"{len(todo)} to run; {', '.join(f'{k}: {len(v[0])} graphs' for k, v in data.items())}; "
       f"devices {list(cfg['device_counts'])}; load average {machine['load_average']}")
 
-  topos: Dict[Tuple[str, int, int], Any] = {}
-  warmed = set()
   t0 = time.perf_counter()
-  last_save = t0
-  done = 0
+  state = {"done": 0, "last_save": t0}
 
   def save():
     result["seconds"] = float(old.get("seconds", 0.0)) + time.perf_counter() - t0
     fileio.write_json(path, result)
 
+  def on_done(item, row, exc):
+    ds, devices, gi, seed, m = item
+    if exc is not None:
+      if cfg["fail_fast"]:
+        raise exc
+      row = {"error": cli.one_line(exc)}
+    gname = data[ds][0][gi]
+    row.update(dataset=ds, devices=int(devices), graph=gname, seed=int(seed), method=m)
+    cells[cell_key(ds, devices, gname, seed, m)] = row
+    state["done"] += 1
+    done = state["done"]
+    elapsed = time.perf_counter() - t0
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = (len(todo) - done) / rate if rate > 0 else float("inf")
+    what = (f"error: {row['error']}" if "error" in row else
+            f"{row['objective']:.6g} in {row['seconds']:.2f} s")
+    log(f"[{done}/{len(todo)}] {ds} D={devices} {gname} seed {seed} {m}: {what} | "
+        f"{60 * rate:.1f} cells/min, elapsed {cli.duration_text(elapsed)}, "
+        f"ETA {cli.duration_text(eta)}")
+    if time.perf_counter() - state["last_save"] >= float(cfg["save_seconds"]):
+      save()
+      state["last_save"] = time.perf_counter()
+
+  executor = executor if executor is not None else executors.make("local")
   try:
-    for ds, devices, gi, seed, m in todo:
-      names, graphs = data[ds]
-      graph, gname = graphs[gi], names[gi]
-      if (ds, devices, gi) not in topos:
-        tspec = topology_spec.parse_topology(topology_spec_for(cfg, devices))
-        topos[(ds, devices, gi)] = topology_spec.make_topology(tspec, graph)[0]
-      topo = topos[(ds, devices, gi)]
-      shape = (m,) + _shape(graph, topo.num_devices)
-      if cfg["warmup"] and m not in cfg["no_warmup"] and shape not in warmed:
-        warmed.add(shape)
-        try:
-          solve_cell(cfg, m, graph, topo, seed)
-        except Exception:  # pylint: disable=broad-except
-          pass  # the timed call below meets the same error and records it
-      try:
-        row = solve_cell(cfg, m, graph, topo, seed)
-      except Exception as e:  # pylint: disable=broad-except
-        if cfg["fail_fast"]:
-          raise
-        row = {"error": cli.one_line(e)}
-      row.update(dataset=ds, devices=int(devices), graph=gname, seed=int(seed), method=m)
-      cells[cell_key(ds, devices, gname, seed, m)] = row
-      done += 1
-      elapsed = time.perf_counter() - t0
-      rate = done / elapsed if elapsed > 0 else 0.0
-      eta = (len(todo) - done) / rate if rate > 0 else float("inf")
-      what = (f"error: {row['error']}" if "error" in row else
-              f"{row['objective']:.6g} in {row['seconds']:.2f} s")
-      log(f"[{done}/{len(todo)}] {ds} D={devices} {gname} seed {seed} {m}: {what} | "
-          f"{60 * rate:.1f} cells/min, elapsed {cli.duration_text(elapsed)}, ETA {cli.duration_text(eta)}")
-      if time.perf_counter() - last_save >= float(cfg["save_seconds"]):
-        save()
-        last_save = time.perf_counter()
+    executor.run(CellTask(cfg, data), todo, on_done)
   finally:
     save()  # also on an interruption: the cells so far are kept
+  done = state["done"]
 
   names_by_ds = {ds: names for ds, (names, _) in data.items()}
   result["table"] = summarize(cfg, cells, names_by_ds)

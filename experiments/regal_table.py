@@ -5,6 +5,8 @@ and mean running time of every method, per dataset and device count.
       --out=results/regal_table
   python -m experiments.regal_table --config=experiments/configs/regal_table.py \
       --out=results/regal_table_makespan --config.objective=makespan
+  python -m experiments.regal_table --config=experiments/configs/regal_table.py \
+      --out=results/regal_table --executor=ray --ray_address=auto   # cells as Ray tasks
 
 The experiment (cells, resuming, the table, the plot) is experiments/regal_comparison.py; this
 launcher holds its flags. Writes <out>/regal_table.json (atomically), <out>/regal_table.md and
@@ -28,6 +30,7 @@ _CONFIG = cli.define_config_file(
     "overridden with --config.FIELD=VALUE.")
 flags.DEFINE_string("out", "results/regal_table", "Folder for regal_table.json/.md and "
                     "improvement.png; an existing regal_table.json there is resumed.")
+cli.define_executor_flags(__name__)
 flags.DEFINE_string("compilation_cache", None, "Folder for JAX's persistent compilation cache "
                     "(a resumed or repeated table skips the searches' compiles); default: none.")
 
@@ -36,11 +39,12 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   out = cli.check_out(FLAGS.out)
+  executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
   if FLAGS.compilation_cache:
     import jax  # pylint: disable=g-import-not-at-top
     jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
   cli.run_resumable_table(run_table, _CONFIG.value, FLAGS["config"].config_filename, out,
-                          JSON_NAME, MD_NAME)
+                          JSON_NAME, MD_NAME, executor=executor)
 
 
 def run():

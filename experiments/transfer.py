@@ -5,6 +5,7 @@ Resumable: rerun the same command and finished cells are skipped.
 
   python -m experiments.transfer --config=experiments/configs/transfer.py --out=results/transfer
   python -m experiments.transfer --config.rows='("go_hint",)' --config.graphs='("pipedream:vgg16",)'
+  python -m experiments.transfer --executor=ray --ray_address=auto   # cells as Ray tasks
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confi
 _CONFIG = cli.define_config_file(
     "config", default=DEFAULT_CONFIG, help_string="Transfer config (experiments/configs/"
     "transfer.py); fields can be overridden with --config.FIELD=VALUE.")
+cli.define_executor_flags(__name__)
 flags.DEFINE_string("out", "results/transfer", "Folder for results.json / results.md; an "
                     "existing results.json there is resumed.")
 
@@ -36,8 +38,11 @@ def main(argv: Sequence[str]) -> None:
     results.load(FLAGS.out, transfer.LAUNCHER)  # another launcher's results: stop first
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
   try:
-    rows = transfer.run(_CONFIG.value, FLAGS.out, pretrain_config=pretrain.get_config)
+    with executor:
+      rows = transfer.run(_CONFIG.value, FLAGS.out, pretrain_config=pretrain.get_config,
+                          executor=executor)
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   print(transfer.markdown(rows, transfer.settings(_CONFIG.value)))

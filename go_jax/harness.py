@@ -340,17 +340,56 @@ def _ordered(done: Dict[Tuple, List[Dict]], cells: Sequence[Cell]) -> List[Dict[
           [r for k, rs in done.items() if k not in ours for r in rs])
 
 
+class CellTask:
+  """`run_cell` as a picklable task of an executor (`go_jax.executors`): cell -> rows.
+
+  Locally it uses the `Instances` it was given (graphs a launcher registered included); sent to
+  a Ray worker it travels as (cfg, plot_dir) alone and solves with the worker process's own
+  `Instances` of that cfg (`worker_instances`), built on its first cell and kept for the next.
+  """
+
+  def __init__(self, inst: Instances, plot_dir: Optional[str] = None):
+    self.cfg, self.plot_dir, self._inst = inst.cfg, plot_dir, inst
+
+  def __getstate__(self):
+    return {"cfg": self.cfg, "plot_dir": self.plot_dir}
+
+  def __setstate__(self, state):
+    self.cfg, self.plot_dir, self._inst = state["cfg"], state["plot_dir"], None
+
+  def __call__(self, cell: Cell) -> List[Dict[str, Any]]:
+    inst = self._inst if self._inst is not None else worker_instances(self.cfg)
+    return run_cell(cell, inst, self.plot_dir)[0]
+
+
+_WORKER_INSTANCES: Dict[str, Instances] = {}
+
+
+def worker_instances(cfg: Mapping[str, Any]) -> Instances:
+  """This process's `Instances` of `cfg` (one per distinct config, cached)."""
+  import json  # pylint: disable=g-import-not-at-top
+  key = json.dumps(cfg, sort_keys=True, default=repr)
+  if key not in _WORKER_INSTANCES:
+    _WORKER_INSTANCES[key] = Instances(dict(cfg))
+  return _WORKER_INSTANCES[key]
+
+
 def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
             config: Mapping[str, Any], fail_fast: bool = False, progress: bool = True,
-            plot_dir: Optional[str] = None, before_cell=None,
-            describe=None) -> List[Dict[str, Any]]:
+            plot_dir: Optional[str] = None, before_cell=None, describe=None,
+            executor=None) -> List[Dict[str, Any]]:
   """Runs every cell without rows in `<out>/results.json` (or only error rows), rewriting the
-  file atomically after each; returns every row, in cell order.
+  file atomically after each as it finishes; returns every row, in cell order.
 
-  before_cell(cell) runs before a cell is solved (e.g. pretraining a missing checkpoint);
-  describe(cell) -> str is the progress bar's text.
+  before_cell(cell) runs in this process before a cell is solved or dispatched (e.g.
+  pretraining a missing checkpoint); describe(cell) -> str is the progress bar's text.
+  executor (`go_jax.executors`; default: the local one) runs the cells: in this process, or
+  as Ray tasks whose rows come back here, so that only this process writes the results file.
+  A cell that raises (in `before_cell` or in its solve) becomes an error row unless fail_fast.
   """
   import tqdm  # pylint: disable=g-import-not-at-top
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  executor = executor if executor is not None else executors.make("local")
   os.makedirs(out, exist_ok=True)
   done: Dict[Tuple, List[Dict]] = {}
   for r in load_rows(out, launcher):
@@ -360,31 +399,35 @@ def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
   bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
                   disable=not progress, dynamic_ncols=True)
   payload = lambda: {"config": dict(config), "rows": _ordered(done, cells)}
+  text = lambda cell: (describe(cell) if describe else
+                       f"{cell.name} {cell.graph} {cell.topology} s{cell.seed}")
+
+  def before(cell):
+    bar.set_postfix_str(text(cell))
+    if before_cell is not None:
+      before_cell(cell)
+
+  def on_done(cell, rows, exc):
+    if exc is not None:
+      if fail_fast:
+        raise exc
+      logging.warning("%s on %s / %s (seed %d): %s", cell.name, cell.graph, cell.topology,
+                      cell.seed, error_text(exc))
+      logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
+      rows = [_error_row(cell, inst.cfg, exc)]
+    done[cell.key] = rows
+    results.write_json(out, launcher, payload())
+    bar.update(1)
+
   try:
-    for cell in todo:
-      bar.set_postfix_str(describe(cell) if describe else
-                          f"{cell.name} {cell.graph} {cell.topology} s{cell.seed}")
-      try:
-        if before_cell is not None:
-          before_cell(cell)
-        rows, _ = run_cell(cell, inst, plot_dir)
-      except Exception as exc:  # pylint: disable=broad-except
-        if fail_fast:
-          raise
-        logging.warning("%s on %s / %s (seed %d): %s", cell.name, cell.graph, cell.topology,
-                        cell.seed, error_text(exc))
-        logging.debug("traceback of that error:", exc_info=True)  # at --v=1
-        rows = [_error_row(cell, inst.cfg, exc)]
-      done[cell.key] = rows
-      results.write_json(out, launcher, payload())
-      bar.update(1)
+    executor.run(CellTask(inst, plot_dir), todo, on_done, before=before)
   finally:
     bar.close()
   return _ordered(done, cells)
 
 
-def run(config, out: str, *, plots: Optional[bool] = None,
-        progress: bool = True) -> List[Dict[str, Any]]:
+def run(config, out: str, *, plots: Optional[bool] = None, progress: bool = True,
+        executor=None) -> List[Dict[str, Any]]:
   """Runs every cell of `config` not already in `<out>/results.json`; returns all rows.
 
   Args:
@@ -392,6 +435,7 @@ def run(config, out: str, *, plots: Optional[bool] = None,
     out: result folder (created).
     plots: overrides config.plots.
     progress: show a tqdm bar (cells done, rate, ETA).
+    executor: runs the cells (`go_jax.executors`; None: in this process).
 
   Raises:
     ValueError: a bad config, or `out` holds results of another launcher.
@@ -403,7 +447,8 @@ def run(config, out: str, *, plots: Optional[bool] = None,
   results.load(out, LAUNCHER)  # another launcher's folder: stop before any work
   plot_dir = os.path.join(out, "plots") if cfg["plots"] else None
   rows = execute(cells, Instances(cfg), out, launcher=LAUNCHER, config=cfg,
-                 fail_fast=cfg["fail_fast"], progress=progress, plot_dir=plot_dir)
+                 fail_fast=cfg["fail_fast"], progress=progress, plot_dir=plot_dir,
+                 executor=executor)
   write_outputs(out, cfg, rows)
   if plot_dir is not None:
     plot_comparisons(rows, plot_dir)

@@ -182,9 +182,11 @@ def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
 
 
 def run(config, out: str, pretrain_config: Optional[Callable[[str], Any]] = None, *,
-        progress: bool = True) -> List[Dict[str, Any]]:
+        progress: bool = True, executor=None) -> List[Dict[str, Any]]:
   """Runs (or resumes) every cell of the config; returns all rows (see the module docstring).
-  `pretrain_config(row)` gives the training config of a row to pretrain when missing."""
+  `pretrain_config(row)` gives the training config of a row to pretrain when missing (in this
+  process, before the cell is dispatched); executor (`go_jax.executors`; None: in this
+  process) runs the cells."""
   cfg = settings(config)
   results.load(out, LAUNCHER)  # another launcher's folder: stop before any work
   cells = plan(cfg)
@@ -195,7 +197,7 @@ def run(config, out: str, pretrain_config: Optional[Callable[[str], Any]] = None
 
   rows = harness.execute(cells, harness.Instances({"budget": None, "schedule_placement": None}),
                          out, launcher=LAUNCHER, config=cfg, progress=progress,
-                         before_cell=before)
+                         before_cell=before, executor=executor)
   results.write_csv(out, rows)
   results.write_markdown(out, markdown(rows, cfg))
   return rows

@@ -1,0 +1,259 @@
+"""Executors: where the cells of a sweep run (in this process, or as Ray tasks on a cluster).
+
+  executor = executors.make("ray", address="auto", cpus_per_cell=1)
+  with executor:
+    executor.run(task, items, on_done, before=before)
+
+An executor maps `task(item)` over `items` and calls `on_done(item, result, error)` in THIS
+process as each item finishes (`error` is the exception the task raised, else None), in
+whatever order they finish. The caller (e.g. `harness.execute`) merges results and writes its
+results file in `on_done`, so that the file has one writer and is rewritten atomically after
+every cell, whichever executor ran it. `before(item)` runs in this process before the item is
+dispatched (e.g. pretraining a checkpoint the cell needs); its exception is reported through
+`on_done` like the task's, and the item is then not run.
+
+  local  runs the items one after the other in this process (the default).
+  ray    runs every item as one Ray task with its CPU/GPU request, on a local Ray instance
+         (started here, with `num_cpus` CPUs or one per core; its workers import the same
+         go-jax as this process) or on the cluster at `address` ("auto": the one this machine
+         belongs to; "ray://host:10001": a remote one; go-jax must be installed on every node,
+         at the same version, for the rows to be the local executor's). Needs
+         the optional extra: pip install "go-jax[cluster]". The task must pickle: the task
+         object is sent to the workers and rebuilds there what it needs (`harness.CellTask`
+         keeps a cache per worker process). Workers run JAX on the CPU unless GPUs are
+         requested, with as many XLA CPU threads and devices as the cells' CPU request, so that
+         concurrent cells do not oversubscribe the cores.
+
+Executors are registered in EXECUTORS by name (`make`, `names`); a launcher exposes them with
+`experiments.cli.define_executor_flags`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from absl import logging
+
+# What a launcher prints when --executor=ray is asked for without Ray installed.
+RAY_MISSING = '--executor=ray needs Ray: pip install "go-jax[cluster]"'
+
+OnDone = Callable[[Any, Any, Optional[BaseException]], None]
+
+
+class Executor:
+  """Maps a task over items, reporting each finished item to the caller (module docstring).
+
+  A context manager: `__enter__` acquires what the executor needs (a Ray connection), and
+  `__exit__` releases it. `run` outside a `with` block enters and exits around itself.
+  """
+
+  name = "base"
+
+  def __enter__(self) -> "Executor":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    pass
+
+  def run(self, task: Callable[[Any], Any], items: Sequence[Any], on_done: OnDone,
+          before: Optional[Callable[[Any], None]] = None) -> None:
+    raise NotImplementedError
+
+
+class LocalExecutor(Executor):
+  """Runs the items one after the other in this process (exceptions go to `on_done`)."""
+
+  name = "local"
+
+  def __init__(self, **options):
+    if options:
+      raise ValueError(f"executor 'local' takes no options, got {sorted(options)}")
+
+  def run(self, task, items, on_done, before=None) -> None:
+    for item in items:
+      try:
+        if before is not None:
+          before(item)
+        result = task(item)
+      except Exception as exc:  # pylint: disable=broad-except
+        on_done(item, None, exc)
+        continue
+      on_done(item, result, None)
+
+
+# ------------------------------------------------------------------ Ray
+def import_ray():
+  """The `ray` module, or ValueError(RAY_MISSING) where it is not installed."""
+  try:
+    import ray  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ValueError(RAY_MISSING) from e
+  return ray
+
+
+def worker_env(cpus_per_cell: float, gpus_per_cell: float) -> Dict[str, str]:
+  """Environment of the Ray worker processes: JAX on the CPU unless GPUs are requested, and
+  XLA's CPU work on one thread when a cell asks for one CPU (else XLA's thread pool would take
+  every core of the machine in every worker)."""
+  env = {}
+  if not gpus_per_cell:
+    env["JAX_PLATFORMS"] = "cpu"
+  if cpus_per_cell <= 1:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+      env["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+  return env
+
+
+def configure_worker(cpus_per_cell: float) -> None:
+  """Once per worker process, before its first JAX computation: as many CPU devices as the
+  cell's CPUs (`simulator.runtime.configure_cpu_devices`), so that a batch is split only
+  across the cores the cell was given."""
+  global _WORKER_CONFIGURED
+  if _WORKER_CONFIGURED:
+    return
+  _WORKER_CONFIGURED = True
+  from simulator import runtime  # pylint: disable=g-import-not-at-top
+  runtime.configure_cpu_devices(max(1, int(cpus_per_cell)))
+
+
+_WORKER_CONFIGURED = False
+
+
+def _guarded(task, item, cpus_per_cell):
+  """The Ray task body: ("ok", result) or ("error", exception), so that a cell's exception
+  reaches the driver as itself (its type and text), not wrapped in Ray's RayTaskError."""
+  configure_worker(cpus_per_cell)
+  try:
+    return "ok", task(item)
+  except Exception as exc:  # pylint: disable=broad-except
+    try:
+      pickle.dumps(exc)
+    except Exception:  # pylint: disable=broad-except
+      exc = RuntimeError(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+    return "error", exc
+
+
+class RayExecutor(Executor):
+  """Every item one Ray task, results collected with `ray.wait` as they finish.
+
+  Args:
+    address: a running cluster's address ("auto", "HOST:PORT", "ray://HOST:10001"); None
+      starts a local Ray instance (and stops it on exit).
+    num_cpus: CPUs of the local instance (None: one per core); ignored with `address`.
+    cpus_per_cell, gpus_per_cell: each task's resource request (Ray schedules as many tasks
+      at once as the resources allow).
+  """
+
+  name = "ray"
+
+  def __init__(self, address: Optional[str] = None, num_cpus: Optional[int] = None,
+               cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0):
+    if cpus_per_cell <= 0:
+      raise ValueError(f"executor 'ray': cpus_per_cell must be > 0, got {cpus_per_cell}")
+    if gpus_per_cell < 0:
+      raise ValueError(f"executor 'ray': gpus_per_cell must be >= 0, got {gpus_per_cell}")
+    if num_cpus is not None and num_cpus < 1:
+      raise ValueError(f"executor 'ray': num_cpus must be >= 1, got {num_cpus}")
+    self._ray = import_ray()  # fails now, before any work, where Ray is missing
+    self.address = address or None
+    self.num_cpus = num_cpus
+    self.cpus_per_cell = float(cpus_per_cell)
+    self.gpus_per_cell = float(gpus_per_cell)
+    self._started = False  # whether this executor called ray.init (and so shuts it down)
+
+  def __enter__(self) -> "RayExecutor":
+    ray = self._ray
+    env = {"env_vars": worker_env(self.cpus_per_cell, self.gpus_per_cell)}
+    if ray.is_initialized():  # the caller's Ray session: used as it is
+      return self
+    options = dict(runtime_env=env, log_to_driver=True)
+    if self.address:
+      options.update(address=self.address)
+    else:  # workers on this machine import the same go-jax as this process
+      root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+      env["env_vars"]["PYTHONPATH"] = os.pathsep.join(
+          [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+      options.update(num_cpus=self.num_cpus or os.cpu_count() or 1, include_dashboard=False)
+    with warnings.catch_warnings():  # Ray starts its processes with fork+exec, which is safe
+      warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                              category=RuntimeWarning)
+      try:
+        ray.init(**options)
+      except ConnectionError as e:  # no cluster there: one line naming the address
+        raise ConnectionError(f"no Ray cluster at {self.address!r}: "
+                              f"{' '.join(str(e).split())}") from e
+    self._started = True
+    resources = ray.cluster_resources()
+    logging.info("ray: %s with %s CPUs, %s GPUs; %g CPU / %g GPU per cell",
+                 self.address or "local instance", resources.get("CPU", 0),
+                 resources.get("GPU", 0), self.cpus_per_cell, self.gpus_per_cell)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if self._started:
+      self._ray.shutdown()
+      self._started = False
+
+  def run(self, task, items, on_done, before=None) -> None:
+    if not self._ray.is_initialized():
+      with self:
+        return self.run(task, items, on_done, before)
+    ray = self._ray
+    remote = ray.remote(_guarded).options(num_cpus=self.cpus_per_cell,
+                                          num_gpus=self.gpus_per_cell, max_retries=0)
+    task_ref = ray.put(task)  # sent once, not once per item
+    pending: Dict[Any, Any] = {}
+    try:
+      for item in items:
+        if before is not None:
+          try:
+            before(item)  # in this process, before dispatch (e.g. pretraining)
+          except Exception as exc:  # pylint: disable=broad-except
+            on_done(item, None, exc)
+            continue
+        pending[remote.remote(task_ref, item, self.cpus_per_cell)] = item
+        pending = self._collect(pending, on_done, timeout=0)
+      while pending:
+        pending = self._collect(pending, on_done, timeout=None)
+    finally:
+      for ref in pending:  # an interruption: what has not finished is cancelled
+        ray.cancel(ref, force=True)
+
+  def _collect(self, pending, on_done, timeout):
+    """Reports the finished tasks of `pending` (waiting for one unless timeout=0); returns the
+    rest."""
+    ray = self._ray
+    ready, _ = ray.wait(list(pending), num_returns=1 if timeout is None else len(pending),
+                        timeout=timeout)
+    for ref in ready:
+      item = pending.pop(ref)
+      try:
+        status, value = ray.get(ref)
+      except ray.exceptions.RayError as exc:  # the worker died (out of memory, killed, ...)
+        on_done(item, None, RuntimeError(f"ray task failed: {type(exc).__name__}: "
+                                         f"{' '.join(str(exc).split())[:500]}"))
+        continue
+      if status == "ok":
+        on_done(item, value, None)
+      else:
+        on_done(item, None, value)
+    return pending
+
+
+EXECUTORS: Dict[str, Callable[..., Executor]] = {"local": LocalExecutor, "ray": RayExecutor}
+
+
+def names() -> Sequence[str]:
+  return list(EXECUTORS)
+
+
+def make(name: str = "local", **options) -> Executor:
+  """The executor registered as `name`, built with `options`; ValueError for an unknown name
+  (or, for "ray", RAY_MISSING where Ray is not installed)."""
+  if name not in EXECUTORS:
+    raise ValueError(f"unknown executor {name!r}; executors: {names()}")
+  return EXECUTORS[name](**options)

@@ -1,0 +1,239 @@
+"""The executors of the sweep launchers (go_jax.executors): local and Ray give the same rows.
+
+A tiny sweep (2 methods x 2 graphs x 2 seeds on a 2-device topology) runs in this process and as
+Ray tasks on a local Ray instance of 2 CPUs (started once for the module, a few seconds); the
+rows must agree in everything but their timing, and the placements the cells find must be the
+same. A driver "killed" after half the cells resumes without redoing them, a failing cell is the
+same error row either way, and without Ray --executor=ray is one line naming the extra. The
+REGAL and learned-placer tables run their cells through the same executors.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from go_jax import executors, harness
+from experiments import cli
+
+ray = pytest.importorskip("ray")  # the "cluster" extra (also in the "test" extra)
+
+# Compile time dominates (tests/conftest.py). The Ray workers, started after the module's
+# fixture has set JAX_DISABLE_MOST_OPTIMIZATIONS, compile the same way as this process.
+pytestmark = pytest.mark.fast_compile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = ("search_seconds",)
+# Every test's graphs, on nvlink2 (one padded shape: the workers compile once for all tests).
+GRAPHS = ["chain:n=12,seed=0", "series_parallel:n=14,seed=0"]
+
+
+def tiny_config(**overrides):
+  cfg = dict(methods=["random", "brkga"], graphs=list(GRAPHS),
+             topologies=["nvlink2"], seeds=[0, 1], objective="makespan", budget=32,
+             method_options={"brkga": {"population": 16}})
+  cfg.update(overrides)
+  return harness.settings(cfg)
+
+
+def stable(rows):
+  return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+class Spy:
+  """An executor that records the cells it is asked to run, then runs them with `inner`."""
+
+  def __init__(self, inner):
+    self.inner, self.items = inner, []
+
+  def run(self, task, items, on_done, before=None):
+    self.items += list(items)
+    return self.inner.run(task, items, on_done, before)
+
+
+@pytest.fixture(scope="module")
+def ray_executor():
+  """One local Ray instance (2 CPUs, no dashboard) for the module, started by the executor as
+  a launcher starts it (its workers import this checkout's go-jax)."""
+  with executors.make("ray", num_cpus=2) as executor:
+    assert ray.is_initialized()
+    yield executor
+  assert not ray.is_initialized()
+
+
+@pytest.fixture(scope="module")
+def local_rows(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp("local"))
+  return harness.run(tiny_config(), out, progress=False)
+
+
+def test_ray_rows_are_the_local_rows(ray_executor, local_rows, tmp_path):
+  out = str(tmp_path / "ray")
+  rows = harness.run(tiny_config(), out, progress=False, executor=ray_executor)
+  assert len(rows) == 8 and not any(r["error"] for r in rows)
+  assert stable(rows) == stable(local_rows)
+  assert stable(harness.load_rows(out)) == stable(local_rows)  # the file holds them, in order
+  assert os.path.isfile(os.path.join(out, harness.MD_NAME))
+
+
+def test_ray_placements_are_the_local_placements(ray_executor):
+  cfg = tiny_config()
+  cells = harness.plan(cfg)
+
+  def placements(cell):  # pickled by value to the workers
+    _, answers = harness.run_cell(cell, harness.worker_instances(cfg))
+    return [a.placement.tolist() for a in answers]
+
+  found = {}
+  ray_executor.run(placements, cells,
+                   lambda cell, result, error: found.__setitem__(cell, (result, error)))
+  local = harness.Instances(cfg)
+  for cell in cells:
+    result, error = found[cell]
+    assert error is None
+    assert result == [a.placement.tolist() for a in harness.run_cell(cell, local)[1]], cell
+
+
+def test_killed_driver_resumes_without_redoing_cells(ray_executor, local_rows, tmp_path):
+  cfg = tiny_config()
+  cells = harness.plan(cfg)
+  out = str(tmp_path / "resumed")
+  # The driver dies after half the cells: results.json holds what finished by then.
+  first = harness.execute(cells[:4], harness.Instances(cfg), out, launcher=harness.LAUNCHER,
+                          config=cfg, progress=False, executor=ray_executor)
+  spy = Spy(ray_executor)
+  rows = harness.execute(cells, harness.Instances(cfg), out, launcher=harness.LAUNCHER,
+                         config=cfg, progress=False, executor=spy)
+  assert spy.items == cells[4:]
+  assert rows[:4] == first  # kept as written, timing included: not run again
+  assert stable(rows) == stable(local_rows)
+  spy.items = []
+  harness.execute(cells, harness.Instances(cfg), out, launcher=harness.LAUNCHER, config=cfg,
+                  progress=False, executor=spy)
+  assert spy.items == []
+
+
+def test_a_failing_cell_is_the_same_error_row(ray_executor, tmp_path):
+  cfg = tiny_config(graphs=["nosuchgraph:n=3", "chain:n=12,seed=0"], seeds=[0],
+                    methods=["random"], method_options={})
+  local = harness.run(cfg, str(tmp_path / "local"), progress=False)
+  remote = harness.run(cfg, str(tmp_path / "ray"), progress=False, executor=ray_executor)
+  assert local[0]["error"] and "nosuchgraph" in local[0]["error"]
+  assert stable(remote) == stable(local)
+  with pytest.raises(ValueError, match="nosuchgraph"):
+    harness.run(dict(cfg, fail_fast=True), str(tmp_path / "ff"), progress=False,
+                executor=ray_executor)
+
+
+def test_before_runs_in_the_driver_and_its_error_is_the_cells(ray_executor):
+  seen, done = [], {}
+
+  def before(item):
+    seen.append(item)
+    if item == 2:
+      raise ValueError("no checkpoint for 2")
+
+  ray_executor.run(lambda x: x * x, [1, 2, 3], lambda i, r, e: done.__setitem__(i, (r, e)),
+                   before=before)
+  assert seen == [1, 2, 3]
+  assert done[1] == (1, None) and done[3] == (9, None)
+  assert done[2][0] is None and str(done[2][1]) == "no checkpoint for 2"
+
+
+def test_executor_registry_and_bad_options():
+  assert executors.names() == ["local", "ray"]
+  assert isinstance(executors.make(), executors.LocalExecutor)
+  with pytest.raises(ValueError, match="unknown executor 'dask'"):
+    executors.make("dask")
+  with pytest.raises(ValueError, match="cpus_per_cell"):
+    executors.make("ray", cpus_per_cell=0)
+  with pytest.raises(ValueError, match="takes no options"):
+    executors.make("local", address="auto")
+  env = executors.worker_env(cpus_per_cell=1, gpus_per_cell=0)
+  assert env["JAX_PLATFORMS"] == "cpu" and "multi_thread_eigen=false" in env["XLA_FLAGS"]
+  assert "JAX_PLATFORMS" not in executors.worker_env(cpus_per_cell=4, gpus_per_cell=1)
+
+
+def test_without_ray_the_flag_says_how_to_install_it(monkeypatch):
+  monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+  with pytest.raises(ValueError) as err:
+    executors.make("ray")
+  assert str(err.value) == executors.RAY_MISSING == (
+      '--executor=ray needs Ray: pip install "go-jax[cluster]"')
+
+
+def test_launcher_without_ray_is_one_line(tmp_path):
+  code = ("import sys; sys.modules['ray'] = None; "
+          "sys.argv = ['go-jax-evaluate', '--executor=ray', '--out=' + sys.argv[1]]; "
+          "from experiments import evaluate; evaluate.run()")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg", PYTHONPATH=REPO)
+  proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ev")], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == [
+      'go-jax-evaluate: error: --executor=ray needs Ray: pip install "go-jax[cluster]"']
+  assert not os.path.exists(tmp_path / "ev" / "results.json")
+  assert cli.RAY_ONLY_FLAGS  # the flags that need --executor=ray
+
+
+# ------------------------------------------------------------------ the table launchers
+def _same_answers(a, b):
+  """Cells of two table JSONs: the same keys, objectives and placements (times differ)."""
+  assert sorted(a) == sorted(b)
+  for key in a:
+    assert "error" not in a[key], (key, a[key])
+    assert (a[key]["objective"], a[key]["placement"]) == (b[key]["objective"],
+                                                          b[key]["placement"]), key
+
+
+def test_regal_table_on_ray_has_the_local_cells(ray_executor, tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from experiments import regal_comparison
+  from experiments.configs import regal_table as table_config
+  config = table_config.get_config()
+  config.methods = ("brkga", "random")
+  config.reference = "brkga"
+  config.datasets = ml_collections.ConfigDict({"tiny": ";".join(GRAPHS)})
+  config.topology = "nvlink{devices}"
+  config.device_counts = (2,)
+  config.seeds = (0,)
+  config.budget = 32
+  config.plots = False
+  config.method_options = ml_collections.ConfigDict({"brkga": {"population": 16}})
+  quiet = lambda s: None
+  local = regal_comparison.run_table(config, str(tmp_path / "local"), log=quiet)
+  remote = regal_comparison.run_table(config, str(tmp_path / "ray"), log=quiet,
+                                      executor=ray_executor)
+  assert remote["computed"] == len(remote["cells"]) == 4
+  _same_answers(local["cells"], remote["cells"])
+  again = regal_comparison.run_table(config, str(tmp_path / "ray"), log=quiet,
+                                     executor=ray_executor)
+  assert again["computed"] == 0 and again["skipped"] == 4
+
+
+def test_learned_placers_on_ray_have_the_local_cells(ray_executor, tmp_path):
+  from experiments import placer_comparison
+  from experiments.configs import learned_placers
+  cfg = learned_placers.get_config("tiny").to_dict()
+  cfg.update(graphs=GRAPHS[:1], topologies=["nvlink2"], learned=[],  # deterministic methods
+             families={GRAPHS[0]: "chain"}, cold_start=False)
+  quiet = lambda s: None
+  local = placer_comparison.run_comparison(cfg, str(tmp_path / "local"), log=quiet)
+  remote = placer_comparison.run_comparison(cfg, str(tmp_path / "ray"), log=quiet,
+                                            executor=ray_executor)
+  assert remote["computed"] == len(remote["cells"]) >= 2
+  _same_answers(local["cells"], remote["cells"])
+
+
+def test_transfer_on_ray_pretrains_in_the_driver_and_has_the_local_rows(ray_executor, tmp_path):
+  from go_jax import transfer
+  from test_transfer import tiny_config as transfer_config, tiny_pretrain  # tests/ is on the path
+  cfg = dict(transfer_config(tmp_path), baselines=("heft",), finetune_updates=1)
+  pretrained = []
+  remote = transfer.run(cfg, str(tmp_path / "ray"), progress=False, executor=ray_executor,
+                        pretrain_config=lambda row: pretrained.append(row) or tiny_pretrain(row))
+  assert pretrained == ["go_hint"]  # in this process, before the cell went to a worker
+  assert len(remote) == 4 and not any(r["error"] for r in remote)
+  local = transfer.run(cfg, str(tmp_path / "local"), pretrain_config=None, progress=False)
+  assert stable(remote) == stable(local)  # the same checkpoint, fine-tuned by one update
