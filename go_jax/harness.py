@@ -37,13 +37,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from absl import logging
 
 import simulator
-from go_jax import leaderboard, methods, objectives, plotting, results
+from go_jax import methods, objectives, plotting, results
 # The row format and file names (go_jax.results) and the topology specs (simulator.topology_spec)
 # are re-exported here for the modules and tests that use them under harness.
 from go_jax.results import (  # pylint: disable=unused-import
@@ -51,6 +51,9 @@ from go_jax.results import (  # pylint: disable=unused-import
 from simulator import sources
 from simulator.topology_spec import (  # pylint: disable=unused-import
     TOPOLOGY_OPTIONS, TopologySpec, make_topology, parse_topology, single_device_footprint)
+# The reports (Markdown tables, pivots, comparison plots) live in go_jax.harness_reports.
+from go_jax.harness_reports import (  # pylint: disable=unused-import
+    markdown, markdown_pivots, markdown_table, plot_comparisons, summarize)
 
 LAUNCHER = "evaluate"
 DEFAULTS: Dict[str, Any] = {
@@ -459,113 +462,3 @@ def write_outputs(out: str, cfg, rows) -> Dict[str, str]:
   """Writes results.json, results.csv and results.md (atomically); returns their paths."""
   return {"json": results.write_json(out, LAUNCHER, {"config": dict(cfg), "rows": list(rows)}),
           "csv": results.write_csv(out, rows), "md": results.write_markdown(out, markdown(rows))}
-
-
-# ------------------------------------------------------------------ reports
-def _fmt(value, kind: str) -> str:
-  """A value in the unit of objective `kind`."""
-  return objectives.get_objective(kind).format(value)
-
-
-def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
-  """One Markdown line per row (an infeasible row shows what it needs, never its penalty)."""
-  head = ("method", "graph", "N", "topology", "D", "seed", "objective", "makespan",
-          "peak mem", "feasible", "gap", "search", "evals", "agrees", "note")
-  body = []
-  for r in rows:
-    note = r.get("error") or r.get("reason") or ""
-    feasible = bool(r.get("feasible"))
-    body.append((
-        results.row_name(r), r.get("graph_name") or r["graph"], r.get("nodes"), r["topology"],
-        r.get("devices"), r["seed"], f"{r['objective_kind']} {results.value_text(r)}",
-        _fmt(r.get("makespan"), "makespan"), _fmt(r.get("peak_memory"), "peak_memory"),
-        "error" if r.get("error") else ("yes" if feasible else "NO"),
-        f"{r['gap']:.1%}" if feasible and r.get("gap") is not None else "-",
-        "-" if r.get("search_seconds") is None else f"{r['search_seconds']:.3g} s",
-        r.get("evaluations"), "yes" if r.get("agrees") else "NO", str(note)[:100]))
-  return results.markdown_table(head, body)
-
-
-def _mean_objectives(rows) -> Dict[Tuple, Dict[str, Any]]:
-  """(objective, graph, topology, row name) -> mean objective over seeds, all feasible,
-  errors, the row of least objective (for what an infeasible one needs)."""
-  groups: Dict[Tuple, List] = {}
-  for r in rows:
-    groups.setdefault((r["objective_kind"], r["graph"], r["topology"], results.row_name(r)),
-                      []).append(r)
-  out = {}
-  for key, rs in groups.items():
-    ok = [r for r in rs if not r.get("error") and r.get("objective") is not None]
-    out[key] = {"mean": float(np.mean([r["objective"] for r in ok])) if ok else None,
-                "feasible": all(r.get("feasible") for r in ok), "errors": len(rs) - len(ok),
-                "best_row": min(ok, key=lambda r: r["objective"]) if ok else None}
-  return out
-
-
-def markdown_pivots(rows: Sequence[Mapping[str, Any]]) -> str:
-  """Per (objective, graph): objective (mean over seeds) by topology x method, the best
-  feasible one in bold; a topology where no method is feasible says so."""
-  stats = _mean_objectives(rows)
-  blocks = []
-  for obj, graph in dict.fromkeys((k[0], k[1]) for k in stats):
-    topos = list(dict.fromkeys(k[2] for k in stats if k[:2] == (obj, graph)))
-    meths = list(dict.fromkeys(k[3] for k in stats if k[:2] == (obj, graph)))
-    body, notes = [], []
-    for topo in topos:
-      cells = [stats.get((obj, graph, topo, m)) for m in meths]
-      means = [c["mean"] for c in cells if c and c["mean"] is not None and c["feasible"]]
-      best = min(means) if means else None
-      texts = []
-      for c in cells:
-        if c is None:
-          texts.append("")
-          continue
-        if c["mean"] is None:
-          text = "error"
-        elif not c["feasible"]:
-          text = results.infeasible_text(c["best_row"])
-        else:
-          text = _fmt(c["mean"], obj)
-        if c["mean"] is not None and c["feasible"] and c["mean"] == best:
-          text = f"**{text}**"
-        texts.append(text)
-      body.append([topo] + texts)
-      none = results.no_feasible_text([r for r in rows if (r["objective_kind"], r["graph"],
-                                                           r["topology"]) == (obj, graph, topo)])
-      if none:
-        notes.append(f"{topo}: {none}.")
-    blocks.append(f"### {graph}: {obj} (mean over seeds; lower is better)\n\n" +
-                  results.markdown_table(["topology"] + meths, body) +
-                  "".join(f"\n\n{n}" for n in notes))
-  return "\n\n".join(blocks)
-
-
-def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-  """The whole report: the leaderboard, the row table, then the per-graph pivots."""
-  return ("## Summary\n\n" + leaderboard.markdown_leaderboard(rows) + "\n\n## Results\n\n" +
-          markdown_table(rows) + "\n\n## Objective by method\n\n" + markdown_pivots(rows) + "\n")
-
-
-def plot_comparisons(rows: Sequence[Mapping[str, Any]], plot_dir: str) -> List[str]:
-  """One bar chart per (objective, graph, topology): mean objective by method."""
-  stats = _mean_objectives(rows)
-  paths = []
-  for obj, graph, topo in dict.fromkeys(k[:3] for k in stats):
-    entries = [(k[3], v["mean"]) for k, v in stats.items()
-               if k[:3] == (obj, graph, topo) and v["mean"] is not None and v["feasible"]]
-    if not entries:
-      continue
-    name = "__".join(re.sub(r"[^A-Za-z0-9_.=-]+", "_", p) for p in (graph, topo, obj))
-    paths.append(plotting.plot_bars(
-        [e[0] for e in entries], [e[1] for e in entries],
-        os.path.join(plot_dir, f"compare__{name}.png"), title=f"{graph} on {topo}",
-        ylabel=f"{obj} ({objectives.get_objective(obj).unit}; feasible methods)"))
-  return paths
-
-
-def summarize(rows: Iterable[Mapping[str, Any]]) -> Dict[str, int]:
-  """Counts of rows, errors, infeasible rows and re-simulation disagreements."""
-  rows = list(rows)
-  return {"rows": len(rows), "errors": sum(bool(r.get("error")) for r in rows),
-          "infeasible": sum(not r.get("feasible") and not r.get("error") for r in rows),
-          "disagreements": sum(not r.get("agrees") and not r.get("error") for r in rows)}
