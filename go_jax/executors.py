@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import warnings
 from typing import Any, Callable, Dict, Optional, Sequence
 
@@ -97,7 +98,9 @@ def import_ray():
 def worker_env(cpus_per_cell: float, gpus_per_cell: float) -> Dict[str, str]:
   """Environment of the Ray worker processes: JAX on the CPU unless GPUs are requested, and
   XLA's CPU work on one thread when a cell asks for one CPU (else XLA's thread pool would take
-  every core of the machine in every worker)."""
+  every core of the machine in every worker). The driver's persistent compilation cache, if it
+  has one (e.g. regal_table's --compilation_cache), is the workers' too, so that a program one
+  worker compiled is not compiled again by the next (on a cluster the folder must be shared)."""
   env = {}
   if not gpus_per_cell:
     env["JAX_PLATFORMS"] = "cpu"
@@ -105,7 +108,17 @@ def worker_env(cpus_per_cell: float, gpus_per_cell: float) -> Dict[str, str]:
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" not in flags:
       env["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+  cache = _compilation_cache_dir()
+  if cache:
+    env["JAX_COMPILATION_CACHE_DIR"] = cache
   return env
+
+
+def _compilation_cache_dir() -> Optional[str]:
+  """The driver's JAX persistent compilation cache folder, or None (JAX is not imported for it)."""
+  jax = sys.modules.get("jax")
+  configured = getattr(getattr(jax, "config", None), "jax_compilation_cache_dir", None)
+  return configured or os.environ.get("JAX_COMPILATION_CACHE_DIR") or None
 
 
 def configure_worker(cpus_per_cell: float) -> None:

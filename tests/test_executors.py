@@ -155,6 +155,21 @@ def test_executor_registry_and_bad_options():
   assert "JAX_PLATFORMS" not in executors.worker_env(cpus_per_cell=4, gpus_per_cell=1)
 
 
+def test_workers_share_the_drivers_compilation_cache(monkeypatch, tmp_path):
+  import jax
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+  old = jax.config.jax_compilation_cache_dir
+  try:  # nothing is compiled in between, so JAX's cache itself is never opened here
+    jax.config.update("jax_compilation_cache_dir", None)
+    assert "JAX_COMPILATION_CACHE_DIR" not in executors.worker_env(1, 0)
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    assert executors.worker_env(1, 0)["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
+  finally:
+    jax.config.update("jax_compilation_cache_dir", old)
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
+  assert executors.worker_env(1, 0)["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "env")
+
+
 def test_without_ray_the_flag_says_how_to_install_it(monkeypatch):
   monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
   with pytest.raises(ValueError) as err:
