@@ -209,9 +209,9 @@ class CellTask:
     return {"cfg": self.cfg}
 
   def __setstate__(self, state):
+    from go_jax import executors  # pylint: disable=g-import-not-at-top
     self.cfg = state["cfg"]
-    key = json.dumps(self.cfg, sort_keys=True, default=repr)
-    self._cache = _WORKER_CACHE.setdefault(key, {"graphs": {}, "topos": {}})
+    self._cache = executors.process_cache(LAUNCHER, self.cfg, lambda: {"graphs": {}, "topos": {}})
 
   def __call__(self, item) -> Dict[str, Any]:
     from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
@@ -225,9 +225,6 @@ class CellTask:
     row = solve_cell(self.cfg, m, graphs[g], topos[(g, topo_spec)])
     row["load_average"] = [round(x, 2) for x in os.getloadavg()]  # of the machine it ran on
     return row
-
-
-_WORKER_CACHE: Dict[str, Dict[str, Any]] = {}
 
 
 def run_comparison(config, out: str, log: Callable[[str], None] = print,

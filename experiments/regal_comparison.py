@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -326,10 +326,10 @@ class CellTask:
     return {"cfg": self.cfg}
 
   def __setstate__(self, state):
-    import json  # pylint: disable=g-import-not-at-top
+    from go_jax import executors  # pylint: disable=g-import-not-at-top
     self.cfg = state["cfg"]
-    key = json.dumps(self.cfg, sort_keys=True, default=repr)
-    self._cache = _WORKER_CACHE.setdefault(key, {"data": {}, "topos": {}, "warmed": set()})
+    self._cache = executors.process_cache(LAUNCHER, self.cfg,
+                                          lambda: {"data": {}, "topos": {}, "warmed": set()})
 
   def __call__(self, item) -> Dict[str, Any]:
     from simulator import topology_spec  # pylint: disable=g-import-not-at-top
@@ -350,9 +350,6 @@ class CellTask:
       except Exception:  # pylint: disable=broad-except
         pass  # the timed call below meets the same error and records it
     return solve_cell(cfg, m, graph, topo, seed)
-
-
-_WORKER_CACHE: Dict[str, Dict[str, Any]] = {}
 
 
 def run_table(config, out: str, log: Callable[[str], None] = print,

@@ -34,7 +34,7 @@ import os
 import pickle
 import sys
 import warnings
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -83,6 +83,20 @@ class LocalExecutor(Executor):
         on_done(item, None, exc)
         continue
       on_done(item, result, None)
+
+
+_PROCESS_CACHES: Dict[Tuple[str, str], Any] = {}
+
+
+def process_cache(namespace: str, cfg: Any, make: Callable[[], Any]) -> Any:
+  """This process's object for (`namespace`, `cfg`), made by `make()` on first use and kept:
+  what a task rebuilds once per worker process (graphs, topologies, warmed-up shapes) for all
+  the cells of one sweep config that the process runs. `cfg` is keyed by its JSON text."""
+  import json  # pylint: disable=g-import-not-at-top
+  key = (namespace, json.dumps(cfg, sort_keys=True, default=repr))
+  if key not in _PROCESS_CACHES:
+    _PROCESS_CACHES[key] = make()
+  return _PROCESS_CACHES[key]
 
 
 # ------------------------------------------------------------------ Ray

@@ -365,16 +365,10 @@ class CellTask:
     return run_cell(cell, inst, self.plot_dir)[0]
 
 
-_WORKER_INSTANCES: Dict[str, Instances] = {}
-
-
 def worker_instances(cfg: Mapping[str, Any]) -> Instances:
   """This process's `Instances` of `cfg` (one per distinct config, cached)."""
-  import json  # pylint: disable=g-import-not-at-top
-  key = json.dumps(cfg, sort_keys=True, default=repr)
-  if key not in _WORKER_INSTANCES:
-    _WORKER_INSTANCES[key] = Instances(dict(cfg))
-  return _WORKER_INSTANCES[key]
+  from go_jax import executors  # pylint: disable=g-import-not-at-top
+  return executors.process_cache("harness", cfg, lambda: Instances(dict(cfg)))
 
 
 def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
