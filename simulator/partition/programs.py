@@ -1,0 +1,90 @@
+"""Graphs with their strategy spaces: zoo / JAX programs and the space of any graph.
+
+Why: a CompGraph alone has no shapes, yet partitioning needs each op's dimension numbers. A
+graph built here from a JAX program keeps its HLO module (`attach`), so `space_for(graph, k)`
+derives the HLO strategy space; any other graph (profiles, synthetic, saved .npz, coarsened)
+gets the shape-free `generic_space`. The association is held weakly by graph identity.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Dict, Tuple
+
+from simulator.graph import CompGraph
+from simulator.partition.space import StrategySpace, generic_space, hlo_space
+
+_HLO: "weakref.WeakKeyDictionary[CompGraph, Tuple[object, int, Dict[int, StrategySpace]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def attach(graph: CompGraph, hlo_graph, batch_parameters: int = 0) -> CompGraph:
+  """Records that `graph`'s nodes are `hlo_graph`'s (an HloGraph), whose last
+  `batch_parameters` ENTRY parameters hold the input batch. Returns `graph`."""
+  if hlo_graph.graph.num_nodes != graph.num_nodes:
+    raise ValueError(f"attach: graph '{graph.name}' has {graph.num_nodes} nodes but the HLO "
+                     f"graph has {hlo_graph.graph.num_nodes}")
+  _HLO[graph] = (hlo_graph, int(batch_parameters), {})
+  return graph
+
+
+def has_shapes(graph: CompGraph) -> bool:
+  return graph in _HLO
+
+
+def space_for(graph: CompGraph, k: int) -> StrategySpace:
+  """The HLO strategy space of an attached graph (cached per k), else the generic one."""
+  hit = _HLO.get(graph)
+  if hit is None:
+    return generic_space(graph, k)
+  hlo_graph, batch, cache = hit
+  if k not in cache:
+    cache[k] = hlo_space(hlo_graph, k, batch_parameters=batch)
+  return cache[k]
+
+
+def program_graph(fn, *args, device: str = "v100", name=None,
+                  batch_parameters: int = 0) -> CompGraph:
+  """The pre-optimisation graph of `jax.jit(fn)(*args)`, costed on `device`, with its space."""
+  from simulator import costmodel
+  from simulator.frontends import hlo
+  full = hlo.from_jax_full(fn, *args, stage="pre", name=name)
+  graph = costmodel.apply_cost_model(full, costmodel.device_spec(device))
+  return attach(graph, full, batch_parameters)
+
+
+def zoo_graph(model: str, size: str = "tiny", device: str = "v100", **knobs) -> CompGraph:
+  """A zoo training step (pre-optimisation, costed on `device`) with its HLO strategy space;
+  the batch is the step's third argument."""
+  import jax
+  from simulator import zoo
+  z = zoo.build(model, size, **knobs)
+  args = z.abstract_args()
+  return program_graph(z.step, *args, device=device,
+                       name=f"zoo:{model}/{size}/pre/{device}",
+                       batch_parameters=len(jax.tree_util.tree_leaves(args[2])))
+
+
+def load_graph(spec: str) -> CompGraph:
+  """A graph spec (design.md section 6) with shapes where it can have them: `zoo:` specs
+  without `coarsen` are built here (stage pre only); other specs load as usual."""
+  from simulator import sources
+  from simulator.sources.zoo import parse_knob
+  base, limit = sources.split_coarsen(str(spec).strip())
+  resolved = sources.resolve_spec(base)
+  kind, _, rest = resolved.partition(":")
+  if kind != "zoo" or limit is not None:
+    return sources.load_graph(spec)
+  items = [x.strip() for x in rest.split(",") if x.strip()]
+  model, kw = items[0], {}
+  for item in items[1:]:
+    key, eq, text = item.partition("=")
+    if not eq:
+      raise ValueError(f"graph spec {spec!r}: unexpected item {item!r}")
+    kw[key.strip()] = text.strip()
+  if kw.pop("stage", "pre") != "pre":
+    raise ValueError(f"graph spec {spec!r}: partitioning needs stage=pre (the plain "
+                     "instructions whose dimension numbers give the splits)")
+  kw.pop("cache", None)
+  size, device = kw.pop("size", "default"), kw.pop("device", "v100")
+  return zoo_graph(model, size, device, **{k: parse_knob(v) for k, v in kw.items()})
