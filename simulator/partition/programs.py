@@ -66,8 +66,8 @@ def zoo_graph(model: str, size: str = "tiny", device: str = "v100", **knobs) -> 
 
 
 def load_graph(spec: str) -> CompGraph:
-  """A graph spec (design.md section 6) with shapes where it can have them: `zoo:` specs
-  without `coarsen` are built here (stage pre only); other specs load as usual."""
+  """A graph spec (design.md section 6) with shapes where it can have them: `zoo:` specs at
+  stage pre without `coarsen` are built here; other specs load as usual."""
   from simulator import sources
   from simulator.sources.zoo import parse_knob
   base, limit = sources.split_coarsen(str(spec).strip())
@@ -82,9 +82,8 @@ def load_graph(spec: str) -> CompGraph:
     if not eq:
       raise ValueError(f"graph spec {spec!r}: unexpected item {item!r}")
     kw[key.strip()] = text.strip()
-  if kw.pop("stage", "pre") != "pre":
-    raise ValueError(f"graph spec {spec!r}: partitioning needs stage=pre (the plain "
-                     "instructions whose dimension numbers give the splits)")
+  if kw.pop("stage", "pre") != "pre":  # fusions have no dimension map: the generic space
+    return sources.load_graph(spec)
   kw.pop("cache", None)
   size, device = kw.pop("size", "default"), kw.pop("device", "v100")
   return zoo_graph(model, size, device, **{k: parse_knob(v) for k, v in kw.items()})
