@@ -89,13 +89,17 @@ def test_expansion_adds_up_on_a_jax_training_step():
     pt.expand(g, space, np.full(g.num_nodes, 99))
 
 
-def test_tofu_dp_matches_brute_force_on_a_tiny_program():
+def _forward_program():
   def f(x, w1, w2):
     return jnp.sum(jnp.tanh(x @ w1) @ w2)
   f32 = jnp.float32
-  g = programs.program_graph(f, jax.ShapeDtypeStruct((8, 16), f32),
-                             jax.ShapeDtypeStruct((16, 8), f32),
-                             jax.ShapeDtypeStruct((8, 4), f32), batch_parameters=0)
+  return programs.program_graph(f, jax.ShapeDtypeStruct((8, 16), f32),
+                                jax.ShapeDtypeStruct((16, 8), f32),
+                                jax.ShapeDtypeStruct((8, 4), f32), batch_parameters=0)
+
+
+def test_tofu_dp_matches_brute_force_on_a_tiny_program():
+  g = _forward_program()
   assert g.num_nodes <= 12
   space = programs.space_for(g, 2)
   allowed = partitioning.tofu_allowed(space)
@@ -115,8 +119,40 @@ def test_partition_methods_solve_on_the_expanded_graph():
     assert sol.info["comm_bytes"] >= 0 and sol.info["degree"] == 4
   dp_ = methods.solve("data_parallel", g, topo).info
   assert dp_["partial"] >= 2  # the two weight-gradient dots contract the batch
-  plain = methods.solve("heft", g, topo)
+  plain = methods.solve("round_robin", g, topo)
   assert plain.graph is g
   generic = methods.solve("tofu", CompGraph(cost=[1.0, 1.0], senders=[0], receivers=[1]),
                           topo, degree=2)
   assert generic.info["shapes"] is False and generic.graph.num_nodes == 4
+
+
+def test_place_lists_partition_rows_and_the_optimality_table():
+  from go_jax import partition_table, place
+  g = _forward_program()
+  assert place.partition_methods(["all", "tofu"]) == list(place.PARTITION_ALL)
+  res = place.place(g, "nvlink2", method=None, baselines=["round_robin"], partition=["tofu"])
+  assert {r.key: r.kind for r in res.rows} == {"round_robin": "baseline", "tofu": "partition"}
+  assert res.best.key == "round_robin" and "partitioning:" in place.verdict(res)
+  assert res.row("tofu").placement.shape[0] > g.num_nodes  # on its expanded graph
+  with pytest.raises(ValueError, match="partition method"):
+    place.partition_methods(["heft"])
+  rows = partition_table.optimality(degrees=(2,))
+  assert all(r["ratio"] <= 1.05 and r["exact"] for r in rows)
+  assert "tofu / brute" in partition_table.optimality_text(rows)
+
+
+def test_piper_mode_takes_the_profiles_tensor_parallel_options():
+  from simulator.sources.piper import load_piper
+  g = programs.piper_graph("bert32a100", degrees=(4,))
+  tp = load_piper("bert32a100", tensor_parallel=4)
+  sol = methods.solve("tofu", g, Topology.uniform(4, bandwidth=1e10, latency=1e-6))
+  split_ = np.flatnonzero(sol.info["strategy"] == 1)
+  assert split_.size > 0 and sol.info["comm_bytes"] > 0
+  first = {}
+  for node, name in enumerate(sol.graph.node_names):  # "<layer>#0": worker 0's shard
+    first.setdefault(name.rsplit("#", 1)[0], node)
+  for v in split_.tolist():
+    node = first[g.node_names[v]]
+    assert sol.graph.cost[node] == tp.cost[v] and sol.graph.param_bytes[node] == tp.param_bytes[v]
+  with pytest.raises(ValueError, match="degrees"):
+    programs.space_for(g, 2)

@@ -123,9 +123,12 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
     params = (sum(b * frac(x) for b, x in zip(op.leaf_bytes, opt.leaves)) if op.leaf_bytes
               else graph.param_bytes[i])
     cost = roof.shard_cost(graph, i, flops, nbytes, work)
+    temp = graph.temp_bytes[i] * work
+    if opt.shard is not None:  # a profile's figures of the shard (Piper)
+      cost, params, temp = opt.shard
     for j in range(k):
       shard[i, j] = len(rows)
-      rows.append((cost, graph.out_bytes[i] * frac(opt.out), params, graph.temp_bytes[i] * work,
+      rows.append((cost, graph.out_bytes[i] * frac(opt.out), params, temp,
                    flops, nbytes, int(graph.op_type[i]), f"{label(i)}#{j}", j, i, SHARD))
   senders, receivers = [], []
   provided: Dict[Tuple[int, int], List[List[int]]] = {}

@@ -33,14 +33,52 @@ def has_shapes(graph: CompGraph) -> bool:
 
 
 def space_for(graph: CompGraph, k: int) -> StrategySpace:
-  """The HLO strategy space of an attached graph (cached per k), else the generic one."""
+  """The HLO strategy space of an attached graph (cached per k), the profile's space of a
+  `piper_graph`, else the generic one."""
   hit = _HLO.get(graph)
   if hit is None:
     return generic_space(graph, k)
   hlo_graph, batch, cache = hit
   if k not in cache:
+    if hlo_graph is None:
+      raise ValueError(f"graph '{graph.name}' has strategy spaces for k in {sorted(cache)} "
+                       f"only (its profile's tensor-parallel degrees), not {k}")
     cache[k] = hlo_space(hlo_graph, k, batch_parameters=batch)
   return cache[k]
+
+
+def piper_graph(name: str, degrees=(2, 4, 8), **kwargs) -> CompGraph:
+  """A Piper workload (`simulator.sources.piper.load_piper`, tensor_parallel=1) whose strategy
+  space for each k in `degrees` comes from the profile's TMPCs: per layer, option 0 replicates
+  it (k copies of its t=1 TMPC: time, parameters, activations), option 1 is its t=k TMPC on the
+  k workers (each shard's time, parameter bytes and activation bytes as the profile gives them),
+  every input replicated and the output a partial sum, so its readers all-reduce the layer's
+  output (Megatron's one all-reduce per tensor-parallel layer; the profile's own per-neighbour
+  sync bytes are not used). A layer without a TMPC at degree k has option 0 only."""
+  from simulator.partition.space import P, R, OpSpace, Option, _frozen
+  from simulator.sources.piper import load_piper
+  base = load_piper(name, tensor_parallel=1, **kwargs)
+  ptr, pred = base.predecessor_csr()
+  ops_by_k = {}
+  for k in degrees:
+    try:
+      tp = load_piper(name, tensor_parallel=k, **kwargs)
+    except ValueError:
+      tp = None
+    ops_ = []
+    for v in range(base.num_nodes):
+      ins = tuple(int(u) for u in pred[ptr[v]:ptr[v + 1]])
+      opts = [Option(R, (R,) * len(ins), ())]
+      if tp is not None and base.out_degree()[v] > 0:
+        opts.append(Option(P, (R,) * len(ins), (), shard=(float(tp.cost[v]),
+                                                          float(tp.param_bytes[v]),
+                                                          float(tp.temp_bytes[v]))))
+      ops_.append(OpSpace(ins, tuple(float(base.out_bytes[u]) for u in ins), (), (),
+                          tuple(opts), "layer"))
+    ops_by_k[k] = StrategySpace(k, tuple(ops_), (None,) * base.num_nodes,
+                                _frozen(base.out_bytes))
+  _HLO[base] = (None, 0, ops_by_k)
+  return base
 
 
 def program_graph(fn, *args, device: str = "v100", name=None,
@@ -73,6 +111,8 @@ def load_graph(spec: str) -> CompGraph:
   base, limit = sources.split_coarsen(str(spec).strip())
   resolved = sources.resolve_spec(base)
   kind, _, rest = resolved.partition(":")
+  if kind == "piper" and limit is None and "," not in rest:
+    return piper_graph(rest.strip())
   if kind != "zoo" or limit is not None:
     return sources.load_graph(spec)
   items = [x.strip() for x in rest.split(",") if x.strip()]

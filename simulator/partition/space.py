@@ -52,6 +52,9 @@ class Option:
   out: int
   ins: Tuple[int, ...]
   leaves: Tuple[int, ...]
+  # (cost, param_bytes, temp_bytes) of each shard where a profile gives them (Piper's TMPCs);
+  # None: derived from the op's fields (section 4.2).
+  shard: Optional[Tuple[float, float, float]] = None
 
   @property
   def split(self) -> bool:
