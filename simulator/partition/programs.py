@@ -81,13 +81,15 @@ def piper_graph(name: str, degrees=(2, 4, 8), **kwargs) -> CompGraph:
   return base
 
 
-def program_graph(fn, *args, device: str = "v100", name=None,
-                  batch_parameters: int = 0) -> CompGraph:
-  """The pre-optimisation graph of `jax.jit(fn)(*args)`, costed on `device`, with its space."""
+def program_graph(fn, *args, device: str = "v100", name=None, batch_parameters: int = 0,
+                  calibration=None) -> CompGraph:
+  """The pre-optimisation graph of `jax.jit(fn)(*args)`, costed on `device` (with a
+  `simulator.costmodel.Calibration` for "local"), with its strategy space."""
   from simulator import costmodel
   from simulator.frontends import hlo
   full = hlo.from_jax_full(fn, *args, stage="pre", name=name)
-  graph = costmodel.apply_cost_model(full, costmodel.device_spec(device))
+  graph = costmodel.apply_cost_model(full, costmodel.device_spec(device, calibration),
+                                     calibration)
   return attach(graph, full, batch_parameters)
 
 

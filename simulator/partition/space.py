@@ -326,6 +326,7 @@ def hlo_space(hlo_graph, k: int, batch_parameters: int = 0) -> StrategySpace:
         if kind == "leaf":
           readers.setdefault(ref, set()).add(i)
   batch_dim: List[Optional[int]] = [None] * graph.num_nodes
+  read = graph.out_degree() > 0  # P only for an op somebody reads (its partial sum is reduced)
   ops_ = []
   for i in range(graph.num_nodes):
     inst, ins = per_node[i]
@@ -385,7 +386,7 @@ def hlo_space(hlo_graph, k: int, batch_parameters: int = 0) -> StrategySpace:
         a_in, a_leaf = lay(col, node_pos, node_shapes), lay(col, leaf_pos, leaf_sh)
         if a_in is not None and a_leaf is not None:
           opts.append(Option(split(d), a_in, a_leaf))
-      if graph.out_degree()[i] > 0:
+      if read[i]:
         for col in red:
           a_in, a_leaf = lay(col, node_pos, node_shapes), lay(col, leaf_pos, leaf_sh)
           if a_in is not None and a_leaf is not None and (a_in + a_leaf).count(R) < len(
