@@ -18,6 +18,11 @@ joint3 (GO's go_joint3 places, orders and fuses, against the baselines and the b
 followed by xla_fusion / fuse_all). Fusing rows show their fused graph's node count (groups);
 placement.npz then holds the best row's fuse mask too.
 
+--partition adds operator-partitioning rows (tofu, data_parallel, megatron; 'all'): every op
+split over the devices, scored on the expanded graph (docs/design.md section 4.2); they are
+listed beside the placements but never the winner placement (their actions are on another
+graph), and the verdict names the best of them.
+
 --execute (task joint, a zoo: or jax: graph at stage=pre) then runs every row's placement and
 priority for real on the first D local JAX devices (D: the topology's; on a CPU --cpu_devices=D
 exposes them) with `go_jax.execute.place_program`, and prints the measured median step time
@@ -36,6 +41,8 @@ Examples:
   go-jax-place --graph=my_graph.npz --checkpoint=none --noplots --out=/tmp/place1
   go-jax-place --task=fusion --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink1
   go-jax-place --task=joint3 --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink4
+  go-jax-place --graph=zoo:gpt2_small,size=tiny,stage=pre --topology=nvlink4@mem=0.5x \
+      --partition=all --method=none --baselines=heft,m_sct   # + tofu, data_parallel, megatron
   go-jax-place --graph=zoo:gnmt2,size=tiny,device=local,calibration=cal.json \
       --topology=local.json --cpu_devices=2 --execute
 """
@@ -114,6 +121,12 @@ flags.DEFINE_bool("execute", False,
 flags.DEFINE_integer("execute_repeats", place_execute.DEFAULT_REPEATS,
                      "--execute: timed steps per placement (the median is shown).",
                      lower_bound=1)
+flags.DEFINE_list("partition", [],
+                  "Operator-partitioning methods whose rows join the table (design.md 4.2): "
+                  "any of tofu, data_parallel, megatron, partition_brute, or 'all' (tofu, "
+                  "data_parallel, megatron). Each splits every op over all the devices and is "
+                  "scored on its expanded graph; a zoo: graph at stage=pre keeps its shapes "
+                  "(HLO strategy space), other graphs use the shape-free space.")
 flags.DEFINE_integer("cpu_devices", None,
                      "Expose this many CPU devices before JAX starts (JAX's default on a CPU "
                      "is one), e.g. for --execute on a CPU-only machine.", lower_bound=1)
@@ -152,8 +165,9 @@ def main(argv: Sequence[str]) -> None:
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   devices = _execution_devices() if FLAGS.execute else None
+  partition = _as_flag_error("partition", place_lib.partition_methods, FLAGS.partition)
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
-                         device_spec=FLAGS.device_spec)
+                         device_spec=FLAGS.device_spec, shapes=bool(partition))
   program = None
   if FLAGS.execute:
     try:
@@ -172,7 +186,8 @@ def main(argv: Sequence[str]) -> None:
         samples=FLAGS.samples, brkga_budget=FLAGS.brkga_budget,
         baselines=FLAGS.baselines if FLAGS["baselines"].present else None,
         max_nodes=FLAGS.max_nodes, graph_spec=FLAGS.graph, task=FLAGS.task,
-        placement_from=FLAGS.placement_from, device_spec=FLAGS.device_spec)
+        placement_from=FLAGS.placement_from, device_spec=FLAGS.device_spec,
+        partition=partition)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   print(place_lib.header(result))  # the table first: it survives a failed write

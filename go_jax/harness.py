@@ -272,8 +272,8 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
   base = _base_row(cell, cfg)
   base.update(lower_bound=results.finite(sol.lower_bound), evaluations=int(sol.evaluations))
   if not stages:
-    scores = methods.evaluate(graph, topo, sol.placement, sol.priority, cell.objective,
-                              fuse=sol.fuse)
+    scores = methods.evaluate(graph if sol.graph is None else sol.graph, topo,
+                              sol.placement, sol.priority, cell.objective, fuse=sol.fuse)
     row = dict(base, search_seconds=float(sol.search_seconds), reason=sol.reason)
     rows.append(_scored_row(row, graph, topo, footprint, scores, believed=sol.objective))
     answers.append(Answer(np.asarray(sol.placement), np.asarray(sol.priority), scores,

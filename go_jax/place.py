@@ -75,7 +75,8 @@ STAGE_KEYS = {"zero-shot greedy": "go_zero_shot_greedy", "fine-tuned": "go_finet
 
 
 # ------------------------------------------------------------------ graphs
-def load_graph_arg(text: str, *, device_spec: str = DEFAULT_DEVICE_SPEC) -> CompGraph:
+def load_graph_arg(text: str, *, device_spec: str = DEFAULT_DEVICE_SPEC,
+                   shapes: bool = False) -> CompGraph:
   """The graph a command-line argument names: `simulator.sources.load_graph`, the one graph
   parser of every launcher (forms in its module docstring), with `device_spec` (a
   `simulator.costmodel` device name) costing a JAX program whose argument names no device.
@@ -84,7 +85,27 @@ def load_graph_arg(text: str, *, device_spec: str = DEFAULT_DEVICE_SPEC) -> Comp
     ValueError: malformed spec, unknown name (the message lists the options), missing file,
       a module or function that cannot be imported or called, or a bad return value.
   """
-  return sources.load_graph(sources.resolve_spec(text, device=device_spec))
+  spec = sources.resolve_spec(text, device=device_spec)
+  if shapes:  # a zoo: program keeps its HLO: the partitioning methods' strategy space
+    from simulator.partition import programs
+    return programs.load_graph(spec)
+  return sources.load_graph(spec)
+
+
+PARTITION_ALL = ("tofu", "data_parallel", "megatron")
+
+
+def partition_methods(names: Sequence[str]) -> List[str]:
+  """The --partition list: registered methods of kind "partition"; "all": PARTITION_ALL."""
+  out = []
+  for name in names:
+    for n in (PARTITION_ALL if name == "all" else (name,)):
+      if n not in methods.available(("partition",)):
+        raise ValueError(f"unknown partition method {n!r}; choose from "
+                         f"{sorted(methods.available(('partition',)))} or 'all'")
+      if n not in out:
+        out.append(n)
+  return out
 
 
 # ------------------------------------------------------------------ GO policy
@@ -107,7 +128,8 @@ class Row:
   """One method's action on the solved graph, as the simulator scores it."""
   method: str  # display name, e.g. "go fine-tuned (60s)" or "heft"
   key: str  # file-safe id, e.g. "go_finetuned" or "heft"
-  kind: str  # "go", "baseline" or "pipeline" (joint3: a baseline's placement, then fusion)
+  kind: str  # "go", "baseline", "pipeline" (joint3: a baseline's placement, then fusion) or
+  #            "partition" (placement and priority on its own expanded graph)
   objective: float  # lower is better; infeasible actions score above every feasible one
   makespan: float  # seconds
   peak_memory: np.ndarray  # (D,) bytes
@@ -149,7 +171,7 @@ class PlaceResult:
 
   @property
   def best_baseline(self) -> Optional[Row]:
-    rows = [r for r in self.rows if r.kind != "go"]
+    rows = [r for r in self.rows if r.kind not in ("go", "partition")]
     return min(rows, key=lambda r: r.objective) if rows else None
 
   def expand(self, values: np.ndarray) -> np.ndarray:
@@ -206,7 +228,8 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
           brkga_budget: int = DEFAULT_BRKGA_BUDGET, max_nodes: int = DEFAULT_MAX_NODES,
           graph_spec: Optional[str] = None, task: str = "joint",
           placement_from: str = place_tasks.DEFAULT_PLACEMENT_FROM,
-          device_spec: str = DEFAULT_DEVICE_SPEC) -> PlaceResult:
+          device_spec: str = DEFAULT_DEVICE_SPEC,
+          partition: Sequence[str] = ()) -> PlaceResult:
   """Runs GO (zero-shot, fine-tuned) and the baselines on one instance; see module docstring.
 
   Args:
@@ -233,6 +256,10 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
     placement_from: fusion: the placement or joint method whose placement and priority every
       fusion method fuses.
     device_spec: cost-model device of the program rebuilt for XLA's fusion decisions.
+    partition: operator-partitioning methods (kind "partition": tofu, data_parallel,
+      megatron; design.md 4.2) whose rows join the table, of kind "partition": each runs on
+      the graph given (never coarsened) on every device and answers on its expanded graph, so
+      its row is not the winner placement (no Gantt chart, not in placement.npz).
   """
   t0 = time.perf_counter()
   objectives.get_objective(objective)
@@ -269,13 +296,14 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
   options = lambda name: {"evaluations": int(brkga_budget)} if name in BRKGA_METHODS else {}
   inst = job.instances(graph, topo, objective=objective, seed=int(seed), options=options)
 
-  def run(name, label=None, kind="baseline", instances=inst, **opts) -> List[Row]:
-    instances.add_graph(gspec, graph)
+  def run(name, label=None, kind="baseline", instances=inst, solved=graph, **opts) -> List[Row]:
+    instances.add_graph(gspec, solved)
     instances.add_topology(topo_text, gspec, topo, footprint)
     data, answers = harness.run_cell(harness.Cell(
         name, gspec, topo_text, int(seed), objective, label,
         tuple(sorted((k, v) for k, v in opts.items() if v is not None))), instances)
-    return [_as_row(d, a, kind, graph) for d, a in zip(data, answers)]
+    return [_as_row(d, a, kind, None if kind == "partition" else solved)
+            for d, a in zip(data, answers)]
 
   rows: List[Row] = []
   go_skipped = None
@@ -306,16 +334,27 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
     logging.info("%s: %.6g in %.1f s (%s)", name, rows[-1].objective, rows[-1].search_seconds,
                  _since(t0))
   rows += job.pipeline_rows(rows, run, graph, errors)  # joint3: best baseline, then fusion
+  for name in partition:
+    if methods.get(name).kind != "partition":
+      raise ValueError(f"partition method {name!r} is of kind {methods.get(name).kind!r}; "
+                       f"partition methods: {sorted(methods.available(('partition',)))}")
+    whole = job.instances(original, topo, objective=objective, seed=int(seed), options=options)
+    try:
+      rows += run(name, kind="partition", instances=whole, solved=original)
+    except ValueError as e:
+      errors[name] = harness.error_text(e)
+      logging.warning("%s: %s", name, errors[name])
   if not rows:
     raise ValueError("nothing to compare: no baselines ran and no GO rows (give baselines, "
                      "finetune_seconds > 0 or a pretrained checkpoint)"
                      + (f"; GO skipped: {go_skipped}" if go_skipped else "")
                      + "".join(f"; {k}: {v}" for k, v in errors.items()))
-  best = min(rows, key=lambda r: (r.objective, r.kind == "go"))
+  placed = [r for r in rows if r.kind != "partition"] or rows
+  best = min(placed, key=lambda r: (r.objective, r.kind == "go"))
 
   original_scores = {}  # every action expanded to the original nodes, scored there
   if coarse is not None:
-    for r in rows:
+    for r in placed:
       s = methods.evaluate(original, topo, coarse.expand(r.placement),
                            coarse.expand(r.priority), objective)
       original_scores[r.key] = {"objective": s["objective"], "makespan": s["makespan"],
@@ -335,7 +374,7 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
       "finetune_seconds": float(finetune_seconds), "finetune_updates": finetune_updates,
       "learning_rate": float(learning_rate), "samples": samples,
       "baselines": list(baselines), "skipped_baselines": unknown,
-      "brkga_budget": int(brkga_budget), **job.settings(),
+      "brkga_budget": int(brkga_budget), "partition": list(partition), **job.settings(),
       "seconds": time.perf_counter() - t0,
   }
   return PlaceResult(rows, best, graph, original, coarse, topo, lb, settings, original_scores)
@@ -403,7 +442,20 @@ def header(result: PlaceResult) -> str:
 def verdict(result: PlaceResult) -> str:
   """One line: which method won and by how much against the best baseline, or that no method
   found a feasible placement."""
-  none = results.no_feasible_text([r.data for r in result.rows])
+  part = [r for r in result.rows if r.kind == "partition"]
+  text = _verdict(result)
+  if part:
+    best_p = min(part, key=lambda r: r.objective)
+    text += (f"; partitioning: {best_p.method} best with "
+             f"{_fmt(best_p.objective, result.settings['objective'])}" if best_p.feasible else
+             "; partitioning: no feasible strategy")
+  return text
+
+
+def _verdict(result: PlaceResult) -> str:
+  """`verdict` over the placement rows."""
+  rows = [r for r in result.rows if r.kind != "partition"]
+  none = results.no_feasible_text([r.data for r in rows])
   if none:
     return none[0].upper() + none[1:] + "; no winner"
   best, obj = result.best, result.settings["objective"]
@@ -505,6 +557,6 @@ def write_results_json(result: PlaceResult, out: str, files: Mapping[str, str],
   return results.write_json(out, LAUNCHER, data)
 
 
-__all__ = ["place", "load_graph_arg", "load_policy", "PlaceResult", "Row",
+__all__ = ["place", "load_graph_arg", "partition_methods", "PARTITION_ALL", "load_policy", "PlaceResult", "Row",
            "markdown_table", "header", "verdict", "to_json", "write_outputs", "write_results_json",
            "DEFAULT_GRAPH", "DEFAULT_TOPOLOGY", "DEFAULT_BASELINES", "DEFAULT_METHOD"]

@@ -158,8 +158,10 @@ def make_placement(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
     if spec in methods.unavailable():
       methods.get(spec)  # raises: says which package the method needs
     if spec in methods.available():
-      raise ValueError(f"'{spec}' only schedules a given placement (a priority rule); "
-                       f"placements: {sorted(names)}")
+      what = ("partitions every op and answers on its own expanded graph (design.md 4.2)"
+              if methods.get(spec).kind == "partition" else
+              "only schedules a given placement (a priority rule)")
+      raise ValueError(f"'{spec}' {what}; placements: {sorted(names)}")
     raise _unknown("placement", spec, names)
   sol = methods.solve(spec, graph, topology, seed=seed)
   return check_placement(sol.placement, graph, topology, f"placement method '{spec}'")

@@ -53,6 +53,9 @@ class Proposal:
   evaluations: int = 0  # simulator calls (one action = one evaluation)
   info: Dict[str, Any] = dataclasses.field(default_factory=dict)
   fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests (design.md 4.1); None: no fusion
+  # The graph the placement and priority belong to, when it is not the problem's graph: the
+  # expanded graph of a partitioning method (design.md 4.2). None: the problem's graph.
+  graph: Optional[CompGraph] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,17 +76,21 @@ class Solution:
   reason: str = ""  # why infeasible, or solver notes
   info: Dict[str, Any] = dataclasses.field(default_factory=dict)
   fuse: Optional[np.ndarray] = None  # (N,) bool fuse requests where the method fuses
+  # The graph the placement, priority and fuse mask belong to and that was simulated: the
+  # problem's graph, or the expanded graph of a partitioning method (design.md 4.2).
+  graph: Optional[CompGraph] = None
 
 
 @dataclasses.dataclass(frozen=True)
 class MethodSpec:
   fn: Callable[[Problem, Dict[str, Any]], Proposal]
-  kind: str  # "placement", "schedule" / "fusion" (need problem.placement) or "joint"
+  kind: str  # "placement", "schedule" / "fusion" (need problem.placement), "joint" or
+  #            "partition" (answers on its own expanded graph, design.md 4.2)
   description: str
   defaults: Dict[str, Any]
 
 
-KINDS = ("placement", "schedule", "joint", "fusion")
+KINDS = ("placement", "schedule", "joint", "fusion", "partition")
 
 # Every registered method by name. Read it through `get` / `available`, which load the
 # built-in methods first; only `register` writes it.
@@ -199,13 +206,14 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
   seconds = time.perf_counter() - t0
   place = np.asarray(prop.placement if spec.kind not in ("schedule", "fusion") else fixed,
                      np.int64)
+  sim_graph = graph if prop.graph is None else prop.graph  # a partitioning's expanded graph
   if prop.priority is not None:
     prio = np.asarray(prop.priority, np.float64)
   else:
-    prio = upward_rank(graph) if fixed_prio is None else fixed_prio
+    prio = upward_rank(sim_graph) if fixed_prio is None else fixed_prio
   fuse = None if prop.fuse is None else np.asarray(prop.fuse, bool)
-  scored = evaluate(graph, topology, place, prio, objective, fuse=fuse)
-  lb = objectives.get_objective(objective).lower_bound(graph, topology)["bound"]
+  scored = evaluate(sim_graph, topology, place, prio, objective, fuse=fuse)
+  lb = objectives.get_objective(objective).lower_bound(sim_graph, topology)["bound"]
   gap = scored["objective"] / lb - 1.0 if lb > 0 else float("inf")
   reason = prop.info.get("reason", "")
   if not scored["feasible"]:
@@ -219,7 +227,7 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
                   peak_memory=scored["peak_memory"], feasible=scored["feasible"],
                   search_seconds=seconds, evaluations=int(prop.evaluations),
                   lower_bound=float(lb), gap=float(gap), reason=reason,
-                  info=dict(prop.info), fuse=fuse)
+                  info=dict(prop.info), fuse=fuse, graph=sim_graph)
 
 
 # Modules whose import registers the built-in methods.
@@ -228,7 +236,8 @@ BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.evolution", "go_jax.methods.xla",
                    "go_jax.methods.learned", "go_jax.methods.regal_baselines",
                    "go_jax.methods.tuned", "go_jax.methods.regal", "go_jax.methods.fusion",
-                   "go_jax.methods.hdp", "go_jax.methods.placeto")
+                   "go_jax.methods.hdp", "go_jax.methods.placeto",
+                   "go_jax.methods.partitioning")
 
 # Built-in modules with an optional dependency: module -> (pip package, methods it registers).
 # Such a module imports its dependency at the top; when the import fails, only these methods

@@ -1,0 +1,94 @@
+r"""The partitioning table (issue 15): Tofu, data parallelism and Megatron against placement.
+
+For every zoo model (training step before XLA's passes, costed on --device, with its HLO
+strategy space; --batch overrides the batch knob so that it divides the device counts) and
+device count D (the `nvlink<D>` preset) with every device's memory --mem_factor times the
+step's single-device footprint: the placement methods (--placers; the best by makespan,
+feasible first) and the partitioning methods (--partitioners, k = D workers; docs/design.md
+section 4.2), each re-simulated: makespan (or OOM and peak / capacity), the placements that fit,
+and each strategy's communication bytes. Then Tofu's DP against brute force on programs small
+enough to enumerate. Prints both tables, writes <out>/partition_table.json (`go_jax.partition_table`).
+
+  python -m experiments.partition_table --out=results/partition_table
+  python -m experiments.partition_table --models=gpt2_small --devices=4 --size=tiny --batch=8
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Sequence
+
+from absl import app, flags
+
+from experiments import cli
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("models", ["gpt2_small", "bert_base", "transformer_nmt", "wavenet_2x18",
+                             "resnet50"], "Zoo models.")
+flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setting.")
+flags.DEFINE_integer("batch", 8, "Batch knob of every model (0: the size's own).", lower_bound=0)
+flags.DEFINE_string("device", "v100", "Cost model device of the graphs (simulator.costmodel).")
+flags.DEFINE_list("devices", ["4", "8"], "Device counts (the nvlink<D> preset).")
+flags.DEFINE_float("mem_factor", 0.5, "Device memory as a multiple of the single-device "
+                   "footprint.", lower_bound=0.0)
+flags.DEFINE_list("placers", ["heft", "m_etf", "m_sct", "metis", "expert"],
+                  "Placement methods.")
+flags.DEFINE_list("partitioners", ["tofu", "data_parallel", "megatron"],
+                  "Partitioning methods.")
+flags.DEFINE_bool("optimality", True, "Also check Tofu's DP against brute force.")
+flags.DEFINE_string("out", "results/partition_table", "Folder for partition_table.json.")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  cli.check_out(FLAGS.out)
+  from go_jax import methods, partition_table
+  from simulator import fileio, zoo
+  unknown = sorted(set(FLAGS.models) - set(zoo.available()))
+  if unknown:
+    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
+                         f"{', '.join(sorted(zoo.available()))}")
+  bad = [m for m in FLAGS.partitioners if m not in methods.available(("partition",))]
+  if bad:
+    raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "
+                         f"{sorted(methods.available(('partition',)))}")
+  try:
+    counts = [int(d) for d in FLAGS.devices]
+  except ValueError as e:
+    raise app.UsageError(f"--devices: {e}") from e
+  t0 = time.perf_counter()
+  rows = []
+  for model in FLAGS.models:
+    knobs = {"batch": FLAGS.batch} if FLAGS.batch else {}
+    try:
+      rows += partition_table.model_rows(model, FLAGS.size, counts, FLAGS.mem_factor,
+                                         FLAGS.device, FLAGS.placers, FLAGS.partitioners,
+                                         **knobs)
+    except ValueError as e:
+      raise app.UsageError(f"{model}: {e}") from e
+    print(f"{model}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+  print(partition_table.table_text(rows, FLAGS.partitioners))
+  opt = partition_table.optimality() if FLAGS.optimality else []
+  if opt:
+    print()
+    print(partition_table.optimality_text(opt))
+  os.makedirs(FLAGS.out, exist_ok=True)
+  payload = {"settings": {k: FLAGS[k].value for k in (
+      "models", "size", "batch", "device", "devices", "mem_factor", "placers",
+      "partitioners")}, "rows": rows, "optimality": opt,
+             "seconds": time.perf_counter() - t0}
+  path = os.path.join(FLAGS.out, "partition_table.json")
+  with fileio.atomic_open(path, "w") as fh:
+    json.dump(payload, fh, indent=1, default=float)
+  print(f"\nwrote {path}")
+
+
+def run():
+  cli.run(main, __doc__)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,158 @@
+"""The partitioning figures (issue 15): operator partitioning against placement on zoo steps.
+
+Per zoo model (its training step before XLA's passes, costed on a device, with its HLO strategy
+space) and device count D (the `nvlink<D>` preset), with every device's memory set to
+`mem_factor` times the graph's single-device footprint (section 2, topology specs): the
+placement methods (`placers`, the best by objective is "best placement") and the partitioning
+methods (`partitioners`, k = D workers) are solved and re-simulated; a row holds the makespan,
+feasibility, fullest device's peak memory against the capacity, the communication bytes of a
+strategy and the search seconds. `optimality` checks Tofu's dynamic program against brute
+force on programs small enough to enumerate.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from go_jax import methods
+from go_jax.methods import partition_search as search
+from go_jax.methods import partitioning
+from simulator import topology_spec
+from simulator.partition import programs
+
+PLACERS = ("heft", "m_etf", "m_sct", "metis", "expert")
+PARTITIONERS = ("tofu", "data_parallel", "megatron")
+
+
+def model_rows(model: str, size: str, devices: Sequence[int], mem_factor: float,
+               device: str = "v100", placers: Sequence[str] = PLACERS,
+               partitioners: Sequence[str] = PARTITIONERS, **knobs) -> List[Dict[str, Any]]:
+  """One row per (device count, method) on `model`'s step (module docstring)."""
+  graph = programs.zoo_graph(model, size, device, **knobs)
+  rows = []
+  for d in devices:
+    spec = topology_spec.parse_topology(f"nvlink{d}@mem={mem_factor}x")
+    topo, footprint = topology_spec.make_topology(spec, graph)
+    for name in list(placers) + list(partitioners):
+      if name not in methods.available():
+        continue
+      t0 = time.perf_counter()
+      sol = methods.solve(name, graph, topo)
+      rows.append({
+          "model": model, "size": size, "knobs": dict(knobs), "devices": d, "method": name,
+          "kind": methods.get(name).kind, "nodes": graph.num_nodes,
+          "solved_nodes": sol.graph.num_nodes, "footprint": footprint,
+          "capacity": float(np.min(topo.mem_capacity)), "makespan": sol.makespan,
+          "feasible": sol.feasible, "peak_memory": float(np.max(sol.peak_memory)),
+          "comm_bytes": sol.info.get("comm_bytes"), "exact": sol.info.get("exact"),
+          "replicated": sol.info.get("replicated"), "search_seconds": sol.search_seconds,
+          "seconds": time.perf_counter() - t0})
+  return rows
+
+
+def summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+  """Per (model, devices): each partitioner's row and the best placement (feasible first)."""
+  out = []
+  keys = sorted({(r["model"], r["devices"]) for r in rows})
+  for model, d in keys:
+    cell = [r for r in rows if r["model"] == model and r["devices"] == d]
+    placed = [r for r in cell if r["kind"] != "partition"]
+    best = min(placed, key=lambda r: (not r["feasible"], r["makespan"])) if placed else None
+    entry = {"model": model, "devices": d, "nodes": cell[0]["nodes"],
+             "footprint": cell[0]["footprint"], "capacity": cell[0]["capacity"],
+             "placements_feasible": sum(r["feasible"] for r in placed),
+             "placements": len(placed), "best_placement": best}
+    for r in cell:
+      if r["kind"] == "partition":
+        entry[r["method"]] = r
+    out.append(entry)
+  return out
+
+
+def _ms(r) -> str:
+  if r is None:
+    return "-"
+  text = f"{r['makespan'] * 1e3:.3g} ms"
+  return text if r["feasible"] else f"OOM ({r['peak_memory'] / r['capacity']:.2f}x cap)"
+
+
+def table_text(rows: Sequence[Dict[str, Any]], partitioners=PARTITIONERS) -> str:
+  """The Markdown table of `summary(rows)`: simulated step time (OOM: peak over capacity) and
+  communication bytes per partitioner, and the best placement."""
+  head = ["model", "D", "ops", "capacity / footprint", "placements feasible",
+          "best placement"] + [f"{p}" for p in partitioners] + [f"{p} comm" for p in partitioners]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for e in summary(rows):
+    best = e["best_placement"]
+    cells = [e["model"], str(e["devices"]), str(e["nodes"]),
+             f"{e['capacity'] / e['footprint']:.2f}",
+             f"{e['placements_feasible']} / {e['placements']}",
+             (f"{best['method']} {_ms(best)}" if best else "-")]
+    cells += [_ms(e.get(p)) for p in partitioners]
+    cells += [(f"{e[p]['comm_bytes'] / 1e6:.3g} MB" if e.get(p) else "-") for p in partitioners]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ optimality
+def _programs():
+  """Small JAX programs (<= 12 ops) whose strategy spaces can be enumerated."""
+  import jax
+  import jax.numpy as jnp
+  f32 = jnp.float32
+  s = lambda *shape: jax.ShapeDtypeStruct(shape, f32)
+
+  def mlp(x, w1, w2):
+    return jnp.sum(jnp.tanh(x @ w1) @ w2)
+
+  def attention(q, k, v):
+    a = jax.nn.relu(q @ k.T)
+    return (a @ v) * 2.0
+
+  def residual(x, w1, w2):
+    h = jnp.maximum(x @ w1, 0.0)
+    return x + h @ w2
+
+  def mlp_grad(x, w1, w2):
+    return jax.grad(lambda a, b: jnp.sum(jnp.tanh(x @ a) @ b), (0, 1))(w1, w2)
+
+  return {"mlp": (mlp, (s(8, 16), s(16, 8), s(8, 4))),
+          "attention": (attention, (s(8, 16), s(8, 16), s(8, 16))),
+          "residual": (residual, (s(8, 16), s(16, 32), s(32, 16))),
+          "mlp_grad": (mlp_grad, (s(8, 16), s(16, 8), s(8, 4)))}
+
+
+def optimality(degrees: Sequence[int] = (2, 4), limit: int = 2_000_000) -> List[Dict[str, Any]]:
+  """Tofu's DP against brute force (same choices: every op partitioned) per program and k."""
+  out = []
+  for name, (fn, args) in _programs().items():
+    graph = programs.program_graph(fn, *args, name=name)
+    for k in degrees:
+      space = programs.space_for(graph, k)
+      allowed = partitioning.tofu_allowed(space)
+      t0 = time.perf_counter()
+      best = search.brute_force(graph, space, allowed, limit=limit)
+      t1 = time.perf_counter()
+      got = search.dp(graph, space, allowed)
+      t2 = time.perf_counter()
+      ratio = got.comm_bytes / best.comm_bytes if best.comm_bytes > 0 else (
+          1.0 if got.comm_bytes == 0 else float("inf"))
+      out.append({"program": name, "k": k, "ops": graph.num_nodes,
+                  "assignments": best.states, "brute_bytes": best.comm_bytes,
+                  "tofu_bytes": got.comm_bytes, "ratio": ratio, "exact": got.exact,
+                  "brute_seconds": t1 - t0, "tofu_seconds": t2 - t1})
+  return out
+
+
+def optimality_text(rows: Sequence[Dict[str, Any]]) -> str:
+  head = ["program", "k", "ops", "assignments", "brute force bytes", "tofu bytes",
+          "tofu / brute", "brute s", "tofu s"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    lines.append(f"| {r['program']} | {r['k']} | {r['ops']} | {r['assignments']} | "
+                 f"{r['brute_bytes']:.0f} | {r['tofu_bytes']:.0f} | {r['ratio']:.3f} | "
+                 f"{r['brute_seconds']:.2f} | {r['tofu_seconds']:.3f} |")
+  return "\n".join(lines)

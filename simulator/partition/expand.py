@@ -1,0 +1,196 @@
+"""Expansion of a partitioning strategy into a CompGraph (docs/design.md section 4.2).
+
+Why: a partitioned step is still a graph of ops and transfers, so it is written as a CompGraph
+that the simulator of section 4 scores unchanged (as are the placement methods and the plots):
+op i under a split option becomes k shard ops, one per worker, and the communication its
+neighbours' layouts imply is made of ops and edges whose transfers rule 3 (one transfer of
+`out_bytes` per producer per destination device, one send channel per device) times exactly.
+Shard j of every op, and the communication ops that worker j sends from, form colocation group
+j ("worker j"), so a placement of the expanded graph is a map of workers to devices.
+
+Communication, per producer u (layout L) and distinct layout X that its consumers need
+(`simulator.partition.space.transfer_bytes` gives the bytes; all collectives are *direct*,
+every worker sending to every other over its own link, not rings or trees):
+  * L == X, or L == R (a replicated tensor is sliced locally): shard j -> consumer shard j;
+  * split -> R (all-gather): every consumer shard reads every producer shard (S/k each);
+  * split d -> split d' (all-to-all): zero-cost "slice" ops of S/k^2 bytes on worker j, one per
+    other worker j', between u's shard j and the consumer's shard j';
+  * P -> split or R (reduce-scatter, then all-gather for R): k - 1 zero-cost slice ops of S/k
+    per producer shard, and a "reduce" op per worker adding its k pieces (out S/k; with a cost
+    reference, the roofline of (k-1) S/k / 4 additions reading k S/k and writing S/k bytes;
+    without, 0); consumers needing R read every worker's reduce op (an all-gather).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from simulator import ops
+from simulator.graph import CompGraph
+from simulator.partition.space import P, R, StrategySpace, requirements
+
+SHARD, SLICE, REDUCE = 0, 1, 2  # roles of expanded nodes
+
+
+@dataclasses.dataclass(frozen=True)
+class Expanded:
+  """An expanded graph and its map back to the original ops."""
+  graph: CompGraph
+  origin: np.ndarray  # (M,) int original op of each node (shards and the comm ops of its output)
+  worker: np.ndarray  # (M,) int worker (= colocation group) of each node
+  role: np.ndarray  # (M,) int SHARD, SLICE or REDUCE
+  k: int
+  comm_bytes: float  # bytes crossing workers under rule 3 (`transfer_bytes_of`)
+
+  def placement(self, devices=None) -> np.ndarray:
+    """(M,) device of every node: worker j on devices[j] (default: device j)."""
+    dev = np.arange(self.k) if devices is None else np.asarray(devices, np.int64)
+    if dev.shape != (self.k,):
+      raise ValueError(f"devices must give one device per worker ({self.k}), got shape "
+                       f"{dev.shape}")
+    return dev[self.worker]
+
+
+def transfer_bytes_of(graph: CompGraph, device: np.ndarray) -> float:
+  """Bytes rule 3 sends for a placement: out_bytes per producer per other consumer device."""
+  dest = set()
+  for u, v in zip(graph.senders.tolist(), graph.receivers.tolist()):
+    if device[u] != device[v]:
+      dest.add((u, int(device[v])))
+  return float(sum(graph.out_bytes[u] for u, _ in dest))
+
+
+class _Roofline:
+  """Shard costs from the graph's cost reference (None: cost scaled by the work share)."""
+
+  def __init__(self, graph: CompGraph):
+    self.ref = graph.reference
+    if self.ref is None:
+      return
+    from simulator.costmodel.opclass import graph_class  # local: the cost model imports graph
+    ref = self.ref
+    cls = [ref.class_id(graph_class(t, f, b)) for t, f, b in zip(
+        graph.op_type.tolist(), graph.flops.tolist(), graph.bytes_accessed.tolist())]
+    self.rate_f = np.where(np.asarray(ref.memory_only)[cls], np.inf,
+                           np.asarray(ref.flops_eff)[cls] * ref.peak_flops)
+    self.rate_b = np.asarray(ref.bytes_eff)[cls] * ref.mem_bandwidth
+    self.over = np.asarray(ref.overhead_ratio)[cls] * ref.launch_overhead
+    ew = ref.class_id("elementwise")
+    self.add_rates = (ref.flops_eff[ew] * ref.peak_flops, ref.bytes_eff[ew] * ref.mem_bandwidth,
+                      ref.overhead_ratio[ew] * ref.launch_overhead)
+
+  def shard_cost(self, graph, i: int, flops: float, nbytes: float, work: float) -> float:
+    if self.ref is None:
+      return float(graph.cost[i]) * work
+    roof = lambda f, b: max(f / self.rate_f[i], b / self.rate_b[i]) + self.over[i]
+    full = roof(graph.flops[i], graph.bytes_accessed[i])
+    return float(graph.cost[i]) * (roof(flops, nbytes) / full if full > 0 else work)
+
+  def reduce_cost(self, piece: float, k: int) -> float:
+    if self.ref is None:
+      return 0.0
+    rf, rb, over = self.add_rates
+    return max((k - 1) * piece / 4.0 / rf, (k + 1) * piece / rb) + over
+
+
+def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
+  """The expanded graph of `strategy` ((N,) option ids of `space`) on `space.k` workers.
+
+  Degree 1 is the identity: the graph itself, every op on worker 0, no communication.
+  """
+  strat = space.check(graph, strategy)
+  k = space.k
+  n = graph.num_nodes
+  if k == 1:
+    return Expanded(graph, np.arange(n), np.zeros(n, np.int64), np.zeros(n, np.int64), 1, 0.0)
+  rows: List[Tuple] = []  # (cost, out, param, temp, flops, bytes, op_type, name, worker, origin, role)
+  label = (lambda i: graph.node_names[i]) if graph.node_names is not None else str
+  roof = _Roofline(graph)
+  shard = np.zeros((n, k), np.int64)
+  for i in graph.topological_order().tolist():
+    op, opt = space.ops[i], space.ops[i].options[strat[i]]
+    work = 1.0 / k if opt.split else 1.0
+    frac = lambda lay: 1.0 / k if lay not in (R, P) else 1.0
+    io = sum(op.in_bytes) + sum(op.leaf_bytes) + graph.out_bytes[i]
+    part = (sum(b * frac(x) for b, x in zip(op.in_bytes, opt.ins)) +
+            sum(b * frac(x) for b, x in zip(op.leaf_bytes, opt.leaves)) +
+            graph.out_bytes[i] * frac(opt.out))
+    nbytes = graph.bytes_accessed[i] * (part / io if io > 0 else work)
+    flops = graph.flops[i] * work
+    params = (sum(b * frac(x) for b, x in zip(op.leaf_bytes, opt.leaves)) if op.leaf_bytes
+              else graph.param_bytes[i])
+    cost = roof.shard_cost(graph, i, flops, nbytes, work)
+    temp = graph.temp_bytes[i] * work
+    if opt.shard is not None:  # a profile's figures of the shard (Piper)
+      cost, params, temp = opt.shard
+    for j in range(k):
+      shard[i, j] = len(rows)
+      rows.append((cost, graph.out_bytes[i] * frac(opt.out), params, temp,
+                   flops, nbytes, int(graph.op_type[i]), f"{label(i)}#{j}", j, i, SHARD))
+  senders, receivers = [], []
+  provided: Dict[Tuple[int, int], List[List[int]]] = {}
+  need = requirements(space, strat)
+  t_slice, t_red = ops.op_type_id("slice"), ops.op_type_id("reduce")
+
+  def add(row, srcs) -> int:
+    rows.append(row)
+    for s in srcs:
+      senders.append(s)
+      receivers.append(len(rows) - 1)
+    return len(rows) - 1
+
+  def provide(u: int, lay: int) -> List[List[int]]:
+    """Per worker, the nodes whose outputs together hold u's output in layout `lay` there."""
+    key = (u, lay)
+    if key in provided:
+      return provided[key]
+    src = space.ops[u].options[strat[u]].out
+    us = shard[u].tolist()
+    size = need[key]
+    if src == lay or src == R:
+      res = [[us[j]] for j in range(k)]
+    elif src != P and lay == R:
+      res = [list(us) for _ in range(k)]
+    elif src != P:  # split d -> split d': all-to-all through slices of S/k^2
+      res = [[us[j]] for j in range(k)]
+      for j in range(k):
+        for j2 in range(k):
+          if j2 != j:
+            s = add((0.0, size / k / k, 0.0, 0.0, 0.0, 0.0, t_slice,
+                     f"{label(u)}#{j}>slice>{j2}", j, u, SLICE), [us[j]])
+            res[j2].append(s)
+    else:  # partial: reduce-scatter (then all-gather for R)
+      piece = size / k
+      pieces = [[us[j]] for j in range(k)]
+      for j in range(k):
+        for j2 in range(k):
+          if j2 != j:
+            pieces[j2].append(add((0.0, piece, 0.0, 0.0, 0.0, 0.0, t_slice,
+                                   f"{label(u)}#{j}>slice>{j2}", j, u, SLICE), [us[j]]))
+      red = [add((roof.reduce_cost(piece, k), piece, 0.0, 0.0, (k - 1) * piece / 4.0,
+                  (k + 1) * piece, t_red, f"{label(u)}>reduce#{j}", j, u, REDUCE), pieces[j])
+             for j in range(k)]
+      res = [[red[j]] for j in range(k)] if lay != R else [list(red) for _ in range(k)]
+    provided[key] = res
+    return res
+
+  for v in graph.topological_order().tolist():
+    op, opt = space.ops[v], space.ops[v].options[strat[v]]
+    for u, lay in zip(op.inputs, opt.ins):
+      for j, srcs in enumerate(provide(u, lay)):
+        for s in srcs:
+          senders.append(s)
+          receivers.append(int(shard[v, j]))
+  cols = list(zip(*rows))
+  worker = np.asarray(cols[8], np.int64)
+  exp = CompGraph(
+      cost=cols[0], senders=np.asarray(senders, np.int64),
+      receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
+      temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
+      colocation=worker, name=f"{graph.name}@k{k}", node_names=cols[7],
+      reference=graph.reference)
+  return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
+                  k, transfer_bytes_of(exp, worker))

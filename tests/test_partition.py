@@ -1,0 +1,158 @@
+"""Operator partitioning (docs/design.md section 4.2): spaces, expansion, searches, methods."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from go_jax import methods
+from go_jax.methods import partition_search as search
+from go_jax.methods import partitioning
+from simulator import CompGraph, Topology
+from simulator import partition as pt
+from simulator.partition import P, R, OpSpace, Option, StrategySpace, programs, split
+from simulator.reference import reference_simulate
+
+
+def _three_ops():
+  """The worked example of design.md 4.2: a -> b -> c, k = 2."""
+  g = CompGraph(cost=[2.0, 4.0, 1.0], senders=[0, 1], receivers=[1, 2],
+                out_bytes=[64.0, 64.0, 64.0], param_bytes=[0.0, 32.0, 0.0],
+                flops=[8.0, 16.0, 4.0], node_names=["a", "b", "c"])
+  ops = (
+      OpSpace((), (), (), (4, 4), (Option(R, (), ()), Option(split(0), (), ()))),
+      OpSpace((0,), (64.0,), (32.0,), (4, 4), (
+          Option(R, (R,), (R,)), Option(split(0), (split(0),), (R,)),
+          Option(split(1), (R,), (split(1),)), Option(P, (split(1),), (split(0),))), "dot"),
+      OpSpace((1,), (64.0,), (), (4, 4), (
+          Option(R, (R,), ()), Option(split(0), (split(0),), ()),
+          Option(split(1), (split(1),), ()))),
+  )
+  return g, StrategySpace(2, ops, (0, 0, 0), np.array([64.0, 64.0, 64.0]))
+
+
+def test_worked_example_of_the_design_doc():
+  g, space = _three_ops()
+  strategy = [1, 3, 1]  # a split on dim 0; b contracts over dim 1 (partial); c split on dim 0
+  assert pt.comm_bytes(space, strategy) == 96.0  # all-to-all 32 + reduce-scatter 64
+  e = pt.expand(g, space, strategy)
+  assert e.graph.num_nodes == 12 and e.comm_bytes == 96.0
+  assert list(e.graph.cost[:6]) == [1.0, 1.0, 2.0, 2.0, 0.5, 0.5]
+  assert e.graph.param_bytes.sum() == 32.0  # b's weight split in two
+  topo = Topology.uniform(2, bandwidth=16.0, latency=0.0)
+  place = e.placement()
+  ref = reference_simulate(e.graph, topo, place, np.zeros(e.graph.num_nodes))
+  assert ref.makespan == pytest.approx(6.5)
+  best = search.brute_force(g, space)
+  assert best.comm_bytes == 0.0  # everything split on dim 0 moves nothing
+  assert search.dp(g, space).comm_bytes == 0.0
+
+
+def test_degree_one_is_the_identity():
+  g, space = _three_ops()
+  one = StrategySpace(1, space.ops, space.batch_dims, space.out_bytes)
+  e = pt.expand(g, one, [0, 0, 0])
+  assert e.graph is g and e.comm_bytes == 0.0 and not e.placement().any()
+
+
+def _mlp_program():
+  def step(w1, w2, x, y):
+    def loss(w1, w2):
+      return jnp.mean((jnp.tanh(x @ w1) @ w2 - y) ** 2)
+    g1, g2 = jax.grad(loss, (0, 1))(w1, w2)
+    return w1 - 0.1 * g1, w2 - 0.1 * g2
+  f32 = jnp.float32
+  args = (jax.ShapeDtypeStruct((16, 32), f32), jax.ShapeDtypeStruct((32, 8), f32),
+          jax.ShapeDtypeStruct((8, 16), f32), jax.ShapeDtypeStruct((8, 8), f32))
+  return programs.program_graph(step, *args, name="mlp", batch_parameters=2)
+
+
+def test_expansion_adds_up_on_a_jax_training_step():
+  g = _mlp_program()
+  space = programs.space_for(g, 4)
+  assert any(o.kind == "dot" and len(o.options) == 4 for o in space.ops)
+  rng = np.random.default_rng(0)
+  for _ in range(3):
+    s = rng.integers(0, space.num_options())
+    e = pt.expand(g, space, s)  # a CompGraph: validated acyclic
+    assert e.comm_bytes == pytest.approx(pt.comm_bytes(space, s))
+    shards = e.role == pt.SHARD
+    per_op = np.bincount(e.origin[shards], weights=e.graph.flops[shards], minlength=g.num_nodes)
+    split_ = np.array([space.ops[v].options[s[v]].split for v in range(g.num_nodes)])
+    np.testing.assert_allclose(per_op, np.where(split_, 1, 4) * g.flops)
+    out = np.bincount(e.origin[shards], weights=e.graph.out_bytes[shards],
+                      minlength=g.num_nodes)
+    lay = np.array([space.ops[v].options[s[v]].out for v in range(g.num_nodes)])
+    np.testing.assert_allclose(out, np.where(lay >= 2, 1, 4) * g.out_bytes)
+    assert (e.graph.colocation == e.worker).all()
+  with pytest.raises(ValueError, match="option"):
+    pt.expand(g, space, np.full(g.num_nodes, 99))
+
+
+def _forward_program():
+  def f(x, w1, w2):
+    return jnp.sum(jnp.tanh(x @ w1) @ w2)
+  f32 = jnp.float32
+  return programs.program_graph(f, jax.ShapeDtypeStruct((8, 16), f32),
+                                jax.ShapeDtypeStruct((16, 8), f32),
+                                jax.ShapeDtypeStruct((8, 4), f32), batch_parameters=0)
+
+
+def test_tofu_dp_matches_brute_force_on_a_tiny_program():
+  g = _forward_program()
+  assert g.num_nodes <= 12
+  space = programs.space_for(g, 2)
+  allowed = partitioning.tofu_allowed(space)
+  best = search.brute_force(g, space, allowed)
+  got = search.dp(g, space, allowed)
+  assert got.exact and got.comm_bytes <= 1.05 * best.comm_bytes
+  assert got.comm_bytes == pytest.approx(pt.comm_bytes(space, got.strategy))
+
+
+def test_partition_methods_solve_on_the_expanded_graph():
+  g = _mlp_program()
+  topo = Topology.uniform(2, bandwidth=1e10, latency=1e-6)  # one simulator for every test
+  for name in ("data_parallel", "megatron", "tofu"):
+    sol = methods.solve(name, g, topo)
+    assert sol.graph is not g and sol.graph.num_nodes >= 2 * g.num_nodes
+    assert sol.placement.shape == (sol.graph.num_nodes,) and sol.feasible
+    assert sol.info["comm_bytes"] >= 0 and sol.info["degree"] == 2
+  dp_ = methods.solve("data_parallel", g, topo).info
+  assert dp_["partial"] >= 2  # the two weight-gradient dots contract the batch
+  plain = methods.solve("round_robin", g, topo)
+  assert plain.graph is g
+  generic = methods.solve("tofu", CompGraph(cost=[1.0, 1.0], senders=[0], receivers=[1]),
+                          topo, degree=2)
+  assert generic.info["shapes"] is False and generic.graph.num_nodes == 4
+
+
+def test_place_lists_partition_rows_and_the_optimality_table():
+  from go_jax import partition_table, place
+  g = _forward_program()
+  assert place.partition_methods(["all", "tofu"]) == list(place.PARTITION_ALL)
+  res = place.place(g, Topology.uniform(2, bandwidth=1e10, latency=1e-6), method=None, baselines=["round_robin"], partition=["tofu"])
+  assert {r.key: r.kind for r in res.rows} == {"round_robin": "baseline", "tofu": "partition"}
+  assert res.best.key == "round_robin" and "partitioning:" in place.verdict(res)
+  assert res.row("tofu").placement.shape[0] > g.num_nodes  # on its expanded graph
+  with pytest.raises(ValueError, match="partition method"):
+    place.partition_methods(["heft"])
+  rows = partition_table.optimality(degrees=(2,))
+  assert all(r["ratio"] <= 1.05 and r["exact"] for r in rows)
+  assert "tofu / brute" in partition_table.optimality_text(rows)
+
+
+def test_piper_mode_takes_the_profiles_tensor_parallel_options():
+  from simulator.sources.piper import load_piper
+  g = programs.piper_graph("bert32a100", degrees=(2,))
+  tp = load_piper("bert32a100", tensor_parallel=2)
+  sol = methods.solve("tofu", g, Topology.uniform(2, bandwidth=1e10, latency=1e-6))
+  split_ = np.flatnonzero(sol.info["strategy"] == 1)
+  assert split_.size > 0 and sol.info["comm_bytes"] > 0
+  first = {}
+  for node, name in enumerate(sol.graph.node_names):  # "<layer>#0": worker 0's shard
+    first.setdefault(name.rsplit("#", 1)[0], node)
+  for v in split_.tolist():
+    node = first[g.node_names[v]]
+    assert sol.graph.cost[node] == tp.cost[v] and sol.graph.param_bytes[node] == tp.param_bytes[v]
+  with pytest.raises(ValueError, match="degrees"):
+    programs.space_for(g, 4)
