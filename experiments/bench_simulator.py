@@ -37,7 +37,8 @@ flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per
 flags.DEFINE_integer("repeats", 3, "timed runs per cell (the median is reported)")
 flags.DEFINE_bool("profile", False, "also print the top XLA ops of the largest cell")
 flags.DEFINE_integer("pin_core", None, "run every cell pinned to this one CPU core (as "
-                     "`taskset -c`), so that the speedup is a single-core ratio; implies --devices=1")
+                     "`taskset -c`), so that the speedup is a single-core ratio; needs "
+                     "--devices=1")
 flags.DEFINE_string("out", "results/bench_simulator.json", "JSON output path")
 
 

@@ -171,7 +171,8 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None,
   carry = _Carry(
       it=jnp.int32(0), levels=levels, free=jnp.zeros(d, dt), chan=jnp.zeros(d, dt),
       ready=zeros, pending=pg.num_preds.astype(jnp.int32), start=zeros, finish=zeros,
-      send_start=jnp.zeros((np_, d), dt), send_end=zeros, cur=jnp.int32(0), ptr=jnp.int32(0), end=jnp.int32(0),
+      send_start=jnp.zeros((np_, d), dt), send_end=zeros, cur=jnp.int32(0),
+      ptr=jnp.int32(0), end=jnp.int32(0),
       cur_avail=jnp.zeros(d, dt))
 
   def body(c: _Carry) -> _Carry:
