@@ -58,7 +58,7 @@ class SimResult:
 class _Carry:
   """Loop state of one action (the loop is vmapped over B)."""
   it: jnp.ndarray  # () int32 iteration
-  levels: tuple  # L + 1 arrays (D, A**l): per-device min-trees, level 0 = roots
+  levels: tuple  # L + 1 arrays (D * A**l,): per-device min-trees, device-major; 0 = roots
   free: jnp.ndarray  # (D,) time each device becomes free
   chan: jnp.ndarray  # (D,) time each device's send channel becomes free
   ready: jnp.ndarray  # (Np,) running max over committed preds of avail(pred, device(op))
@@ -166,6 +166,9 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None,
   for _ in range(levels_n):
     levels.append(levels[-1].reshape(d, -1, arity).min(-1))
   levels = tuple(reversed(levels))  # level 0 = roots (D, 1)
+  # Carried flat, (D * A**l,): under vmap a scatter then indexes (batch, i), not (batch, d, i).
+  levels = tuple(lv.reshape(-1) for lv in levels)
+  sizes = [arity ** l for l in range(levels_n + 1)]
 
   zeros = jnp.zeros(np_, dt)
   carry = _Carry(
@@ -186,19 +189,19 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None,
     newly = valid & (pending[j] == 0)
     val = jnp.where(newly, ready[j], INF)
     lj = pos[j]
-    levels = tuple(lv.at[dj, lj >> (shift * (levels_n - l))].min(val)
+    levels = tuple(lv.at[dj * sizes[l] + (lj >> (shift * (levels_n - l)))].min(val)
                    for l, lv in enumerate(c.levels))
     ptr = c.ptr + k
 
     # --- commit (rule 5) once the previous op's edges are all processed --------------------
-    s_all = jnp.maximum(c.free, levels[0][:, 0])
+    s_all = jnp.maximum(c.free, levels[0])
     s = jnp.min(s_all)
     dstar = _first_true(s_all == s)  # first minimum: ties -> lowest device id
     do = (ptr >= c.end) & (s < INF)
     node = jnp.int32(0)
     path, kids, picks = [node], [], []
     for l in range(1, levels_n + 1):
-      ch = jax.lax.dynamic_slice(levels[l], (dstar, node * arity), (1, arity))[0]
+      ch = jax.lax.dynamic_slice(levels[l], (dstar * sizes[l] + node * arity,), (arity,))
       idx = _first_true(ch <= s)  # leftmost = highest priority, lowest id
       node = node * arity + idx
       path.append(node)
@@ -210,9 +213,8 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None,
       new_vals.append(jnp.min(jnp.where(jnp.arange(arity) == picks[l - 1], new_vals[-1],
                                         kids[l - 1])))  # a select, not a one-element scatter
     new_vals = new_vals[::-1]  # aligned with `path` (level 0 .. L)
-    drop_d = jnp.where(do, dstar, d)  # out of range index: the scatter is dropped
-    levels = tuple(lv.at[drop_d, path[l]].set(new_vals[l], mode="drop")
-                   for l, lv in enumerate(levels))
+    levels = tuple(lv.at[jnp.where(do, dstar * sizes[l] + path[l], lv.shape[0])].set(
+        new_vals[l], mode="drop") for l, lv in enumerate(levels))  # dropped unless `do`
 
     fin = s + (cost[op] / speed[dstar] + overhead[dstar])  # rule 2
     mask = cons[op] & (dev_ids != dstar)  # rule 3
