@@ -7,6 +7,11 @@ table and writes JSON (atomically).
 
   python -m experiments.bench_simulator                    # N in {100,1000,4000}, B in {1,256,1024}
   python -m experiments.bench_simulator --sizes=1000 --batches=1024 --profile
+  python -m experiments.bench_simulator --sizes=1000 --batches=1024 --pin_core=0  # one core
+
+With --pin_core every cell (the reference and `simulate` alike) runs pinned to that one CPU core
+(`os.sched_setaffinity` in the worker before JAX starts, as `taskset -c` would), so the speedup
+column is the single-core ratio of the two, measured in one run.
 """
 
 import multiprocessing
@@ -31,12 +36,17 @@ flags.DEFINE_string("graph", "layered:n={n},width={width},seed=0",
 flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per size")
 flags.DEFINE_integer("repeats", 3, "timed runs per cell (the median is reported)")
 flags.DEFINE_bool("profile", False, "also print the top XLA ops of the largest cell")
+flags.DEFINE_integer("pin_core", None, "run every cell pinned to this one CPU core (as "
+                     "`taskset -c`), so that the speedup is a single-core ratio; needs "
+                     "--devices=1")
 flags.DEFINE_string("out", "results/bench_simulator.json", "JSON output path")
 
 
 def _worker(kind, n, batch, cfg, queue):
   """Runs one cell in a fresh process and puts its result dict on `queue`."""
   try:
+    if cfg["pin_core"] is not None:  # before JAX starts: its thread pools see one core
+      os.sched_setaffinity(0, {cfg["pin_core"]})
     from simulator import runtime
     runtime.configure_cpu_devices(cfg["devices"])
     from simulator import benchmark, preset
@@ -50,7 +60,7 @@ def _worker(kind, n, batch, cfg, queue):
     }
     out = cells[kind]()
     out.update(n=n, edges=graph.num_edges, graph=graph.name,
-               peak_rss_bytes=benchmark.peak_rss_bytes())
+               peak_rss_bytes=benchmark.peak_rss_bytes(), cpus=sorted(os.sched_getaffinity(0)))
     queue.put(out)
   except Exception as e:  # reported by the parent with the cell's name
     queue.put({"error": f"{type(e).__name__}: {e}"})
@@ -60,7 +70,7 @@ def run_cell(kind, n, batch=0, devices=1):
   ctx = multiprocessing.get_context("spawn")
   queue = ctx.Queue()
   cfg = {"graph": FLAGS.graph, "topology": FLAGS.topology, "ref_samples": FLAGS.ref_samples,
-         "repeats": FLAGS.repeats, "devices": devices}
+         "repeats": FLAGS.repeats, "devices": devices, "pin_core": FLAGS.pin_core}
   proc = ctx.Process(target=_worker, args=(kind, n, batch, cfg, queue))
   proc.start()
   out = queue.get()
@@ -102,8 +112,17 @@ def main(argv):
   cli.check_out(FLAGS.out, is_file=True)
   sizes = _positive_ints("sizes", FLAGS.sizes)
   batches = _positive_ints("batches", FLAGS.batches)
-  devices = sorted(set(_positive_ints("devices", [str(os.cpu_count() or 1) if v == "all" else v
+  cores = os.cpu_count() or 1
+  if FLAGS.pin_core is not None:
+    if FLAGS.pin_core not in os.sched_getaffinity(0):
+      raise app.UsageError(f"--pin_core={FLAGS.pin_core}: not a core this process may run on "
+                           f"({sorted(os.sched_getaffinity(0))})")
+    cores = 1
+  devices = sorted(set(_positive_ints("devices", [str(cores) if v == "all" else v
                                                    for v in FLAGS.devices])))
+  if FLAGS.pin_core is not None and devices != [1]:
+    raise app.UsageError(f"--pin_core runs on one core: --devices={','.join(FLAGS.devices)} "
+                         "must be 1 (or all)")
   from simulator import topology  # pylint: disable=g-import-not-at-top
   if FLAGS.topology not in topology.available_presets():
     raise app.UsageError(f"--topology={FLAGS.topology}: unknown preset; available: "
@@ -134,7 +153,7 @@ def main(argv):
                   "cpu_count": os.cpu_count(), "jax": jax.__version__,
                   "devices": [str(d) for d in jax.devices()],
                   "device_kind": jax.devices()[0].device_kind},
-      "topology": FLAGS.topology, "graph_template": FLAGS.graph,
+      "topology": FLAGS.topology, "graph_template": FLAGS.graph, "pin_core": FLAGS.pin_core,
       "rows": [{k: v for k, v in r.items() if k != "makespans"} for r in rows]}
   if FLAGS.profile:
     prof = run_cell("profile", max(sizes), max(batches), 1)
@@ -144,6 +163,10 @@ def main(argv):
       print(f"  {p['ms']:9.1f} ms  {p['calls']:6d} calls  {p['op']}")
   print()
   print(format_table(rows))
+  if FLAGS.pin_core is not None:
+    print(f"\nall cells pinned to core {FLAGS.pin_core}; single-core ratio simulate/reference: " +
+          ", ".join(f"N={r['n']} B={r['batch']}: {r['speedup']:.1f}x"
+                    for r in rows if r["method"] == "simulate"))
   fileio.write_json(FLAGS.out, payload, indent=1)
   print(f"\nwrote {FLAGS.out}")
 

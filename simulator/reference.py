@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import operator
 from typing import List, Tuple
 
 import numpy as np
 
 from simulator.graph import CompGraph
 from simulator.topology import Topology
+
+inf = float("inf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +89,18 @@ def reference_simulate(graph: CompGraph, topology: Topology, placement,
   sptr, succ = graph.successor_csr()
   sptr, succ = sptr.tolist(), succ.tolist()
   pending = graph.in_degree().tolist()
+  heappush, heappop = heapq.heappush, heapq.heappop
 
-  # consumer devices of each op, ascending; transfers go to the ones != own device (rule 3)
-  cons_devs: List[List[int]] = []
+  # consumer devices of each op other than its own, ascending: its transfers (rule 3)
+  send_devs: List[List[int]] = []
   for u in range(n):
-    cons_devs.append(sorted({place[v] for v in succ[sptr[u]:sptr[u + 1]]}))
+    pu = place[u]
+    lo, hi = sptr[u], sptr[u + 1]
+    if hi - lo == 1:
+      pv = place[succ[lo]]
+      send_devs.append([] if pv == pu else [pv])
+    else:
+      send_devs.append(sorted({place[v] for v in succ[lo:hi]} - {pu}))
 
   ready = [0.0] * n  # running max of avail(pred, device(j))  (rule 4)
   start = [0.0] * n
@@ -101,56 +111,80 @@ def reference_simulate(graph: CompGraph, topology: Topology, placement,
   eligible: List[List[Tuple[float, int]]] = [[] for _ in range(d)]  # (-prio, j): r_j <= t_now
   for j in range(n):
     if pending[j] == 0:
-      heapq.heappush(waiting[place[j]], (0.0, j))
+      heappush(waiting[place[j]], (0.0, j))
   transfers: List[Transfer] = []
-  arrivals: List[dict] = [dict() for _ in range(n)]
+  arrivals: List[List[Tuple[int, float, float]]] = [[] for _ in range(n)]  # (dst, start, arr)
   order: List[int] = []
+  avail = [0.0] * d  # avail(op, e) of the op just committed, valid on its consumer devices
   t_now = 0.0
   inf = float("inf")
+  devs = range(d)
+
+  # key[d] = s_d where s_d > t_now, else <= t_now (then s_d = t_now): free_d while d has
+  # candidates (their r_j <= t_now), else max(free_d, min r_j) over its known ops; inf if none.
+  # Commit times never decrease (an op becomes known at its last predecessor's commit, with
+  # r_j >= that finish), so s_d = max(key[d], t_now) for every device.
+  key = [inf] * d
+  for dev in devs:
+    if waiting[dev]:
+      key[dev] = waiting[dev][0][0]
 
   for _ in range(n):  # rule 5: one commit per step
-    best_s, best_d = inf, -1
-    for dev in range(d):
-      # s_d = max(free_d, min r_j). Ops in `eligible` have r_j <= t_now <= s_d (commit times
-      # never decrease), so while it is non-empty min r_j <= t_now and s_d = max(free_d, t_now).
-      if eligible[dev]:
-        s = max(free[dev], t_now)
-      elif waiting[dev]:
-        s = max(free[dev], waiting[dev][0][0])
-      else:
-        continue
-      if s < best_s:  # strict: ties go to the lowest device id
-        best_s, best_d = s, dev
-    if best_d < 0:
+    s = min(key)
+    if s <= t_now:  # every device with key <= t_now starts at t_now: the lowest id wins
+      s = t_now
+      dev = 0
+      while key[dev] > s:
+        dev += 1
+    elif s < inf:
+      dev = key.index(s)  # ties go to the lowest device id
+    else:
       raise AssertionError("no known op although ops remain: the graph is not a DAG")
-    dev, s = best_d, best_s
     wq, eq = waiting[dev], eligible[dev]
     while wq and wq[0][0] <= s:  # every op with r_j <= s_d is a candidate
-      _, j = heapq.heappop(wq)
-      heapq.heappush(eq, (-prio[j], j))  # highest priority, then lowest id
-    _, op = heapq.heappop(eq)
+      j = heappop(wq)[1]
+      heappush(eq, (-prio[j], j))  # highest priority, then lowest id
+    op = heappop(eq)[1]
     t_now = s
     fin = s + (cost[op] / speed[dev] + over[dev])  # rule 2
-    start[op], finish[op] = s, fin
+    start[op] = s
+    finish[op] = fin
     free[dev] = fin
     order.append(op)
-    avail = {dev: fin}
-    for e in cons_devs[op]:  # rule 3: one transfer per consumer device, ascending ids
-      if e == dev:
-        continue
-      t0 = max(fin, chan[dev])
-      arr = t0 + (lat[dev][e] + out_bytes[op] / bw[dev][e])
-      chan[dev] = arr
-      avail[e] = arr
-      arrivals[op][e] = (t0, arr)
-      transfers.append(Transfer(op, dev, e, t0, arr))
+    avail[dev] = fin
+    sends = send_devs[op]
+    if sends:
+      arr_op = arrivals[op]
+      lat_d, bw_d, ob = lat[dev], bw[dev], out_bytes[op]
+      c = chan[dev]
+      for e in sends:  # rule 3: one transfer per consumer device, ascending ids
+        t0 = fin if fin > c else c
+        c = t0 + (lat_d[e] + ob / bw_d[e])
+        avail[e] = c
+        arr_op.append((e, t0, c))
+        transfers.append(Transfer(op, dev, e, t0, c))
+      chan[dev] = c
     for v in succ[sptr[op]:sptr[op + 1]]:  # rule 4
-      a = avail[place[v]]
+      pv = place[v]
+      a = avail[pv]
       if a > ready[v]:
         ready[v] = a
-      pending[v] -= 1
-      if pending[v] == 0:
-        heapq.heappush(waiting[place[v]], (ready[v], v))
+      k = pending[v] - 1
+      pending[v] = k
+      if k == 0:
+        r = ready[v]
+        heappush(waiting[pv], (r, v))
+        if r < key[pv] and not eligible[pv]:  # min(key, max(free, r)) when no candidates
+          f = free[pv]
+          key[pv] = r if r > f else f
+    # the committed device's key after its commit
+    if eq:
+      key[dev] = fin
+    elif wq:
+      r = wq[0][0]
+      key[dev] = r if r > fin else fin
+    else:
+      key[dev] = inf
 
   makespan = max(finish)
   peak, events = _memory(graph, topology, place, start, finish, arrivals, makespan, succ, sptr)
@@ -181,36 +215,64 @@ def _memory(graph, topology, place, start, finish, arrivals, makespan, succ, spt
   ev: List[List[Tuple[float, int, float]]] = [[] for _ in range(d)]  # (time, 0 free/1 alloc, b)
   base = np.zeros(d)
   np.add.at(base, np.asarray(place), graph.param_bytes)
-
-  def interval(dev, t0, t1, nbytes):
-    if t1 > t0 and nbytes > 0:
-      ev[dev].append((t0, 1, nbytes))
-      ev[dev].append((t1, 0, nbytes))
-
   out_b, tmp_b = graph.out_bytes.tolist(), graph.temp_bytes.tolist()
+  # Intervals [t0, t1) of nbytes > 0 with t1 > t0 become an alloc and a free event; the rest
+  # weigh nothing and are skipped.
   for u in range(graph.num_nodes):
-    du = place[u]
-    consumers = succ[sptr[u]:sptr[u + 1]]
-    last_use = {}
-    for v in consumers:
-      last_use[place[v]] = max(last_use.get(place[v], -np.inf), finish[v])
-    if consumers:
-      end = max([finish[u], last_use.get(du, -np.inf)] +
-                [arr for (_, arr) in arrivals[u].values()])
-    else:
+    du, su, fu = place[u], start[u], finish[u]
+    ob = out_b[u]
+    lo, hi = sptr[u], sptr[u + 1]
+    if lo == hi:
       end = makespan
-    interval(du, start[u], end, out_b[u])
-    for e, (t0, _) in arrivals[u].items():
-      interval(e, t0, last_use[e], out_b[u])
-    interval(du, start[u], finish[u], tmp_b[u])
+    else:
+      end = fu
+      arr_u = arrivals[u]
+      if not arr_u:  # every consumer on du
+        for v in succ[lo:hi]:
+          if finish[v] > end:
+            end = finish[v]
+      else:
+        last_use = {}  # latest finish of u's consumers per device
+        for v in succ[lo:hi]:
+          pv, fv = place[v], finish[v]
+          if fv > last_use.get(pv, -inf):
+            last_use[pv] = fv
+        lu = last_use.get(du, -inf)
+        if lu > end:
+          end = lu
+        for e, t0, arr in arr_u:
+          if arr > end:
+            end = arr
+          t1 = last_use[e]
+          if ob > 0 and t1 > t0:  # the copy received on e
+            ev_e = ev[e]
+            ev_e.append((t0, 1, ob))
+            ev_e.append((t1, 0, ob))
+    ev_d = ev[du]
+    if ob > 0 and end > su:
+      ev_d.append((su, 1, ob))
+      ev_d.append((end, 0, ob))
+    tb = tmp_b[u]
+    if tb > 0 and fu > su:
+      ev_d.append((su, 1, tb))
+      ev_d.append((fu, 0, tb))
   peak = base.copy()
   events = []
+  key = operator.itemgetter(0, 1)
   for dev in range(d):
-    ev[dev].sort(key=lambda x: (x[0], x[1]))
-    cur, trace = base[dev], [(0.0, base[dev])]
-    for t, kind, b in ev[dev]:
-      cur = cur + b if kind else cur - b
-      peak[dev] = max(peak[dev], cur)
+    evd = ev[dev]
+    evd.sort(key=key)
+    cur = float(base[dev])
+    top = cur
+    trace = [(0.0, cur)]
+    for t, kind, b in evd:
+      if kind:
+        cur = cur + b
+        if cur > top:
+          top = cur
+      else:
+        cur = cur - b
       trace.append((t, cur))
+    peak[dev] = top
     events.append(np.asarray(trace))
   return peak, tuple(events)

@@ -58,14 +58,15 @@ class SimResult:
 class _Carry:
   """Loop state of one action (the loop is vmapped over B)."""
   it: jnp.ndarray  # () int32 iteration
-  levels: tuple  # L + 1 arrays (D, A**l): per-device min-trees, level 0 = roots
+  levels: tuple  # L + 1 arrays (D * A**l,): per-device min-trees, device-major; 0 = roots
   free: jnp.ndarray  # (D,) time each device becomes free
   chan: jnp.ndarray  # (D,) time each device's send channel becomes free
   ready: jnp.ndarray  # (Np,) running max over committed preds of avail(pred, device(op))
   pending: jnp.ndarray  # (Np,) int32 uncommitted predecessors
   start: jnp.ndarray  # (Np,)
   finish: jnp.ndarray  # (Np,)
-  send_start: jnp.ndarray  # (Np,) start of the op's first outgoing transfer
+  send_start: jnp.ndarray  # (Np, D) start of the op's transfer to each device (where it sends)
+  send_end: jnp.ndarray  # (Np,) arrival of the op's last transfer; -inf if it sends none
   cur: jnp.ndarray  # () int32 op whose successor edges are being processed
   ptr: jnp.ndarray  # () int32 next edge of `cur` to process
   end: jnp.ndarray  # () int32 one past the last edge of `cur`
@@ -91,11 +92,51 @@ def _sequential_transfers(base, times, mask):
   return jnp.stack(starts, -1), jnp.stack(arrivals, -1)
 
 
-def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None):
-  """Simulates one action; vmapped over the batch by `simulate_padded`."""
-  dt = _dtype()
-  place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
+def _first_true(mask):
+  """Index of the first True of a 1-D mask, 0 if none (as argmax). One int32 min-reduce: XLA's
+  CPU backend runs it much faster than argmax's (value, index) variadic reduce."""
+  n = mask.shape[-1]
+  idx = jnp.min(jnp.where(mask, jnp.arange(n, dtype=jnp.int32), n))
+  return jnp.where(idx == n, 0, idx)
+
+
+def _setup_batch(pg: PaddedGraph, d: int, placement, pos2op, dt):
+  """(place (B, Np), pos (B, Np), cons (B, Np, D), leaves (B, D, A**L)) of a whole batch, as
+  `_simulate_one` would compute them per action, but with 1-D scatters at flat indices
+  `b * size + i`: vmapped scatters carry a (batch, row, column) index tuple per element, which
+  costs XLA's CPU backend several times the scatter itself. None where a flat index would not
+  fit in int32."""
+  b, np_ = pos2op.shape
+  levels_n, arity = tree_shape(np_)
+  n_leaves = arity ** levels_n
+  if b * d * max(np_, n_leaves) >= 2 ** 31:
+    return None
+  rows = jnp.arange(b, dtype=jnp.int32)[:, None]
+  place = jnp.take(placement.astype(jnp.int32), pg.coloc_root, axis=1)  # rule 1
   place = jnp.where(pg.node_mask, place, 0)
+  ranks = jnp.broadcast_to(jnp.arange(np_, dtype=jnp.int32), (b, np_))
+  pos = jnp.zeros(b * np_, jnp.int32).at[(rows * np_ + pos2op).ravel()].set(
+      ranks.ravel(), unique_indices=True).reshape(b, np_)
+  recv_dev = jnp.take(place, pg.receivers, axis=1)  # (B, Ep)
+  cidx = (rows * np_ + pg.senders) * d + recv_dev
+  cons = jnp.zeros(b * np_ * d, bool).at[cidx.ravel()].max(
+      jnp.broadcast_to(pg.edge_mask, cidx.shape).ravel()).reshape(b, np_, d)
+  roots0 = (pg.num_preds == 0) & pg.node_mask
+  val = jnp.broadcast_to(jnp.where(roots0, 0.0, INF).astype(dt), (b, np_))
+  leaves = jnp.full(b * d * n_leaves, INF, dt).at[((rows * d + place) * n_leaves + pos).ravel()]\
+      .min(val.ravel()).reshape(b, d, n_leaves)
+  return place, pos, cons, leaves
+
+
+def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None, pre=None):
+  """Simulates one action; vmapped over the batch by `simulate_padded`. `pre`: this action's
+  row of `_setup_batch` where it was computed for the batch (never with `fuse`)."""
+  dt = _dtype()
+  if pre is None:
+    place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
+    place = jnp.where(pg.node_mask, place, 0)
+  else:
+    place = pre[0]
   root = None
   if fuse is not None:  # section 4.1: absorbed members stop being nodes, roots carry groups
     pg, root = fusion.apply_padded(pg, place, fuse, dt)
@@ -109,26 +150,32 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
   cost, out_bytes = pg.cost.astype(dt), pg.out_bytes.astype(dt)
   dev_ids = jnp.arange(d)
 
-  # Leaf position of each op: its rank by (priority descending, id ascending).
-  pos = jnp.zeros(np_, jnp.int32).at[pos2op].set(jnp.arange(np_, dtype=jnp.int32))
-  # cons[u, e]: u has a consumer on device e (one transfer per consumer device, rule 3).
-  recv_dev = place[pg.receivers]
-  cons = jnp.zeros((np_, d), bool).at[pg.senders, recv_dev].max(pg.edge_mask)
-
-  n_leaves = arity ** levels_n
-  roots0 = (pg.num_preds == 0) & pg.node_mask
-  leaves = jnp.full((d, n_leaves), INF, dt).at[place, pos].min(
-      jnp.where(roots0, 0.0, INF).astype(dt))
+  if pre is None:
+    # Leaf position of each op: its rank by (priority descending, id ascending).
+    pos = jnp.zeros(np_, jnp.int32).at[pos2op].set(jnp.arange(np_, dtype=jnp.int32))
+    # cons[u, e]: u has a consumer on device e (one transfer per consumer device, rule 3).
+    recv_dev = place[pg.receivers]
+    cons = jnp.zeros((np_, d), bool).at[pg.senders, recv_dev].max(pg.edge_mask)
+    n_leaves = arity ** levels_n
+    roots0 = (pg.num_preds == 0) & pg.node_mask
+    leaves = jnp.full((d, n_leaves), INF, dt).at[place, pos].min(
+        jnp.where(roots0, 0.0, INF).astype(dt))
+  else:
+    _, pos, cons, leaves = pre
   levels = [leaves]
   for _ in range(levels_n):
     levels.append(levels[-1].reshape(d, -1, arity).min(-1))
   levels = tuple(reversed(levels))  # level 0 = roots (D, 1)
+  # Carried flat, (D * A**l,): under vmap a scatter then indexes (batch, i), not (batch, d, i).
+  levels = tuple(lv.reshape(-1) for lv in levels)
+  sizes = [arity ** l for l in range(levels_n + 1)]
 
   zeros = jnp.zeros(np_, dt)
   carry = _Carry(
       it=jnp.int32(0), levels=levels, free=jnp.zeros(d, dt), chan=jnp.zeros(d, dt),
       ready=zeros, pending=pg.num_preds.astype(jnp.int32), start=zeros, finish=zeros,
-      send_start=zeros, cur=jnp.int32(0), ptr=jnp.int32(0), end=jnp.int32(0),
+      send_start=jnp.zeros((np_, d), dt), send_end=zeros, cur=jnp.int32(0),
+      ptr=jnp.int32(0), end=jnp.int32(0),
       cur_avail=jnp.zeros(d, dt))
 
   def body(c: _Carry) -> _Carry:
@@ -142,20 +189,20 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
     newly = valid & (pending[j] == 0)
     val = jnp.where(newly, ready[j], INF)
     lj = pos[j]
-    levels = tuple(lv.at[dj, lj >> (shift * (levels_n - l))].min(val)
+    levels = tuple(lv.at[dj * sizes[l] + (lj >> (shift * (levels_n - l)))].min(val)
                    for l, lv in enumerate(c.levels))
     ptr = c.ptr + k
 
     # --- commit (rule 5) once the previous op's edges are all processed --------------------
-    s_all = jnp.maximum(c.free, levels[0][:, 0])
-    dstar = jnp.argmin(s_all).astype(jnp.int32)  # first minimum: ties -> lowest device id
-    s = s_all[dstar]
+    s_all = jnp.maximum(c.free, levels[0])
+    s = jnp.min(s_all)
+    dstar = _first_true(s_all == s)  # first minimum: ties -> lowest device id
     do = (ptr >= c.end) & (s < INF)
     node = jnp.int32(0)
     path, kids, picks = [node], [], []
     for l in range(1, levels_n + 1):
-      ch = jax.lax.dynamic_slice(levels[l], (dstar, node * arity), (1, arity))[0]
-      idx = jnp.argmax(ch <= s).astype(jnp.int32)  # leftmost = highest priority, lowest id
+      ch = jax.lax.dynamic_slice(levels[l], (dstar * sizes[l] + node * arity,), (arity,))
+      idx = _first_true(ch <= s)  # leftmost = highest priority, lowest id
       node = node * arity + idx
       path.append(node)
       kids.append(ch)
@@ -163,17 +210,17 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
     op = pos2op[node]
     new_vals = [jnp.asarray(INF, dt)]  # leaf value after removal, then parents bottom-up
     for l in range(levels_n, 0, -1):
-      new_vals.append(kids[l - 1].at[picks[l - 1]].set(new_vals[-1]).min())
+      new_vals.append(jnp.min(jnp.where(jnp.arange(arity) == picks[l - 1], new_vals[-1],
+                                        kids[l - 1])))  # a select, not a one-element scatter
     new_vals = new_vals[::-1]  # aligned with `path` (level 0 .. L)
-    drop_d = jnp.where(do, dstar, d)  # out of range index: the scatter is dropped
-    levels = tuple(lv.at[drop_d, path[l]].set(new_vals[l], mode="drop")
-                   for l, lv in enumerate(levels))
+    levels = tuple(lv.at[jnp.where(do, dstar * sizes[l] + path[l], lv.shape[0])].set(
+        new_vals[l], mode="drop") for l, lv in enumerate(levels))  # dropped unless `do`
 
     fin = s + (cost[op] / speed[dstar] + overhead[dstar])  # rule 2
     mask = cons[op] & (dev_ids != dstar)  # rule 3
     times = lat[dstar] + out_bytes[op] / bw[dstar]
     t0 = jnp.maximum(fin, c.chan[dstar])
-    _, arrival = _sequential_transfers(t0, times, mask)
+    starts, arrival = _sequential_transfers(t0, times, mask)
     chan_new = jnp.where(mask.any(), arrival[-1], c.chan[dstar])
     on_d = do & (dev_ids == dstar)
     drop_op = jnp.where(do, op, np_)
@@ -183,7 +230,9 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
         ready=ready, pending=pending,
         start=c.start.at[drop_op].set(s, mode="drop"),
         finish=c.finish.at[drop_op].set(fin, mode="drop"),
-        send_start=c.send_start.at[drop_op].set(t0, mode="drop"),
+        send_start=c.send_start.at[drop_op].set(starts, mode="drop"),
+        send_end=c.send_end.at[drop_op].set(jnp.where(mask.any(), arrival[-1], -INF),
+                                            mode="drop"),
         cur=jnp.where(do, op, c.cur),
         ptr=jnp.where(do, pg.succ_ptr[op], ptr),
         end=jnp.where(do, pg.succ_ptr[op + 1], c.end),
@@ -191,13 +240,13 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
 
   c = jax.lax.while_loop(lambda c: c.it < pg.num_iters, body, carry)
   makespan, start, finish, events = _schedule_events(pg, topo, place, cons, c.start, c.finish,
-                                                     c.send_start, dt)
+                                                     c.send_start, c.send_end, dt)
   if root is not None:  # members report their group's times
     start, finish = start[root], finish[root]
   return makespan, start, finish, events
 
 
-def _schedule_events(pg, topo, place, cons, start, finish, send_start, dt):
+def _schedule_events(pg, topo, place, cons, start, finish, tstart, send_end, dt):
   """Makespan (rule 6) and the memory events of rule 7 from the committed schedule."""
   np_ = pg.cost.shape[0]
   d = topo.speed.shape[0]
@@ -206,19 +255,16 @@ def _schedule_events(pg, topo, place, cons, start, finish, send_start, dt):
   out_b = pg.out_bytes.astype(dt)
   tmp_b = pg.temp_bytes.astype(dt)
 
-  # Transfers of every op, as the loop made them: back to back from send_start.
+  # Transfers of every op as the loop made them: tstart[u, e] where u sends to e, and the
+  # arrival of u's last transfer (its latest: one channel, back to back) in send_end.
   tmask = cons & (dev_ids[None, :] != place[:, None])  # (Np, D)
-  ttimes = (jnp.asarray(topo.latency, dt)[place] +
-            out_b[:, None] / jnp.asarray(topo.bandwidth, dt)[place])
-  tstart, tarr = _sequential_transfers(send_start, ttimes, tmask)
   # last_use[u, e]: latest finish of u's consumers on device e.
   recv_dev = place[pg.receivers]
   last_use = jnp.full((np_, d), -INF, dt).at[pg.senders, recv_dev].max(
       jnp.where(pg.edge_mask, finish[pg.receivers], -INF))
   has_cons = cons.any(-1)
   own_last = jnp.take_along_axis(last_use, place[:, None], 1)[:, 0]
-  out_end = jnp.maximum(jnp.maximum(finish, own_last),
-                        jnp.max(jnp.where(tmask, tarr, -INF), -1))
+  out_end = jnp.maximum(jnp.maximum(finish, own_last), send_end)
   out_end = jnp.where(has_cons, out_end, makespan)
 
   def sized(nbytes, t0, t1, valid):  # half-open [t0, t1): empty intervals weigh nothing
@@ -332,9 +378,13 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   # Ops by priority descending, ties by lowest id; padding last.
   key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
   pos2op, _ = rank_order(key)
+  pre = None
+  if fuse is None:
+    pre = _setup_batch(pg, topology.speed.shape[0], jnp.asarray(placement), pos2op, _dtype())
   makespan, start, finish, events = jax.vmap(
-      _simulate_one, in_axes=(None, None, 0, 0, None if fuse is None else 0))(
-          pg, topology, placement, pos2op, fuse)
+      _simulate_one, in_axes=(None, None, 0, 0, None if fuse is None else 0,
+                              None if pre is None else 0))(
+          pg, topology, placement, pos2op, fuse, pre)
   peak = _peak_memory(events)
   oom = jnp.any(peak > jnp.asarray(topology.mem_capacity, peak.dtype), -1)
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)

@@ -47,3 +47,21 @@ def test_launcher_end_to_end(tmp_path):
   # --devices defaults to 1 and one CPU device per core, each cell in its own process.
   assert {r["devices"] for r in rows[1:]} == {1, os.cpu_count()}
   assert "placements/s" in proc.stdout
+
+
+def test_launcher_pinned_to_one_core(tmp_path):
+  """--pin_core runs the reference and simulate cells on that one core, devices 1."""
+  out = tmp_path / "bench.json"
+  core = min(os.sched_getaffinity(0))
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.bench_simulator", "--sizes=20", "--batches=2",
+       "--ref_samples=2", "--repeats=1", "--topology=nvlink2", f"--pin_core={core}",
+       f"--out={out}"], cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  payload = json.loads(out.read_text())
+  assert payload["pin_core"] == core
+  assert [r["method"] for r in payload["rows"]] == ["reference", "simulate"]
+  assert all(r["cpus"] == [core] for r in payload["rows"])
+  assert payload["rows"][1]["devices"] == 1
+  assert "single-core ratio" in proc.stdout
