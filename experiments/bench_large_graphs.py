@@ -87,7 +87,8 @@ def _solve_cell(spec, cfg):
       "makespan": sol.makespan, "feasible": sol.feasible, "stage": sol.info.get("stage"),
       "updates": sol.info.get("updates"), "coarsened": sol.info.get("coarsened"),
       "stages": [{k: s[k] for k in ("stage", "objective", "feasible", "coarse_objective",
-                                    "seconds") if k in s} for s in sol.info["stages"]],
+                                    "coarse_feasible", "seconds") if k in s}
+                 for s in sol.info["stages"]],
       "lower_bound": sol.lower_bound, "peak_rss_bytes": benchmark.peak_rss_bytes()}
   out["baselines"] = {}
   for name in cfg["baselines"]:
