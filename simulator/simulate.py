@@ -376,8 +376,8 @@ def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[
 
   Actions must already be validated (`check_actions`, `check_fuse`). The batch is padded to
   `padding.batch_bucket(B)` (or `batch_bucket`) by repeating its first row, so that varying B
-  does not recompile for every size (at least `MIN_BATCH` rows); with `shard` and several local devices it is split
-  across them (when each gets at least one real row).
+  does not recompile for every size (at least `MIN_BATCH` rows); with `shard` and several
+  local devices it is split across them (when each gets at least one real row).
   """
   b, n = placement.shape
   pg = padded(graph, fusion=fuse is not None)

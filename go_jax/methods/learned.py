@@ -38,16 +38,16 @@ Graphs above `max_nodes` nodes (default 4,096; None: never) are coarsened
 checkpoints were pretrained on: `,coarsen=512` in experiments/configs/pretrain.py) and solved
 there as above, on the topology with every device's memory scaled by the ratio of the coarse
 graph's single-device footprint to the original's (merged ops hold their internal values, so
-the coarse footprint is larger: 5.6x for GNMT-8 at 512 nodes; unscaled, every coarse action
-would be out of memory and the coarse objective would say nothing); every stage's placement is then expanded to the original ops
-(`Coarsened.expand`: members take their group's device, coarse colocation applied) and its
-priority too (members take their group's priority, ties broken by the original graph's
-critical path), and all stages are re-simulated on the ORIGINAL graph in one batched call, which
-picks the best stage; `methods.solve` then re-simulates that one there, so the objective is
-the original graph's. `info` adds "coarsened" (original / coarse nodes, the strategies' steps,
-each stage's coarse objective, the memory scale) and "phases" (seconds of coarsen, memory (the
-two footprints), load, setup, compile, search, expand, verify), and "curve" is over the original objectives of the stages. The fusing tasks
-(go_fusion, go_joint3) never coarsen: fused groups are costed from the original ops.
+the coarse footprint is larger: 5.6x for GNMT-8 at 512 nodes). Every stage's placement is then
+expanded to the original ops (`Coarsened.expand`: members take their group's device, coarse
+colocation applied) and its priority too (members take their group's priority, ties broken by
+the original graph's critical path), and all stages are re-simulated on the ORIGINAL graph in
+one batched call, which picks the best stage; `methods.solve` then re-simulates that one there,
+so the objective is the original graph's. `info` adds "coarsened" (original / coarse nodes,
+the strategies' steps, the memory scale; each stage keeps its "coarse_objective" and
+"coarse_feasible") and "phases" (seconds of coarsen, memory (the two footprints), load, setup,
+compile, search, expand, verify); "curve" is over the stages' original objectives. The fusing
+tasks (go_fusion, go_joint3) never coarsen: fused groups are costed from the original ops.
 A problem budget (simulator evaluations) caps fine-tuning at budget // (K + 1) updates: each
 update simulates K sampled actions and the greedy one.
 """
@@ -308,7 +308,7 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
       stages=out, stage=best["stage"], curve=anytime_curve(out),
       coarse_curve=info.get("curve"),
       coarsened={"nodes": graph.num_nodes, "coarse_nodes": coarse.graph.num_nodes,
-                 "max_nodes": coarse_nodes, "steps": [list(x) for x in coarse.steps],
+                 "target_nodes": coarse_nodes, "steps": [list(x) for x in coarse.steps],
                  "memory_scale": float(scale)},
       phases={"coarsen": t1 - t0, "memory": tm - t1, "load": float(info.get("load_seconds") or 0.0),
               "setup": float(info.get("setup_seconds") or 0.0),
