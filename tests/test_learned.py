@@ -12,7 +12,7 @@ import pytest
 
 from go_jax import methods, pretrained
 from go_jax.methods import learned
-from simulator import Topology, preset
+from simulator import Topology, coarsen, preset
 from simulator.graph import upward_rank
 from simulator.sources import load_graph
 
@@ -95,6 +95,8 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(learning_rate=0.0), "learning_rate must be > 0"),
     (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
     (dict(checkpoint="none"), "only fine-tuning uses"),
+    (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
+    (dict(max_nodes=8, coarse_nodes=16), r"coarse_nodes must be an integer in \[2, max_nodes=8\]"),
 ])
 def test_bad_overrides(instance, overrides, message):
   graph, topo = instance
@@ -109,7 +111,8 @@ def test_registered_kinds_and_defaults():
     shipped = learned.FUSION_CHECKPOINT if name == "go_joint3" else name
     assert spec.defaults["checkpoint"] == shipped and spec.defaults["finetune_seconds"] == 0
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
-                                  "max_updates"}
+                                  "max_updates", "max_nodes", "coarse_nodes"}
+    assert spec.defaults["max_nodes"] == learned.LARGE_GRAPH_NODES
 
 
 @pytest.mark.parametrize("name", ["go", "gdp"])
@@ -131,3 +134,41 @@ def test_gdp_keeps_the_critical_path_priority():
   for stage in sol.info["stages"]:
     np.testing.assert_array_equal(stage["priority"], upward_rank(graph))
   assert sol.objective == methods.evaluate(graph, topo, sol.placement, sol.priority)["objective"]
+
+
+def test_a_graph_above_max_nodes_is_solved_coarse_and_scored_on_the_original(instance):
+  """2,000 ops coarsened to 16 nodes and 25 edges (this file's instance's buckets, so its compiled
+  policy and update serve): the expanded stages are valid on the original graph and are
+  re-simulated there."""
+  _, topo = instance
+  graph = load_graph("series_parallel:n=2000,seed=0")
+  sol = methods.solve("go_hint", graph, topo, samples=K, seed=3, max_updates=1,
+                      max_nodes=1000, coarse_nodes=16)
+  info = sol.info
+  assert info["coarsened"]["nodes"] == 2000 and info["coarsened"]["coarse_nodes"] <= 16
+  assert set(info["phases"]) == set(learned.PHASES)
+  assert all(v >= 0 for v in info["phases"].values())
+  assert sol.placement.shape == (2000,) and sol.priority.shape == (2000,)
+  assert sol.placement.min() >= 0 and sol.placement.max() < topo.num_devices
+  np.testing.assert_array_equal(np.sort(sol.priority), np.arange(2000.0))  # a strict order
+  roots = graph.colocation_root()
+  np.testing.assert_array_equal(sol.placement, sol.placement[roots])
+  _check_stages(sol, graph, topo)  # every stage's objective is the original graph's
+  again = methods.evaluate(graph, topo, sol.placement, sol.priority)
+  assert sol.objective == again["objective"] == min(s["objective"] for s in info["stages"])
+  assert all("coarse_objective" in s for s in info["stages"])
+
+
+def test_expand_priority_keeps_the_coarse_order_and_breaks_ties():
+  graph = load_graph("layered:n=40,width=4,seed=2")
+  coarse = coarsen.coarsen(graph, 8)
+  prio = np.arange(coarse.graph.num_nodes, dtype=np.float64)[::-1]
+  ranks = learned.expand_priority(coarse, prio, upward_rank(graph))
+  group = prio[coarse.mapping]
+  for a in range(graph.num_nodes):
+    for b in range(graph.num_nodes):
+      if group[a] > group[b]:
+        assert ranks[a] > ranks[b]
+  ties = coarse.mapping == coarse.mapping[0]
+  critical = upward_rank(graph)[ties]
+  assert np.all(np.diff(critical[np.argsort(ranks[ties])]) >= 0)

@@ -32,20 +32,41 @@ re-simulated with `methods.evaluate`; the proposal is the best stage (the earlie
 "samples", "compile_seconds", "setup_seconds", "load_seconds" and "curve" (the best objective so
 far over wall time: `methods.anytime_curve`). The problem's seed seeds the
 sampling. A topology with more devices than the policy's `max_devices` is a ValueError.
+
+Graphs above `max_nodes` nodes (default 4,096; None: never) are coarsened
+(`simulator.coarsen.coarsen`) to `coarse_nodes` (default 512, the bucket the shipped
+checkpoints were pretrained on: `,coarsen=512` in experiments/configs/pretrain.py) and solved
+there as above, on the topology with every device's memory scaled by the ratio of the coarse
+graph's single-device footprint to the original's (merged ops hold their internal values, so
+the coarse footprint is larger: 5.6x for GNMT-8 at 512 nodes). Every stage's placement is then
+expanded to the original ops (`Coarsened.expand`: members take their group's device, coarse
+colocation applied) and its priority too (members take their group's priority, ties broken by
+the original graph's critical path), and all stages are re-simulated on the ORIGINAL graph in
+one batched call, which picks the best stage; `methods.solve` then re-simulates that one there,
+so the objective is the original graph's. `info` adds "coarsened" (original / coarse nodes,
+the strategies' steps, the memory scale; each stage keeps its "coarse_objective" and
+"coarse_feasible") and "phases" (seconds of coarsen, memory (the two footprints), load, setup,
+compile, search, expand, verify); "curve" is over the stages' original objectives. The fusing
+tasks (go_fusion, go_joint3) never coarsen: fused groups are costed from the original ops.
 A problem budget (simulator evaluations) caps fine-tuning at budget // (K + 1) updates: each
 update simulates K sampled actions and the greedy one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Dict, List, Optional
 
 import ml_collections
 import numpy as np
 
+from go_jax import objectives
 from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
-from simulator.graph import upward_rank
+from simulator import coarsen as coarsen_lib
+from simulator import topology_spec
+from simulator.graph import CompGraph, upward_rank
+from simulator.simulate import simulate
 
 DEFAULT_LEARNING_RATE = 1e-3
 # One update per call: the first call's K samples are then drawn from the starting parameters,
@@ -56,6 +77,9 @@ NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-tra
 STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
 METHOD_NAMES = ("go", "go_hint", "gdp", "go_fusion", "go_joint3")  # registered below
 FUSION_CHECKPOINT = "go_fusion"  # the shipped checkpoint of both fusion methods
+LARGE_GRAPH_NODES = 4096  # default max_nodes: larger graphs are coarsened to coarse_nodes
+COARSE_NODES = 512  # the node bucket of the shipped checkpoints' pretraining graphs
+PHASES = ("coarsen", "memory", "load", "setup", "compile", "search", "expand", "verify")
 
 
 def _is_count(x) -> bool:
@@ -129,7 +153,23 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
                   placement_only: bool, task: Optional[str] = None) -> Proposal:
   """The registered learned methods' body (see the module docstring). `task` overrides the
   checkpoint's training task ("fusion": the problem's placement and priority are fixed and
-  the reward is relative to the unfused schedule)."""
+  the reward is relative to the unfused schedule). Graphs above `max_nodes` are solved
+  coarsened (`solve_coarsened`), except by the fusing tasks."""
+  limit, coarse_nodes = config.get("max_nodes"), config.get("coarse_nodes", COARSE_NODES)
+  if limit is not None and not (_is_count(limit) and limit >= 2):
+    raise ValueError(f"{method}: max_nodes must be an integer >= 2 or None, got {limit!r}")
+  if not (_is_count(coarse_nodes) and coarse_nodes >= 2) or (
+      limit is not None and coarse_nodes > limit):
+    raise ValueError(f"{method}: coarse_nodes must be an integer in [2, max_nodes={limit}], "
+                     f"got {coarse_nodes!r}")
+  if task is None and limit is not None and problem.graph.num_nodes > limit:
+    return solve_coarsened(method, problem, config, placement_only, int(coarse_nodes))
+  return _solve(method, problem, config, placement_only, task)
+
+
+def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only: bool,
+           task: Optional[str] = None) -> Proposal:
+  """`solve_learned` on the graph as given."""
   from go_jax import pretrained, training  # pylint: disable=g-import-not-at-top  (heavy)
   seconds = config["finetune_seconds"]
   if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
@@ -205,10 +245,84 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
                   evaluations=max(updates, 1) * (k + 1), info=info, fuse=best["fuse"])
 
 
+def expand_priority(coarse: coarsen_lib.Coarsened, priority, tie_break) -> np.ndarray:
+  """(N,) float ranks 0..N-1 of the original ops: by their group's coarse `priority` (M,), ties
+  (the members of one group) by `tie_break` (N,), e.g. the original graph's critical path;
+  higher runs first, as for every priority."""
+  group = coarsen_lib.expand(np.asarray(priority, np.float64), coarse.mapping)
+  order = np.lexsort((np.asarray(tie_break, np.float64), group))
+  ranks = np.empty(order.size, np.float64)
+  ranks[order] = np.arange(order.size)
+  return ranks
+
+
+def evaluate_batch(graph: CompGraph, topology, placements, priorities,
+                   objective: str) -> List[Dict[str, Any]]:
+  """`methods.evaluate` of B actions ((B, N) placements and priorities) in one simulator call."""
+  res = simulate(graph, topology, placements, priorities)
+  ub = objectives.get_objective(objective).upper_bound(graph, topology)
+  values = np.asarray(objectives.objective_of(objective, res, topology, ub), np.float64)
+  return [{"objective": float(values[b]), "makespan": float(res.makespan[b]),
+           "peak_memory": np.asarray(res.peak_memory[b], np.float64),
+           "feasible": not bool(res.oom[b])} for b in range(len(values))]
+
+
+def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
+                    placement_only: bool, coarse_nodes: int) -> Proposal:
+  """A learned method on a graph too large for it: coarsen to `coarse_nodes`, solve there,
+  expand every stage to the original ops and re-simulate them there (module docstring)."""
+  graph = problem.graph
+  t0 = time.perf_counter()
+  coarse = coarsen_lib.coarsen(graph, coarse_nodes, name=f"{graph.name}@coarse{coarse_nodes}")
+  t1 = time.perf_counter()
+  topo, scale = problem.topology, 1.0
+  caps = np.asarray(topo.mem_capacity, np.float64)
+  if np.all(np.isfinite(caps)):  # the same tightness on the coarse graph (module docstring)
+    scale = (topology_spec.single_device_footprint(coarse.graph, topo)
+             / max(topology_spec.single_device_footprint(graph, topo), 1.0))
+    topo = topo.with_memory(caps * scale)
+  tm = time.perf_counter()
+  budget = problem.budget
+  if budget is not None:  # the stages' re-simulation on the original graph counts too
+    budget = max(int(budget) - 3, 1)
+  prop = _solve(method, dataclasses.replace(problem, graph=coarse.graph, topology=topo,
+                                            budget=budget), config, placement_only)
+  t2 = time.perf_counter()
+  critical = upward_rank(graph)
+  stages = prop.info["stages"]
+  places = np.stack([coarse.expand(s["placement"]) for s in stages])
+  prios = np.stack([critical if placement_only else
+                    expand_priority(coarse, s["priority"], critical) for s in stages])
+  t3 = time.perf_counter()
+  scored = evaluate_batch(graph, problem.topology, places, prios, problem.objective)
+  t4 = time.perf_counter()
+  out = [dict(s, placement=p, priority=q, objective=r["objective"], feasible=r["feasible"],
+              seconds=s["seconds"] + (tm - t0), coarse_objective=s["objective"],
+              coarse_feasible=s["feasible"])
+         for s, p, q, r in zip(stages, places, prios, scored)]
+  best = min(out, key=lambda s: s["objective"])  # the earliest of equal ones
+  info = dict(prop.info)
+  fixed = sum(float(info.get(k) or 0.0) for k in ("load_seconds", "setup_seconds",
+                                                 "compile_seconds"))
+  info.update(
+      stages=out, stage=best["stage"], curve=anytime_curve(out),
+      coarse_curve=info.get("curve"),
+      coarsened={"nodes": graph.num_nodes, "coarse_nodes": coarse.graph.num_nodes,
+                 "target_nodes": coarse_nodes, "steps": [list(x) for x in coarse.steps],
+                 "memory_scale": float(scale)},
+      phases={"coarsen": t1 - t0, "memory": tm - t1, "load": float(info.get("load_seconds") or 0.0),
+              "setup": float(info.get("setup_seconds") or 0.0),
+              "compile": float(info.get("compile_seconds") or 0.0),
+              "search": max(t2 - tm - fixed, 0.0), "expand": t3 - t2, "verify": t4 - t3})
+  return Proposal(best["placement"], None if placement_only else best["priority"],
+                  evaluations=prop.evaluations + len(out), info=info)
+
+
 def _defaults(name: str) -> Dict[str, Any]:
   """Options of a learned method starting from the shipped checkpoint `name`."""
   return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
-              learning_rate=DEFAULT_LEARNING_RATE, max_updates=None)
+              learning_rate=DEFAULT_LEARNING_RATE, max_updates=None,
+              max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES)
 
 
 @register("go", "joint", "GO (the paper's): a pretrained graph policy places and orders the "

@@ -1,0 +1,206 @@
+r"""Benchmark: GO end to end on the largest graphs (issue 16, part 4), and `simulate` on them.
+
+For each graph (default: GNMT-8's training step before XLA's optimization at its default size,
+61,415 ops, and the same model at 66 tokens per side, 80,855 ops) one fresh worker process:
+  * builds the instance: the graph (from the zoo's disk cache; its build time is reported
+    apart) and the topology, whose per-device memory is a factor of the graph's single-device
+    footprint (one simulation of the original graph per device);
+  * runs `methods.solve(--method, ...)` on the ORIGINAL graph: the learned method coarsens it
+    to --coarse_nodes, runs zero-shot and fine-tunes for --finetune_seconds on the coarse
+    graph, expands every stage to the original ops and re-simulates them there
+    (`go_jax.methods.learned`), and `methods.solve` re-simulates the best one once more;
+  * the phases' seconds: coarsen, memory (the coarse and original footprints that scale
+    the memory of the coarse problem), load (checkpoint), setup (features, hint, reward
+    reference), compile, search (zero-shot + fine-tuning, compile excluded), expand, verify
+    (the stages on the original graph, one batched call) and resolve (methods.solve's own
+    re-simulation and bounds); "total" is topology + solve, the end-to-end time;
+  * --baselines (HEFT, m-SCT) on the same original graph and topology, for context.
+Then one worker times `simulate` on the full uncoarsened largest graph at --batch random
+actions: compile seconds, median seconds per call, the process's peak RSS.
+
+Prints a Markdown table and writes JSON (atomically) with the machine, the load average and
+the exact command.
+
+  python -m experiments.bench_large_graphs
+  python -m experiments.bench_large_graphs --graphs='layered:n=80000,width=256,seed=0' \
+      --finetune_seconds=30 --simulate_graph=layered:n=80000,width=256,seed=0
+"""
+
+import multiprocessing
+import os
+import platform
+import sys
+import time
+
+from absl import app, flags, logging
+
+from experiments import cli
+from simulator import fileio
+
+FLAGS = flags.FLAGS
+DEFAULT_GRAPHS = ("zoo:gnmt8,stage=pre", "zoo:gnmt8,seq=66,stage=pre")
+flags.DEFINE_string("graphs", ";".join(DEFAULT_GRAPHS), "graph specs (simulator.sources) "
+                    "to place, separated by ';' (a spec has commas)")
+flags.DEFINE_string("topology", "nvlink8@mem=0.6x", cli.topology_help(
+    "Topology; the default's 8 V100s hold 0.6x the graph's single-device footprint each, so "
+    "no device holds the model and placement decides feasibility (the policies serve <= 8 "
+    "devices)."))
+flags.DEFINE_string("method", "go_hint", "registered learned method (go_hint, go, gdp)")
+flags.DEFINE_float("finetune_seconds", 60.0, "fine-tuning budget on the coarse graph "
+                   "(0: zero-shot only)")
+flags.DEFINE_integer("samples", None, "K samples per update (None: the checkpoint's)")
+flags.DEFINE_integer("max_nodes", 4096, "graphs above this many ops are coarsened")
+flags.DEFINE_integer("coarse_nodes", 512, "ops of the coarse graph the policy places")
+flags.DEFINE_list("baselines", ["heft", "m_sct"], "methods run on the original graph for "
+                  "context")
+flags.DEFINE_string("simulate_graph", DEFAULT_GRAPHS[-1], "graph of the simulate timing "
+                    "('' to skip it)")
+flags.DEFINE_integer("batch", 64, "actions per simulate call")
+flags.DEFINE_integer("repeats", 2, "timed simulate calls (the median is reported)")
+flags.DEFINE_integer("seed", 0, "seed of GO and of the random actions")
+flags.DEFINE_string("out", "results/bench_large_graphs.json", "JSON output path")
+
+
+def _solve_cell(spec, cfg):
+  """One graph end to end (module docstring); runs in a fresh process."""
+  import numpy as np
+  from go_jax import methods
+  from simulator import benchmark, sources, topology_spec
+  t0 = time.perf_counter()
+  graph = sources.load_graph(spec)
+  load_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  topo, footprint = topology_spec.make_topology(cfg["topology"], graph)
+  topo_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  sol = methods.solve(cfg["method"], graph, topo, seed=cfg["seed"],
+                      finetune_seconds=cfg["finetune_seconds"], samples=cfg["samples"],
+                      max_nodes=cfg["max_nodes"], coarse_nodes=cfg["coarse_nodes"])
+  solve_s = time.perf_counter() - t0
+  phases = dict(sol.info.get("phases", {}))
+  phases["resolve"] = solve_s - sol.search_seconds
+  out = {
+      "graph": spec, "name": graph.name, "nodes": graph.num_nodes, "edges": graph.num_edges,
+      "graph_load_s": load_s, "topology_s": topo_s, "footprint_bytes": footprint,
+      "mem_capacity_bytes": float(np.min(topo.mem_capacity)), "solve_s": solve_s,
+      "total_s": topo_s + solve_s, "phases": phases, "objective": sol.objective,
+      "makespan": sol.makespan, "feasible": sol.feasible, "stage": sol.info.get("stage"),
+      "updates": sol.info.get("updates"), "coarsened": sol.info.get("coarsened"),
+      "stages": [{k: s[k] for k in ("stage", "objective", "feasible", "coarse_objective",
+                                    "coarse_feasible", "seconds") if k in s}
+                 for s in sol.info["stages"]],
+      "lower_bound": sol.lower_bound, "peak_rss_bytes": benchmark.peak_rss_bytes()}
+  out["baselines"] = {}
+  for name in cfg["baselines"]:
+    t0 = time.perf_counter()
+    b = methods.solve(name, graph, topo, seed=cfg["seed"])
+    out["baselines"][name] = {"objective": b.objective, "makespan": b.makespan,
+                              "feasible": b.feasible, "search_s": b.search_seconds,
+                              "wall_s": time.perf_counter() - t0}
+  out["peak_rss_bytes"] = benchmark.peak_rss_bytes()
+  return out
+
+
+def _simulate_cell(spec, cfg):
+  """`simulate` on the full graph at cfg["batch"] random actions; in a fresh process."""
+  from simulator import benchmark, sources, topology_spec
+  graph = sources.load_graph(spec)
+  topo = topology_spec.load_topology(cfg["topology"].split("@")[0])  # memory plays no part
+  out = benchmark.time_simulate(graph, topo, cfg["batch"], cfg["repeats"], cfg["seed"])
+  out.pop("makespans")
+  out.update(graph=spec, nodes=graph.num_nodes, edges=graph.num_edges,
+             peak_rss_bytes=benchmark.peak_rss_bytes())
+  return out
+
+
+def _worker(fn, spec, cfg, queue):
+  try:
+    queue.put(fn(spec, cfg))
+  except Exception as e:  # reported by the parent with the cell's name
+    queue.put({"error": f"{type(e).__name__}: {e}"})
+
+
+def run_cell(fn, spec, cfg):
+  ctx = multiprocessing.get_context("spawn")
+  queue = ctx.Queue()
+  proc = ctx.Process(target=_worker, args=(fn, spec, cfg, queue))
+  proc.start()
+  out = queue.get()
+  proc.join()
+  if "error" in out:
+    raise RuntimeError(f"{fn.__name__} on {spec} failed: {out['error']}")
+  return out
+
+
+PHASE_COLUMNS = ("coarsen", "memory", "load", "setup", "compile", "search", "expand", "verify",
+                 "resolve")
+
+
+def format_table(rows, baselines, sim):
+  """Markdown: one row per graph (phases, total, objective vs the baselines), then simulate."""
+  ms = lambda v: f"{v * 1e3:,.1f} ms"
+  head = (["graph", "ops", "topology s"] + [f"{p} s" for p in PHASE_COLUMNS]
+          + ["total s", "GO makespan"] + list(baselines) + ["feasible"])
+  lines = [" | ".join(head), " | ".join("---" for _ in head)]
+  for r in rows:
+    cells = [r["graph"], f"{r['nodes']:,}", f"{r['topology_s']:.1f}"]
+    cells += [f"{r['phases'].get(p, float('nan')):.1f}" for p in PHASE_COLUMNS]
+    cells += [f"**{r['total_s']:.1f}**", ms(r["makespan"])]
+    cells += [ms(r["baselines"][b]["makespan"]) + ("" if r["baselines"][b]["feasible"]
+                                                  else " (OOM)") for b in baselines]
+    cells.append("yes" if r["feasible"] else "no (OOM)")
+    lines.append(" | ".join(cells))
+  if sim:
+    lines += ["", "simulate, full graph | ops | B | compile s | s / call | placements/s | "
+              "peak RSS", "--- | --- | --- | --- | --- | --- | ---",
+              f"{sim['graph']} | {sim['nodes']:,} | {sim['batch']} | {sim['compile_s']:.1f} | "
+              f"{sim['run_s']:.2f} | {sim['placements_per_s']:.1f} | "
+              f"{sim['peak_rss_bytes'] / 2**30:.2f} GiB"]
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  cli.check_out(FLAGS.out, is_file=True)
+  if FLAGS.batch < 1 or FLAGS.repeats < 1:
+    raise app.UsageError("--batch and --repeats must be >= 1")
+  cfg = {"topology": FLAGS.topology, "method": FLAGS.method, "seed": FLAGS.seed,
+         "finetune_seconds": FLAGS.finetune_seconds, "samples": FLAGS.samples,
+         "max_nodes": FLAGS.max_nodes, "coarse_nodes": FLAGS.coarse_nodes,
+         "baselines": list(FLAGS.baselines), "batch": FLAGS.batch, "repeats": FLAGS.repeats}
+  load = [os.getloadavg()]
+  rows = []
+  for spec in [g.strip() for g in FLAGS.graphs.split(";") if g.strip()]:
+    rows.append(run_cell(_solve_cell, spec, cfg))
+    r = rows[-1]
+    logging.info("%s (%d ops): %.1f s end to end, %s makespan %.4g s (%s), phases %s",
+                 spec, r["nodes"], r["total_s"], FLAGS.method, r["makespan"],
+                 "feasible" if r["feasible"] else "OOM",
+                 {k: round(v, 1) for k, v in r["phases"].items()})
+    load.append(os.getloadavg())
+  sim = None
+  if FLAGS.simulate_graph:
+    sim = run_cell(_simulate_cell, FLAGS.simulate_graph, cfg)
+    load.append(os.getloadavg())
+  import jax
+  payload = {
+      "command": " ".join(sys.argv),
+      "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                  "cpu_count": os.cpu_count(), "jax": jax.__version__,
+                  "device_kind": jax.devices()[0].device_kind},
+      "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+      "load_average": [list(x) for x in load], "config": cfg, "rows": rows, "simulate": sim}
+  print()
+  print(format_table(rows, cfg["baselines"], sim))
+  fileio.write_json(FLAGS.out, payload, indent=1)
+  print(f"\nwrote {FLAGS.out}")
+
+
+def run():
+  """Entry point (`python -m experiments.bench_large_graphs`)."""
+  cli.run(main, __doc__)
+
+
+if __name__ == "__main__":
+  run()
