@@ -165,7 +165,7 @@ def init_state(model: HDPModel, hp: Hyper, data: HDPData, seed: int) -> HDPState
       best_groups=jnp.zeros(np_, jnp.int32), best_step=jnp.int32(-1),
       best_feasible=jnp.bool_(False),
       reward_mean=zero, objective_mean=zero, feasible_share=zero,
-      entropy_group=zero, entropy_place=zero,groups_used=zero))
+      entropy_group=zero, entropy_place=zero, groups_used=zero))
 
 
 def _entropy(logits):

@@ -14,7 +14,9 @@ restored state continues bit-exactly. One update:
 2. runs the policy ONCE per graph (vmapped over G) and samples K actions per graph from that one
    pass, plus the greedy (most likely) action, which is scored but not trained on;
 3. simulates all G x (K + 1) actions inside the same jit: one `simulate_padded` call per graph,
-   batched over its K + 1 actions (`rollout.per_graph`); objective per docs/design.md section 5;
+   batched over its K + 1 actions (`rollout.per_graph`; split over every device of the run,
+   `simulator.sharding`, as is each minibatch's slice of K in step 5: XLA sums the devices'
+   parts of the loss); objective per docs/design.md section 5;
    reward = -sqrt(objective / reference) per graph;
 4. advantage = reward minus a baseline (`config.advantage`, `rollout.ADVANTAGES`; default
    "leave_one_out": the mean of the graph's other K - 1 samples, which needs no learned value),
