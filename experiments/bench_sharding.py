@@ -169,7 +169,7 @@ def format_table(rows: Sequence[Dict[str, Any]]) -> str:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  cli.check_out(FLAGS.out)
+  cli.check_out(FLAGS.out, is_file=True)
   rows: List[Dict[str, Any]] = [run_setting(s) for s in FLAGS.settings]
   print(format_table(rows))
   fileio.write_json(FLAGS.out, {"machine": platform.platform(), "cpus": os.cpu_count(),
