@@ -10,7 +10,7 @@ graph per update, `update_chunk` of --updates_per_call updates) on a layered DAG
 ops, and checks that its answers equal the 1-device ones (BRKGA placement, PPO best objective).
 Prints a Markdown table (with the 1-minute load average) and writes JSON.
 
-  python -m experiments.bench_sharding                       # N = 1000: 1 vs 2 devices vs 2 processes
+  python -m experiments.bench_sharding          # N = 1000: 1 vs 2 devices vs 2 processes
   python -m experiments.bench_sharding --settings=1,2 --samples=32 --generations=4
 """
 

@@ -120,8 +120,8 @@ def _objective_values(pg: PaddedGraph, topo: Topology, place, prio, kind: str, u
   """(B,) objective of B actions (placement (B, Np) int, priority (B, Np) float); traceable.
 
   With a `sharding` the batch is split across devices inside the jitted loop; the actions are
-  drawn replicated and each device simulates its part (`simulator.sharding.map_batch`), so the search is the same on any device
-  count."""
+  drawn replicated and each device simulates its part (`simulator.sharding.map_batch`), so
+  the search is the same on any device count."""
   res = sharding_lib.map_batch(simulate_padded, sharding, (pg, topo), (place, prio))
   return objectives.get_objective(kind).value(res.makespan, res.peak_memory, res.oom,
                                               topo.mem_capacity, ub)

@@ -149,6 +149,7 @@ def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, ki
   d = topo.speed.shape[-1]
   seed_keys = jnp.zeros((evolution.NUM_SEEDS, np_, d + 1), jnp.float32)
   seed_mask = jnp.zeros((evolution.NUM_SEEDS,), bool)
+  sharding = evolution._batch_sharding(population - elites)  # pylint: disable=protected-access
 
   def instance(pg_i, topo_i, key_i, ub_i, guides_i):
     def run(guide):
@@ -156,7 +157,7 @@ def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, ki
           pg_i, topo_i, key_i, ub_i, jnp.int32(generations), seed_keys, seed_mask,
           kind=kind, population=population, elites=elites, mutants=mutants,
           elite_bias=elite_bias, scan_len=generations, guide=guide,
-          sharding=evolution._batch_sharding(population - elites))  # pylint: disable=protected-access
+          sharding=sharding)
       return pop.fitness[0]
     return jax.vmap(run)(guides_i)
 

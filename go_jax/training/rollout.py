@@ -203,9 +203,9 @@ def simulate_actions(objective: str, task: Task, data: TrainData, actions: Actio
   """Simulates all G x K actions within one jitted computation (`per_graph`).
 
   With `shard` and several devices, each graph's K actions are split across all of them and
-  each device simulates its part (`simulator.sharding.map_batch`; K is padded to a multiple of the device count with copies of the first
-  action, sliced off after); the actions themselves are drawn replicated, so the outcome is
-  the one device's."""
+  each device simulates its part (`simulator.sharding.map_batch`; K is padded to a multiple of
+  the device count with copies of the first action, sliced off after); the actions themselves
+  are drawn replicated, so the outcome is the one device's."""
   value_fn = objectives.get_objective(objective).value
   place, prio = to_simulator(task, data, actions)
   fuse = to_fuse(task, data, actions)
