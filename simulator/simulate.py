@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulator.graph import CompGraph
+from simulator import sharding as sharding_lib
 from simulator import fusion, padding
 from simulator.padding import PaddedGraph, pad_graph, tree_shape
 from simulator.reference import check_actions
@@ -410,13 +411,11 @@ def padded(graph: CompGraph, fusion: bool = False) -> PaddedGraph:
 
 
 def batch_sharding(devices=None):
-  """A sharding that splits the batch axis across `devices` (default: all local devices), or
-  None where there is only one. See `simulator.runtime.configure_cpu_devices` for CPU cores."""
-  devices = jax.local_devices() if devices is None else list(devices)
-  if len(devices) < 2:
-    return None
-  mesh = jax.sharding.Mesh(np.asarray(devices), ("batch",))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+  """A sharding that splits the batch axis across `devices` (default: this process's local
+  devices, where `prepare_batch` puts host arrays), or None where there is only one. See
+  `simulator.runtime.configure_cpu_devices` for CPU cores and `simulator.sharding`."""
+  return sharding_lib.batch_sharding(
+      devices=jax.local_devices() if devices is None else list(devices))
 
 
 def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[int] = None,

@@ -55,6 +55,7 @@ from go_jax.policies.features import graph_features
 from go_jax.policies.types import GraphFeatures
 from simulator.graph import CompGraph, upward_rank
 from simulator.padding import PaddedGraph
+from simulator import sharding as sharding_lib
 from simulator.simulate import padded, simulate_padded
 from simulator.topology import Topology
 
@@ -156,14 +157,15 @@ def init_state(model: HDPModel, hp: Hyper, data: HDPData, seed: int) -> HDPState
         compiler_options=INIT_COMPILER_OPTIONS)
   params = _INIT_CACHE[cache_key](*args)
   zero = jnp.float32(0.0)
-  return HDPState(params=params, opt_state=_optimizer(hp).init(params),
-                  key=jax.random.key_data(key), step=jnp.int32(0), baseline=zero,
-                  spread=zero, baseline_weight=zero, best_objective=jnp.float32(jnp.inf),
-                  best_placement=jnp.zeros(np_, jnp.int32),
-                  best_groups=jnp.zeros(np_, jnp.int32), best_step=jnp.int32(-1),
-                  best_feasible=jnp.bool_(False),
-                  reward_mean=zero, objective_mean=zero, feasible_share=zero,
-                  entropy_group=zero, entropy_place=zero, groups_used=zero)
+  return sharding_lib.put_replicated(HDPState(  # on every device: simulator.sharding
+      params=params, opt_state=_optimizer(hp).init(params),
+      key=jax.random.key_data(key), step=jnp.int32(0), baseline=zero,
+      spread=zero, baseline_weight=zero, best_objective=jnp.float32(jnp.inf),
+      best_placement=jnp.zeros(np_, jnp.int32),
+      best_groups=jnp.zeros(np_, jnp.int32), best_step=jnp.int32(-1),
+      best_feasible=jnp.bool_(False),
+      reward_mean=zero, objective_mean=zero, feasible_share=zero,
+      entropy_group=zero, entropy_place=zero, groups_used=zero))
 
 
 def _entropy(logits):
@@ -204,7 +206,14 @@ def _update(state: HDPState, data: HDPData, model: HDPModel, hp: Hyper) -> HDPSt
       sample, state.params, has_aux=True)
   placement = jnp.where(mask[None], jnp.take_along_axis(devices, groups, -1), 0)  # (K, Np)
   prio = jnp.broadcast_to(data.priority, (k, np_))
-  res = simulate_padded(data.graph, data.topology, placement, prio)
+  # the K placements split across every device of the run (padded to a multiple of their
+  # count with copies of the first, sliced off): simulator.sharding
+  sharding = sharding_lib.batch_sharding()
+  width = sharding_lib.padded_batch(k, sharding)
+  res = sharding_lib.map_batch(
+      simulate_padded, sharding, (data.graph, data.topology),
+      (sharding_lib.pad_rows(placement, width), sharding_lib.pad_rows(prio, width)))
+  res = jax.tree_util.tree_map(lambda x: x[:k], res)
   obj = objectives.get_objective(hp.objective).value(
       res.makespan, res.peak_memory, res.oom, data.topology.mem_capacity,
       data.upper_bound).astype(jnp.float32)  # (K,)

@@ -53,9 +53,10 @@ bucket, objective, options). The graph, topology, upper bound, PRNG key and the 
 are traced arguments, and the scan length is the number of steps rounded up to a power of two
 (steps past the real count are skipped with `lax.cond`), so other graphs of the same bucket,
 other seeds and most other budgets reuse the executable, and generations never retrace.
-Where several local devices exist (`simulator.runtime.configure_cpu_devices` makes CPU cores
-devices) and they divide the batch, each step's simulator batch is split across them (same
-results, measured: about 1.1-1.3x faster on the shared, loaded 2-core machine).
+Where several devices exist (`simulator.runtime.configure_cpu_devices` makes CPU cores devices;
+`go_jax.distributed.initialize` joins several processes' devices) and they divide the batch,
+each step's simulator batch is split across them (`simulator.sharding`; the same answer as on
+one device, tests/test_sharding.py; speed: experiments/bench_sharding.py).
 
 Randomness: deterministic per seed. The loops draw from JAX's "rbg" PRNG (XLA's
 RngBitGenerator) keyed with `problem.seed` rather than from `problem.key` (threefry): threefry's
@@ -79,7 +80,8 @@ from go_jax.methods import Problem, Proposal, register
 from go_jax.methods import list_scheduling  # noqa: F401  registers brkga_seeded's default seeds
 from go_jax.methods.simple import contiguous_split
 from simulator.padding import PaddedGraph, bucket
-from simulator.simulate import batch_sharding, padded, simulate_padded
+from simulator import sharding as sharding_lib
+from simulator.simulate import padded, simulate_padded
 from simulator.topology import Topology
 
 NUM_SEEDS = 3  # heuristic actions that `seed_heuristics` injects (fixed: shapes never change)
@@ -107,21 +109,20 @@ def _step_bucket(steps: int) -> int:
 
 
 def _batch_sharding(batch: int):
-  """The simulator's batch split across local devices (e.g. CPU cores exposed as devices by
-  `simulator.runtime.configure_cpu_devices`), or None: one device, or uneven split."""
-  sharding = batch_sharding()
-  return sharding if sharding is not None and batch % sharding.mesh.size == 0 else None
+  """The simulator's batch split across every device of the run (CPU cores exposed by
+  `simulator.runtime.configure_cpu_devices`, every process's devices after
+  `go_jax.distributed.initialize`), or None: one device, or uneven split."""
+  return sharding_lib.batch_sharding(batch)
 
 
 def _objective_values(pg: PaddedGraph, topo: Topology, place, prio, kind: str, ub,
                       sharding=None):
   """(B,) objective of B actions (placement (B, Np) int, priority (B, Np) float); traceable.
 
-  With a `sharding` the batch is split across devices inside the jitted loop."""
-  if sharding is not None:
-    place = jax.lax.with_sharding_constraint(place, sharding)
-    prio = jax.lax.with_sharding_constraint(prio, sharding)
-  res = simulate_padded(pg, topo, place, prio)
+  With a `sharding` the batch is split across devices inside the jitted loop; the actions are
+  drawn replicated and each device simulates its part (`simulator.sharding.map_batch`), so
+  the search is the same on any device count."""
+  res = sharding_lib.map_batch(simulate_padded, sharding, (pg, topo), (place, prio))
   return objectives.get_objective(kind).value(res.makespan, res.peak_memory, res.oom,
                                               topo.mem_capacity, ub)
 

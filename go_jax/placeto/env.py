@@ -48,6 +48,7 @@ from go_jax.placeto.model import GroupGraph, PlacetoPolicy, apply_states
 from simulator.coarsen import Coarsened, coarsen
 from simulator.graph import CompGraph, upward_rank
 from simulator.padding import PaddedGraph, bucket, choose_chunk, pad_graph
+from simulator import sharding as sharding_lib
 from simulator.simulate import simulate_padded
 from simulator.topology import Topology
 
@@ -289,14 +290,18 @@ def build(graphs: Sequence[CompGraph], topologies: Sequence[Topology], groups: i
 # ------------------------------------------------------------------ jitted side
 def evaluate(batch: Instances, group_placement, objective: str):
   """(G, B) objectives of (G, B, Mp) group placements: every op takes its group's device,
-  one vmapped call of the padded simulator for all G x B placements."""
+  one vmapped call of the padded simulator for all G x B placements; the B placements of a
+  graph are split across every device of the run where B divides evenly
+  (`simulator.sharding`)."""
   value_fn = objectives.get_objective(objective).value
+  sharding = sharding_lib.batch_sharding(group_placement.shape[1])
 
   def one(inst: Instances, gp):
     place = jnp.take(gp, inst.group_of, axis=-1)  # (B, Np)
     place = jnp.where(inst.sim.node_mask, place, 0)
     prio = jnp.broadcast_to(inst.priority, place.shape)
-    res = simulate_padded(inst.sim, inst.topology, place, prio)
+    res = sharding_lib.map_batch(simulate_padded, sharding, (inst.sim, inst.topology),
+                                 (place, prio))
     return value_fn(res.makespan, res.peak_memory, res.oom, inst.topology.mem_capacity,
                     inst.upper_bound).astype(jnp.float32)
 

@@ -142,18 +142,22 @@ def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, ki
   pg, topo: stacked instances (leading axis G, one padded size and device count); keys (G,)
   PRNG keys (one BRKGA seed per instance, shared by its R runs: common random numbers, since
   the key is not batched over runs); ub (G,) upper bounds; guides: Guide fields (G, R, ...).
+  Each generation's population is split across every device of the run, as in `search`
+  (`simulator.sharding`; G and R stay whole on each device).
   """
   np_ = pg.cost.shape[-1]
   d = topo.speed.shape[-1]
   seed_keys = jnp.zeros((evolution.NUM_SEEDS, np_, d + 1), jnp.float32)
   seed_mask = jnp.zeros((evolution.NUM_SEEDS,), bool)
+  sharding = evolution._batch_sharding(population - elites)  # pylint: disable=protected-access
 
   def instance(pg_i, topo_i, key_i, ub_i, guides_i):
     def run(guide):
       pop, _ = evolution._brkga_run(  # pylint: disable=protected-access
           pg_i, topo_i, key_i, ub_i, jnp.int32(generations), seed_keys, seed_mask,
           kind=kind, population=population, elites=elites, mutants=mutants,
-          elite_bias=elite_bias, scan_len=generations, guide=guide)
+          elite_bias=elite_bias, scan_len=generations, guide=guide,
+          sharding=sharding)
       return pop.fitness[0]
     return jax.vmap(run)(guides_i)
 

@@ -42,6 +42,7 @@ from go_jax.training import logging as train_logging
 from go_jax.training import loop, runner
 from go_jax.training import trainers
 from go_jax.training.state import SCHEDULES
+from simulator import sharding as sharding_lib
 from simulator.padding import bucket, choose_chunk, pad_graph
 
 CURVE_NAME = "regal_curve.png"
@@ -269,10 +270,10 @@ class Trainer:
     if params is None:
       params = jax.jit(self.module.init)(k_init, feats)
     n = int(self.data.upper_bound.shape[0])
-    return RegalState(params=params, opt_state=_optimizer(self.hp).init(params),
-                      key=jax.random.key_data(key), step=jnp.int32(0),
-                      reward_ema=jnp.zeros(n, jnp.float32),
-                      reward_ema_weight=jnp.zeros(n, jnp.float32))
+    return sharding_lib.put_replicated(RegalState(  # on every device: simulator.sharding
+        params=params, opt_state=_optimizer(self.hp).init(params),
+        key=jax.random.key_data(key), step=jnp.int32(0), reward_ema=jnp.zeros(n, jnp.float32),
+        reward_ema_weight=jnp.zeros(n, jnp.float32)))
 
   def update_chunk(self, state: RegalState):
     return update_chunk(state, self.data, module=self.module, hp=self.hp)

@@ -14,7 +14,9 @@ restored state continues bit-exactly. One update:
 2. runs the policy ONCE per graph (vmapped over G) and samples K actions per graph from that one
    pass, plus the greedy (most likely) action, which is scored but not trained on;
 3. simulates all G x (K + 1) actions inside the same jit: one `simulate_padded` call per graph,
-   batched over its K + 1 actions (`rollout.per_graph`); objective per docs/design.md section 5;
+   batched over its K + 1 actions (`rollout.per_graph`; split over every device of the run,
+   `simulator.sharding`, as is each minibatch's slice of K in step 5: XLA sums the devices'
+   parts of the loss); objective per docs/design.md section 5;
    reward = -sqrt(objective / reference) per graph;
 4. advantage = reward minus a baseline (`config.advantage`, `rollout.ADVANTAGES`; default
    "leave_one_out": the mean of the graph's other K - 1 samples, which needs no learned value),
@@ -48,6 +50,7 @@ from go_jax.training import rollout
 from go_jax.training.problems import FeatureFn, Problems, TrainData, build_problems
 from go_jax.training.state import (HParams, TrainState, check_hparams, hparams_from_config,
                                    learning_rate_schedule, make_optimizer)
+from simulator import sharding as sharding_lib
 from simulator.graph import CompGraph
 from simulator.topology import Topology
 
@@ -102,8 +105,14 @@ def _optimise(state: TrainState, key, module, hp: HParams, task, data: TrainData
   size = hp.samples // m
   grad_fn = jax.value_and_grad(_loss, has_aux=True)
 
+  # the minibatch's samples split across devices (axis 1 of (G, size, ...)): XLA sums the
+  # per-device parts of the loss's means, so the gradient is the one device's up to float32
+  # reduction order
+  sharding = sharding_lib.batch_sharding(size)
+
   def minibatch(carry: _OptCarry, idx):
-    part = jax.tree_util.tree_map(lambda x: x[:, idx], batch)
+    part = sharding_lib.split(jax.tree_util.tree_map(lambda x: x[:, idx], batch), sharding,
+                              axis=1)
     (loss, aux), grads = grad_fn(carry.params, module, hp, task, data, part)
     updates, opt_state = opt.update(grads, carry.opt_state, carry.params)
     aux = dict(aux, loss=loss, grad_norm=optax.tree.norm(grads))
@@ -265,7 +274,7 @@ class Trainer:
       feats = jax.tree_util.tree_map(lambda x: x[0], self.data.feats)
       params = _init_params(self.policy.module, k_init, feats)
     n, np_ = self.problems.num_instances, self.problems.num_nodes_padded
-    return TrainState(
+    return sharding_lib.put_replicated(TrainState(  # on every device: simulator.sharding
         params=params, opt_state=make_optimizer(self.hp).init(params),
         key=jax.random.key_data(key), step=jnp.int32(0),
         reward_ema=jnp.zeros(n, jnp.float32), reward_ema_weight=jnp.zeros(n, jnp.float32),
@@ -273,7 +282,7 @@ class Trainer:
         best_placement=jnp.zeros((n, np_), jnp.int32),
         best_priority=jnp.zeros((n, np_), jnp.float32),
         best_fuse=(jnp.zeros((n, np_), bool) if rollout.get_task(self.hp.task).learns_fusion
-                   else None))
+                   else None)))
 
   def update_chunk(self, state: TrainState) -> Tuple[TrainState, Dict[str, jnp.ndarray]]:
     return update_chunk(state, self.data, module=self.policy.module, hp=self.hp)

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from go_jax import objectives
 from go_jax.policies.types import PolicyOutput
 from go_jax.training.problems import TrainData
+from simulator import sharding as sharding_lib
 from simulator.simulate import simulate_padded
 
 
@@ -198,16 +199,25 @@ def per_graph(fn: Callable, *args):
 
 
 def simulate_actions(objective: str, task: Task, data: TrainData, actions: Actions,
-                     simulate_fn: Callable = simulate_padded) -> Outcome:
-  """Simulates all G x K actions within one jitted computation (`per_graph`)."""
+                     simulate_fn: Callable = simulate_padded, shard: bool = True) -> Outcome:
+  """Simulates all G x K actions within one jitted computation (`per_graph`).
+
+  With `shard` and several devices, each graph's K actions are split across all of them and
+  each device simulates its part (`simulator.sharding.map_batch`; K is padded to a multiple of
+  the device count with copies of the first action, sliced off after); the actions themselves
+  are drawn replicated, so the outcome is the one device's."""
   value_fn = objectives.get_objective(objective).value
   place, prio = to_simulator(task, data, actions)
   fuse = to_fuse(task, data, actions)
+  k = place.shape[1]
+  sharding = sharding_lib.batch_sharding() if shard else None
+  width = sharding_lib.padded_batch(k, sharding)
 
-  def one_graph(pg, topo, ub, pl, pr, *fu):
-    res = simulate_fn(pg, topo, pl, pr, *fu)
+  def one_graph(pg, topo, ub, *batch):
+    batch = tuple(sharding_lib.pad_rows(x, width) for x in batch)
+    res = sharding_lib.map_batch(simulate_fn, sharding, (pg, topo), batch)
     obj = value_fn(res.makespan, res.peak_memory, res.oom, topo.mem_capacity, ub)
-    return obj.astype(jnp.float32), res.oom
+    return obj.astype(jnp.float32)[:k], res.oom[:k]
 
   extra = () if fuse is None else (fuse,)
   obj, oom = per_graph(one_graph, data.graph, data.topology, data.upper_bound, place, prio,

@@ -1,0 +1,188 @@
+"""Batched search and training split across devices (simulator.sharding): the same answers.
+
+`workloads()` runs tiny versions of the sharded paths (BRKGA; PPO updates with K + 1 = 9
+simulations padded to 10 and minibatches of 4 split in 2; on request (NAMES) SA, HDP and a
+REGAL update, whose guided BRKGA searches split their populations under vmap) and returns
+their results. The tests run it here (one CPU device: the unsharded program), in a child
+process with 2 CPU devices (`configure_cpu_devices`; the count is fixed when JAX starts, hence
+the process) and in 2 processes of one CPU device each joined by `go_jax.distributed` (BRKGA
+only, to keep the file's time down), all started first so they run at once, and compare:
+integer results (placements, device choices) and objectives exactly, float32 parameters after
+gradient steps to a relative 1e-5 (the sharded loss sums its per-device parts, another
+reduction order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RTOL = 1e-5  # float32 results that pass through a reduction over the split batch
+# What the 1- and 2-device runs compare: BRKGA and PPO by default (about 25 s of CPU for the 4
+# processes on the 2-core machine); GO_JAX_TEST_SHARDING=all adds SA, HDP and a REGAL update
+# (about 30 s more; all pass as of this commit).
+NAMES = ("brkga", "ppo") + (("sa", "hdp", "regal")
+                            if os.environ.get("GO_JAX_TEST_SHARDING") == "all" else ())
+
+
+def _leaves(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  return [np.asarray(x, np.float64).ravel().tolist()
+          for x in jax.tree_util.tree_leaves(jax.device_get(tree))]
+
+
+def workloads(names=("brkga", "ppo")):
+  """{name: {field: list}} of the tiny sharded paths `names` (JSON-able, to cross processes)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from go_jax import methods
+  from go_jax.regal import trainer as regal_trainer
+  from tests import test_regal, test_training
+  from tests.test_simulate import random_instance
+
+  out = {"devices": len(jax.devices()), "processes": jax.process_count()}
+  g, topo, _, _ = random_instance(3, 30, 3)
+  for name, kw in (("brkga", dict(population=20)), ("sa", dict(chains=8))):
+    if name in names:
+      sol = methods.solve(name, g, topo, seed=1, budget=48, **kw)
+      curve = sol.info.get("best_per_generation", sol.info.get("best_per_step"))
+      out[name] = dict(placement=np.asarray(sol.placement).tolist(),
+                       priority=np.asarray(sol.priority).tolist(), curve=list(curve),
+                       objective=sol.objective)
+  if "hdp" in names:
+    sol = methods.solve("hdp", g, topo, seed=2, budget=2 * 5, samples=5, groups=4)
+    out["hdp"] = dict(placement=np.asarray(sol.placement).tolist(), objective=sol.objective)
+  if "ppo" in names:  # K + 1 = 9 simulations per update, padded to 10 on 2 devices
+    trainer = test_training.toy_trainer(samples=8, updates_per_call=2, updates=2,
+                                        minibatches=2)
+    state, metrics = trainer.update_chunk(trainer.init(0))
+    out["ppo"] = dict(best_placement=np.asarray(state.best_placement).tolist(),
+                      best_objective=np.asarray(state.best_objective).tolist(),
+                      ratio_mean=np.asarray(metrics["ratio_mean"]).tolist(),
+                      params=_leaves(state.params))
+  if "regal" in names:
+    cfg = test_regal.config(updates=1)
+    cfg.updates_per_call, cfg.checkpoint_every, cfg.graphs_per_update = 1, 1, 2
+    cfg.brkga.evaluations = 32
+    graphs, topos, names_ = test_regal.instances()
+    rt = regal_trainer.make_train(cfg, graphs[:2], topos[:2], names_[:2])
+    state, metrics = rt.update_chunk(rt.init(0))
+    out["regal"] = dict(guided_objective_ratio=np.asarray(metrics["guided_objective_ratio"])
+                        .tolist(), reward_mean=np.asarray(metrics["reward_mean"]).tolist(),
+                        params=_leaves(state.params))
+  return out
+
+
+_CHILD = r"""
+import json, sys
+from simulator.runtime import configure_cpu_devices
+configure_cpu_devices(2)
+from tests.test_sharding import NAMES, workloads
+print("RESULT " + json.dumps(workloads(NAMES)))
+"""
+
+# One of 2 processes on localhost (1 CPU device each) joined by go_jax.distributed: a global
+# mesh of 2 devices over 2 processes.
+_PROCESS = r"""
+import json, sys
+from go_jax import distributed
+distributed.initialize(f"localhost:{sys.argv[1]}", 2, int(sys.argv[2]))
+from tests.test_sharding import workloads
+print("RESULT " + json.dumps(workloads(("brkga",))))
+"""
+
+
+def child_result(proc):
+  """The RESULT line of a child started by `start_child`."""
+  proc.wait(timeout=600)
+  proc.log.seek(0)
+  text = proc.log.read()
+  proc.log.close()
+  assert proc.returncode == 0, text[-3000:]
+  line = [x for x in text.splitlines() if x.startswith("RESULT ")][-1]
+  return json.loads(line[len("RESULT "):])
+
+
+def start_child(code, *args):
+  """A child writing to a temporary file, not a pipe: a pipe that nobody reads while this
+  process computes would fill up with the children's log lines and block them (and their
+  partner process in a collective)."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", PYTHONPATH=REPO)
+  log = tempfile.TemporaryFile("w+")
+  proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, env=env, stdout=log,
+                          stderr=subprocess.STDOUT, text=True)
+  proc.log = log
+  return proc
+
+
+def assert_same(one, two, exact=("placement", "priority", "curve", "objective",
+                                 "best_placement", "best_objective")):
+  for name in sorted(set(two) - {"devices", "processes"}):
+    for field, value in one[name].items():
+      other = two[name][field]
+      if field in exact:
+        assert value == other, (name, field)
+      else:
+        np.testing.assert_allclose(np.concatenate([np.ravel(v) for v in value]) if
+                                   field == "params" else value,
+                                   np.concatenate([np.ravel(v) for v in other]) if
+                                   field == "params" else other,
+                                   rtol=RTOL, atol=1e-7, err_msg=f"{name}.{field}")
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results():
+  """(one device here, two local devices in a child, two processes), computed side by side."""
+  import jax  # pylint: disable=g-import-not-at-top
+  port = str(free_port())
+  procs = [start_child(_CHILD)] + [start_child(_PROCESS, port, str(i)) for i in range(2)]
+  try:
+    here = workloads(NAMES)
+  except BaseException:
+    for proc in procs:
+      proc.kill()
+    raise
+  assert here["devices"] == len(jax.devices()) == 1
+  return here, [child_result(proc) for proc in procs]
+
+
+def test_two_devices_give_the_one_device_answers(results):
+  one, (two, *_) = results
+  assert (two["devices"], two["processes"]) == (2, 1)
+  assert_same(one, two)
+
+
+def test_two_processes_give_the_one_process_answers(results):
+  one, (_, *procs) = results
+  for other in procs:
+    assert (other["devices"], other["processes"]) == (2, 2)
+    assert_same(one, other)
+
+
+def test_batch_sharding_rules():
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
+  from simulator import sharding
+  devices = jax.devices()[:1] * 1
+  assert sharding.batch_sharding(devices=devices) is None  # one device: nothing changes
+  assert sharding.num_parts(None) == 1 and sharding.padded_batch(9, None) == 9
+  x = jnp.arange(6).reshape(3, 2)
+  assert sharding.split(x, None) is x and sharding.replicate(x, None) is x
+  np.testing.assert_array_equal(sharding.pad_rows(x, 5), [[0, 1], [2, 3], [4, 5], [0, 1],
+                                                           [0, 1]])
+  np.testing.assert_array_equal(sharding.pad_rows(x.T, 4, axis=1), [[0, 2, 4, 0], [1, 3, 5, 1]])
