@@ -155,3 +155,80 @@ def brute_force(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequen
     cost += np.where(first, transfer_table(src, x, space.out_bytes[u], k), 0.0).sum(1)
   best = int(np.argmin(cost))
   return SearchResult(grid[best].copy(), float(cost[best]), True, int(grid.shape[0]))
+
+
+def recursive_dp(graph: CompGraph, space2: StrategySpace, m: int, partition: bool = True,
+                 beam: int = 256, seed: int = 0) -> SearchResult:
+  """Tofu's recursive bisection (section 4 of the paper) for 2^m workers: the k = 2 `dp` run m
+  times; at level l every op may take the options of `space2` (the k = 2 space) that keep its
+  tensors divisible after the earlier levels' splits (`levels.level_allowed`; with `partition`
+  replicate only where nothing else is), and a tensor's bytes are its producer's shape halved by
+  its earlier S levels, counted 2^l times (one k = 2 problem per group of workers).
+  The result's `comm_bytes` is the exact `levels.comm_bytes` of the (N, m) strategy (the DP's
+  objective, `levels.level_objective`, is an upper bound on it); `exact`: no level's beam
+  overflowed."""
+  from simulator.partition import levels
+  if space2.k != 2:
+    raise ValueError(f"recursive_dp takes the k = 2 space, got degree {space2.k}")
+  prefix = np.zeros((graph.num_nodes, 0), np.int64)
+  exact, most = True, 1
+  for level in range(m):
+    allow = levels.level_allowed(space2, prefix, partition)
+    halved = np.array([sum(1 for o in prefix[v] if space2.ops[v].options[o].out >= 2)
+                       for v in range(graph.num_nodes)], np.float64)
+    scaled = dataclasses.replace(space2, out_bytes=space2.out_bytes * 2.0**level / 2.0**halved)
+    res = dp(graph, scaled, allow, beam=beam, seed=seed)
+    exact &= res.exact
+    most = max(most, res.states)
+    prefix = np.column_stack([prefix, res.strategy])
+  return SearchResult(prefix, levels.comm_bytes(space2, prefix), exact, most)
+
+
+def brute_force_levels(graph: CompGraph, space2: StrategySpace, m: int, partition: bool = True,
+                       limit: int = 200_000) -> SearchResult:
+  """The exact minimum of `levels.comm_bytes` over every multi-level strategy of 2^m workers
+  whose levels each take `levels.level_allowed` options (the choices of `recursive_dp`)."""
+  import itertools
+  from simulator.partition import levels
+  n = graph.num_nodes
+  per_op = []
+  for v in range(n):
+    tuples = [()]
+    for _ in range(m):
+      nxt = []
+      for t in tuples:
+        pre = np.zeros((n, len(t)), np.int64)
+        pre[v] = t
+        ok = levels.level_allowed(space2, pre, partition)[v]
+        nxt += [t + (int(o),) for o in ok]
+      tuples = nxt
+    per_op.append(tuples)
+  total = int(np.prod([len(t) for t in per_op], dtype=np.float64))
+  if total > limit:
+    raise ValueError(f"brute force over {total} multi-level assignments of '{graph.name}' "
+                     f"exceeds the limit of {limit}; use a smaller graph")
+  out_lays = [[tuple(space2.ops[v].options[o].out for o in t) for t in per_op[v]]
+              for v in range(n)]
+  in_lays = [[[tuple(space2.ops[v].options[o].ins[p] for o in t) for t in per_op[v]]
+              for p in range(len(space2.ops[v].inputs))] for v in range(n)]
+  readers = {}
+  for v, op in enumerate(space2.ops):
+    for p, u in enumerate(op.inputs):
+      readers.setdefault(u, []).append((v, p))
+  best, best_cost = None, np.inf
+  for combo in itertools.product(*[range(len(t)) for t in per_op]):
+    cost = 0.0
+    for u, rs in readers.items():
+      xs = []
+      for v, p in rs:
+        x = in_lays[v][p][combo[v]]
+        if x not in xs:
+          xs.append(x)
+      cost += space2.out_bytes[u] * levels.producer_fraction(out_lays[u][combo[u]],
+                                                             tuple(sorted(xs)), m)
+      if cost >= best_cost:
+        break
+    if cost < best_cost:
+      best, best_cost = combo, cost
+  strat = np.array([per_op[v][best[v]] for v in range(n)], np.int64).reshape(n, m)
+  return SearchResult(strat, float(best_cost), True, total)
