@@ -226,6 +226,10 @@ def test_multi_level_expansion_adds_up_and_recursive_tofu():
   assert rec.graph.num_nodes >= 4 * g.num_nodes and rec.info["degree"] == 4
   assert rec.info["comm_bytes"] == pytest.approx(levels.comm_bytes(space, rec.info["strategy"]))
   assert one.info["strategy"].shape == (g.num_nodes,) and not one.info["recursive"]
+  lifted = levels.lift(programs.space_for(g, 4), space, one.info["strategy"], 2)
+  assert levels.comm_bytes(space, lifted) == pytest.approx(one.info["comm_bytes"])
+  assert rec.info["comm_bytes"] <= one.info["comm_bytes"] + 1e-6
+  assert search.coarsen_ties(space)  # tanh and the elementwise chains join their producers
   from go_jax import partition_table
   fn, args = partition_table._programs()["grid"]
   grid = programs.program_graph(fn, *args, name="grid")

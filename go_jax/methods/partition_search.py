@@ -19,7 +19,7 @@ assignment (vectorised) for graphs of a few ops.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -60,13 +60,48 @@ def _allowed(space: StrategySpace, allowed) -> List[np.ndarray]:
   return out
 
 
+def coarsen_ties(space: StrategySpace) -> Dict[int, Tuple[int, np.ndarray]]:
+  """Tofu's coarsening (paper section 5), by a conservative rule: an elementwise op whose node
+  inputs all come from one producer of its own shape joins that producer's group, so it takes
+  the partition of its producer: {member: (producer, (options of producer,) member option
+  whose output and inputs have the producer's output layout, -1 where there is none, e.g. a
+  partial sum)}. Chains of such ops form one group; `dp` follows the ties."""
+  ties: Dict[int, Tuple[int, np.ndarray]] = {}
+  for v, op in enumerate(space.ops):
+    if op.kind != "elementwise" or not op.inputs or len(set(op.inputs)) != 1:
+      continue
+    u = op.inputs[0]
+    if not op.shape or space.ops[u].shape != op.shape:
+      continue
+    table = np.full(len(space.ops[u].options), -1, np.int64)
+    for a, ou in enumerate(space.ops[u].options):
+      for b, ov in enumerate(op.options):
+        if ov.out == ou.out and all(x == ou.out for x in ov.ins):
+          table[a] = b
+          break
+    if (table >= 0).any():
+      ties[v] = (u, table)
+  return ties
+
+
 def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = None,
-       beam: int = 256, seed: int = 0) -> SearchResult:
+       beam: int = 256, seed: int = 0,
+       ties: Optional[Dict[int, Tuple[int, np.ndarray]]] = None,
+       tables: Optional[Dict[Tuple[int, int], np.ndarray]] = None,
+       groups: Optional[Dict[Tuple[int, int], int]] = None) -> SearchResult:
   """Tofu's dynamic program over the topological order (module docstring).
 
   Args:
     allowed: per op, the option ids it may take (None: all).
     beam: the most states kept at a cut.
+    ties: `coarsen_ties`: a member op takes the option its producer's option maps to (where
+      that is allowed; free where it maps to -1), so the DP branches once per group.
+    tables: {(consumer, input position): (layouts, layouts) bytes of delivering the producer's
+      output layout (row) as the needed layout (column)} replacing `transfer_table` (the
+      recursive DP's exact per-level costs).
+    groups: {(consumer, input position): bit offset}: readers of one producer share a
+      delivered layout only within one offset (the recursive DP's readers whose earlier
+      levels' needs differ do not share).
   """
   n, k = graph.num_nodes, space.k
   out_lay, in_lay = _tables(space)
@@ -93,15 +128,24 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
     inputs = space.ops[v].inputs
     for p, u in enumerate(inputs):
       x = in_lay[v][choices, p]  # (c,) layout needed of u
+      shift = groups.get((v, p), 0) if groups else 0
       src = out_lay[u][opt[:, u]]  # (b,)
-      fresh = ((paid[:, u, None] >> x[None, :]) & 1) == 0
+      fresh = ((paid[:, u, None] >> (x[None, :] + shift)) & 1) == 0
       dup = np.zeros(c, bool)  # an earlier input position of v already asked u for x
       for q in range(p):
-        if inputs[q] == u:
+        if inputs[q] == u and (groups.get((v, q), 0) if groups else 0) == shift:
           dup |= in_lay[v][choices, q] == x
-      charge = transfer_table(src[:, None], x[None, :], space.out_bytes[u], k)
+      if tables is not None and (v, p) in tables:
+        charge = tables[(v, p)][src[:, None], x[None, :]]
+      else:
+        charge = transfer_table(src[:, None], x[None, :], space.out_bytes[u], k)
       cand += np.where(fresh & ~dup[None, :], charge, 0.0)
-      new_bits[u] = new_bits.get(u, 0) | (np.int64(1) << x)
+      new_bits[u] = new_bits.get(u, 0) | (np.int64(1) << (x + shift))
+    if ties and v in ties:
+      u, table = ties[v]
+      want = table[opt[:, u]]  # (b,) the option the group gives v, -1: free
+      hit = choices[None, :] == want[:, None]
+      cand = np.where(hit | ~hit.any(1, keepdims=True), cand, np.inf)
     rows, cols = np.divmod(np.arange(b * c), c)
     flat = cand.reshape(-1)
     # State key after the step: live ops' options' layouts and paid masks.
@@ -114,6 +158,7 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
         paid_live[:, live == u] |= bits[cols][:, None]
     key = lay_live @ salt[0, live] + paid_live @ salt[1, live]  # wraps: a hash
     idx = np.lexsort((np.arange(b * c), flat))
+    idx = idx[np.isfinite(flat[idx])]
     _, first = np.unique(key[idx], return_index=True)
     keep = idx[np.sort(first)]
     keep = keep[np.argsort(flat[keep], kind="stable")]
@@ -158,15 +203,21 @@ def brute_force(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequen
 
 
 def recursive_dp(graph: CompGraph, space2: StrategySpace, m: int, partition: bool = True,
-                 beam: int = 256, seed: int = 0) -> SearchResult:
+                 beam: int = 256, seed: int = 0, coarsen: bool = False) -> SearchResult:
   """Tofu's recursive bisection (section 4 of the paper) for 2^m workers: the k = 2 `dp` run m
   times; at level l every op may take the options of `space2` (the k = 2 space) that keep its
   tensors divisible after the earlier levels' splits (`levels.level_allowed`; with `partition`
-  replicate only where nothing else is), and a tensor's bytes are its producer's shape halved by
-  its earlier S levels, counted 2^l times (one k = 2 problem per group of workers).
-  The result's `comm_bytes` is the exact `levels.comm_bytes` of the (N, m) strategy (the DP's
-  objective, `levels.level_objective`, is an upper bound on it); `exact`: no level's beam
-  overflowed."""
+  replicate only where nothing else is).
+  Level costs: Tofu's paper counts level l as 2^l k = 2 problems on halved shapes
+  (`levels.level_objective`), which misjudges conversions whose earlier levels differ (a
+  (S0, S1) -> (S1, S1) conversion moves 3/4 of the tensor, not 1/2). Here the cost of an edge at
+  level l is the exact marginal: the exact bytes (`levels.producer_fraction`) of the producer's
+  and consumer's layouts so far with level l's layouts repeated on the remaining levels, less
+  the same with level l - 1's repeated; the levels' costs telescope to the exact bytes of the
+  final strategy (up to consumers sharing a layout), and level 0 is the one-shot degree-k DP
+  (an option that cannot repeat, a dim too small, is costed as if it could: optimistic).
+  The result's `comm_bytes` is the exact `levels.comm_bytes` of the (N, m) strategy; `exact`:
+  no level's beam overflowed; `coarsen`: every level's DP follows `coarsen_ties`."""
   from simulator.partition import levels
   if space2.k != 2:
     raise ValueError(f"recursive_dp takes the k = 2 space, got degree {space2.k}")
@@ -174,10 +225,9 @@ def recursive_dp(graph: CompGraph, space2: StrategySpace, m: int, partition: boo
   exact, most = True, 1
   for level in range(m):
     allow = levels.level_allowed(space2, prefix, partition)
-    halved = np.array([sum(1 for o in prefix[v] if space2.ops[v].options[o].out >= 2)
-                       for v in range(graph.num_nodes)], np.float64)
-    scaled = dataclasses.replace(space2, out_bytes=space2.out_bytes * 2.0**level / 2.0**halved)
-    res = dp(graph, scaled, allow, beam=beam, seed=seed)
+    tables, groups = _level_tables(space2, prefix, allow, m)
+    res = dp(graph, space2, allow, beam=beam, seed=seed,
+             ties=coarsen_ties(space2) if coarsen else None, tables=tables, groups=groups)
     exact &= res.exact
     most = max(most, res.states)
     prefix = np.column_stack([prefix, res.strategy])
@@ -232,3 +282,37 @@ def brute_force_levels(graph: CompGraph, space2: StrategySpace, m: int, partitio
       best, best_cost = combo, cost
   strat = np.array([per_op[v][best[v]] for v in range(n)], np.int64).reshape(n, m)
   return SearchResult(strat, float(best_cost), True, total)
+
+
+def _level_tables(space2: StrategySpace, prefix: np.ndarray, allow, m: int):
+  """({(v, p): (L, L) float} exact marginal bytes of each edge at the next level (see
+  `recursive_dp`), over layout ids 0..L-1; {(v, p): bit offset} one per distinct earlier need
+  of a producer (readers with different earlier needs never share a delivery))."""
+  from simulator.partition import levels
+  level = prefix.shape[1]
+  outs = [[space2.ops[v].options[o].out for o in prefix[v]] for v in range(len(space2.ops))]
+  width = 2 + max([len(op.shape) for op in space2.ops] + [max(
+      (x - 2 for o in op.options for x in (o.out,) + o.ins if x >= 2), default=0) + 1
+      for op in space2.ops])
+  tables, groups, seen = {}, {}, {}
+  fresh = 64 // width
+  for v, op in enumerate(space2.ops):
+    for p, u in enumerate(op.inputs):
+      need = [space2.ops[v].options[o].ins[p] for o in prefix[v]]
+      lp, xp = tuple(outs[u]), tuple(need)
+      ids = seen.setdefault(u, {})
+      ids.setdefault(xp, len(ids))
+      if ids[xp] < fresh:
+        groups[(v, p)] = ids[xp] * width
+      else:  # more distinct needs than bits: this reader never shares (a unique offset)
+        groups[(v, p)] = (fresh - 1) * width
+      rest = m - level
+      base = 0.0
+      if level:
+        base = levels.producer_fraction(lp + (lp[-1],) * rest, (xp + (xp[-1],) * rest,), m)
+      t = np.zeros((width, width))
+      for a in {int(space2.ops[u].options[o].out) for o in allow[u]}:
+        for x in {int(space2.ops[v].options[o].ins[p]) for o in allow[v]}:
+          t[a, x] = levels.producer_fraction(lp + (a,) * rest, (xp + (x,) * rest,), m) - base
+      tables[(v, p)] = t * space2.out_bytes[u]
+  return tables, groups

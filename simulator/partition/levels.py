@@ -249,3 +249,19 @@ def level_objective(space: StrategySpace, strategy) -> float:
         total += 2**level * transfer_bytes(out[u][level], x[level],
                                            space.out_bytes[u] / 2**halved, 2)
   return total
+
+
+def lift(space_k: StrategySpace, space2: StrategySpace, strategy, m: int) -> np.ndarray:
+  """The (N, m) multi-level strategy equal to a 1-level strategy of degree k = 2^m: every op's
+  option repeated at all m levels (S<d> over k workers = S<d> at every level, P = P at every
+  level; `comm_bytes` of the two agree). ValueError if an option has no k = 2 counterpart."""
+  s = np.asarray(strategy, np.int64)
+  out = np.zeros((len(space_k.ops), m), np.int64)
+  for v, (opk, op2) in enumerate(zip(space_k.ops, space2.ops)):
+    o = opk.options[int(s[v])]
+    key = (o.out, o.ins, o.leaves)
+    ids = [i for i, x in enumerate(op2.options) if (x.out, x.ins, x.leaves) == key]
+    if not ids:
+      raise ValueError(f"op {v}: option {o.name} of degree {space_k.k} has no k = 2 counterpart")
+    out[v] = ids[0]
+  return out
