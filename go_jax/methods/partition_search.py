@@ -214,8 +214,8 @@ def recursive_dp(graph: CompGraph, space2: StrategySpace, m: int, partition: boo
   level l is the exact marginal: the exact bytes (`levels.producer_fraction`) of the producer's
   and consumer's layouts so far with level l's layouts repeated on the remaining levels, less
   the same with level l - 1's repeated; the levels' costs telescope to the exact bytes of the
-  final strategy (up to consumers sharing a layout), and level 0 is the one-shot degree-k DP
-  (an option that cannot repeat, a dim too small, is costed as if it could: optimistic).
+  final strategy (up to consumers sharing a layout), and level 0 is the one-shot degree-k DP;
+  an option that cannot repeat (a dim too small) is costed with R on the remaining levels.
   The result's `comm_bytes` is the exact `levels.comm_bytes` of the (N, m) strategy; `exact`:
   no level's beam overflowed; `coarsen`: every level's DP follows `coarsen_ties`."""
   from simulator.partition import levels
@@ -296,6 +296,15 @@ def _level_tables(space2: StrategySpace, prefix: np.ndarray, allow, m: int):
       for op in space2.ops])
   tables, groups, seen = {}, {}, {}
   fresh = 64 // width
+
+  def tail(v, head, o, rest, lay_of):
+    """head + option o's layout on the remaining levels: repeated where o stays divisible
+    when repeated, else once and then R (the tensor is not split further)."""
+    lay = int(lay_of(o))
+    if rest <= 1 or levels.op_valid(space2, v, list(prefix[v][:len(head)]) + [o] * rest):
+      return tuple(head) + (lay,) * rest
+    return tuple(head) + (lay,) + (R,) * (rest - 1)
+
   for v, op in enumerate(space2.ops):
     for p, u in enumerate(op.inputs):
       need = [space2.ops[v].options[o].ins[p] for o in prefix[v]]
@@ -309,10 +318,23 @@ def _level_tables(space2: StrategySpace, prefix: np.ndarray, allow, m: int):
       rest = m - level
       base = 0.0
       if level:
-        base = levels.producer_fraction(lp + (lp[-1],) * rest, (xp + (xp[-1],) * rest,), m)
+        lp_prev = tail(u, lp[:-1], prefix[u][-1], rest + 1, lambda o: space2.ops[u].options[o].out)
+        xp_prev = tail(v, xp[:-1], prefix[v][-1], rest + 1,
+                       lambda o: space2.ops[v].options[o].ins[p])
+        base = levels.producer_fraction(lp_prev, (xp_prev,), m)
       t = np.zeros((width, width))
-      for a in {int(space2.ops[u].options[o].out) for o in allow[u]}:
-        for x in {int(space2.ops[v].options[o].ins[p]) for o in allow[v]}:
-          t[a, x] = levels.producer_fraction(lp + (a,) * rest, (xp + (x,) * rest,), m) - base
+      outs_u = {}
+      for o in allow[u]:
+        a = int(space2.ops[u].options[o].out)
+        outs_u[a] = outs_u.get(a) or tail(u, lp, o, rest, lambda o: space2.ops[u].options[o].out)
+      ins_v = {}
+      for o in allow[v]:
+        x = int(space2.ops[v].options[o].ins[p])
+        cand = tail(v, xp, o, rest, lambda o: space2.ops[v].options[o].ins[p])
+        if x not in ins_v or cand[-1] != R:
+          ins_v[x] = cand
+      for a, la in outs_u.items():
+        for x, lx in ins_v.items():
+          t[a, x] = levels.producer_fraction(la, (lx,), m) - base
       tables[(v, p)] = t * space2.out_bytes[u]
   return tables, groups
