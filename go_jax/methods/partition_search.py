@@ -13,7 +13,10 @@ costs are `simulator.partition.transfer_bytes`, so the DP's objective is exactly
 equal state (a hash of the live columns) and kept by lowest cost: with `beam` at least the number
 of distinct states the DP is exact (the result says whether the beam ever overflowed). All
 arithmetic is numpy over the beam (no Python loop over states). `brute_force` enumerates every
-assignment (vectorised) for graphs of a few ops.
+assignment (vectorised) for graphs of a few ops. `coarsen_ties` is Tofu's coarsening (by a
+conservative rule), which `dp` follows. `recursive_dp` is Tofu's recursive bisection for
+k = 2^m (multi-level strategies of `simulator.partition.levels`: the k = 2 DP per level) and
+`brute_force_levels` its brute force.
 """
 
 from __future__ import annotations
