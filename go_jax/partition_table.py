@@ -49,6 +49,8 @@ def model_rows(model: str, size: str, devices: Sequence[int], mem_factor: float,
           "feasible": sol.feasible, "peak_memory": float(np.max(sol.peak_memory)),
           "comm_bytes": sol.info.get("comm_bytes"), "exact": sol.info.get("exact"),
           "replicated": sol.info.get("replicated"), "search_seconds": sol.search_seconds,
+          "levels_bytes": sol.info.get("levels_bytes"),
+          "one_shot_bytes": sol.info.get("one_shot_bytes"), "picked": sol.info.get("picked"),
           "seconds": time.perf_counter() - t0})
   return rows
 
@@ -119,14 +121,25 @@ def _programs():
   def mlp_grad(x, w1, w2):
     return jax.grad(lambda a, b: jnp.sum(jnp.tanh(x @ a) @ b), (0, 1))(w1, w2)
 
+  def grid(x, w):  # every output dim is 2: at k = 4 only a rows x columns split divides it
+    return jnp.tanh(x @ w) * 2.0
+
   return {"mlp": (mlp, (s(8, 16), s(16, 8), s(8, 4))),
+          "grid": (grid, (s(2, 8), s(8, 2))),
           "attention": (attention, (s(8, 16), s(8, 16), s(8, 16))),
           "residual": (residual, (s(8, 16), s(16, 32), s(32, 16))),
           "mlp_grad": (mlp_grad, (s(8, 16), s(16, 8), s(8, 4)))}
 
 
-def optimality(degrees: Sequence[int] = (2, 4), limit: int = 2_000_000) -> List[Dict[str, Any]]:
-  """Tofu's DP against brute force (same choices: every op partitioned) per program and k."""
+def optimality(degrees: Sequence[int] = (2, 4), limit: int = 2_000_000,
+               level_limit: int = 200_000) -> List[Dict[str, Any]]:
+  """Tofu's DP against brute force (same choices: every op partitioned) per program and k:
+  the one-shot DP against brute force over 1-level strategies ("ratio"), and for k = 2^m > 2
+  the tofu method's recursive answer (the recursive DP, or the one-shot strategy lifted where
+  that is better) against brute force over m-level strategies ("level_ratio"; the recursive DP
+  alone: "recursive_only_ratio"; None where there are more than `level_limit` of them), all in
+  exact `comm_bytes`."""
+  from simulator.partition import levels
   out = []
   for name, (fn, args) in _programs().items():
     graph = programs.program_graph(fn, *args, name=name)
@@ -138,21 +151,46 @@ def optimality(degrees: Sequence[int] = (2, 4), limit: int = 2_000_000) -> List[
       t1 = time.perf_counter()
       got = search.dp(graph, space, allowed)
       t2 = time.perf_counter()
-      ratio = got.comm_bytes / best.comm_bytes if best.comm_bytes > 0 else (
-          1.0 if got.comm_bytes == 0 else float("inf"))
-      out.append({"program": name, "k": k, "ops": graph.num_nodes,
-                  "assignments": best.states, "brute_bytes": best.comm_bytes,
-                  "tofu_bytes": got.comm_bytes, "ratio": ratio, "exact": got.exact,
-                  "brute_seconds": t1 - t0, "tofu_seconds": t2 - t1})
+      row = {"program": name, "k": k, "ops": graph.num_nodes,
+             "assignments": best.states, "brute_bytes": best.comm_bytes,
+             "tofu_bytes": got.comm_bytes, "ratio": _ratio(got.comm_bytes, best.comm_bytes),
+             "exact": got.exact, "brute_seconds": t1 - t0, "tofu_seconds": t2 - t1,
+             "level_assignments": None, "level_brute_bytes": None, "recursive_bytes": None,
+             "level_ratio": None}
+      if k > 2 and k & (k - 1) == 0:
+        space2, m = programs.space_for(graph, 2), levels.num_levels(k)
+        rec = search.recursive_dp(graph, space2, m)
+        # The tofu method keeps the one-shot strategy (lifted) where it moves fewer bytes.
+        picked = min(rec.comm_bytes, got.comm_bytes)
+        row.update(recursive_bytes=rec.comm_bytes, recursive_exact=rec.exact,
+                   tofu_recursive_bytes=picked)
+        try:
+          lb = search.brute_force_levels(graph, space2, m, limit=level_limit)
+          row.update(level_assignments=lb.states, level_brute_bytes=lb.comm_bytes,
+                     level_ratio=_ratio(picked, lb.comm_bytes),
+                     recursive_only_ratio=_ratio(rec.comm_bytes, lb.comm_bytes))
+        except ValueError:
+          pass
+      out.append(row)
   return out
+
+
+def _ratio(got: float, best: float) -> float:
+  return got / best if best > 0 else (1.0 if got == 0 else float("inf"))
 
 
 def optimality_text(rows: Sequence[Dict[str, Any]]) -> str:
   head = ["program", "k", "ops", "assignments", "brute force bytes", "tofu bytes",
-          "tofu / brute", "brute s", "tofu s"]
+          "tofu / brute", "brute s", "tofu s", "multi-level assignments",
+          "multi-level brute bytes", "recursive DP bytes", "tofu (recursive) bytes",
+          "tofu (recursive) / multi-level brute"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  f = lambda x, fmt: "-" if x is None else format(x, fmt)
   for r in rows:
     lines.append(f"| {r['program']} | {r['k']} | {r['ops']} | {r['assignments']} | "
                  f"{r['brute_bytes']:.0f} | {r['tofu_bytes']:.0f} | {r['ratio']:.3f} | "
-                 f"{r['brute_seconds']:.2f} | {r['tofu_seconds']:.3f} |")
+                 f"{r['brute_seconds']:.2f} | {r['tofu_seconds']:.3f} | "
+                 f"{f(r['level_assignments'], 'd')} | {f(r['level_brute_bytes'], '.0f')} | "
+                 f"{f(r['recursive_bytes'], '.0f')} | "
+                 f"{f(r.get('tofu_recursive_bytes'), '.0f')} | {f(r['level_ratio'], '.3f')} |")
   return "\n".join(lines)

@@ -156,3 +156,85 @@ def test_piper_mode_takes_the_profiles_tensor_parallel_options():
     assert sol.graph.cost[node] == tp.cost[v] and sol.graph.param_bytes[node] == tp.param_bytes[v]
   with pytest.raises(ValueError, match="degrees"):
     programs.space_for(g, 4)
+
+
+def _four_workers():
+  """The worked 4-worker example of design.md 4.2.1: a -> b = a @ w -> c, k = 2 per level."""
+  g = CompGraph(cost=[2.0, 4.0, 1.0], senders=[0, 1], receivers=[1, 2],
+                out_bytes=[64.0, 64.0, 64.0], param_bytes=[0.0, 64.0, 0.0],
+                flops=[8.0, 16.0, 4.0], node_names=["a", "b", "c"])
+  ops = (
+      OpSpace((), (), (), (4, 4), (Option(R, (), ()), Option(split(0), (), ()),
+                                   Option(split(1), (), ()))),
+      OpSpace((0,), (64.0,), (64.0,), (4, 4), (
+          Option(R, (R,), (R,)), Option(split(0), (split(0),), (R,)),
+          Option(split(1), (R,), (split(1),)), Option(P, (split(1),), (split(0),))), "dot",
+          leaf_shapes=((4, 4),)),
+      OpSpace((1,), (64.0,), (), (4, 4), (
+          Option(R, (R,), ()), Option(split(0), (split(0),), ()),
+          Option(split(1), (split(1),), ()))),
+  )
+  return g, StrategySpace(2, ops, (0, 0, 0), np.array([64.0, 64.0, 64.0]))
+
+
+def test_worked_four_worker_example_of_the_design_doc():
+  from simulator.partition import levels
+  g, space = _four_workers()
+  # a: rows then columns (a 2 x 2 grid); b: rows at level 0, contracting at level 1 (partial);
+  # c: rows at both levels (quarters of the rows).
+  strategy = np.array([[1, 2], [1, 3], [1, 1]])
+  assert levels.comm_bytes(space, strategy) == 64.0  # b's level-1 reduce-scatter, 4 x 16 B
+  assert levels.level_objective(space, strategy) == 64.0  # 2 x (k=2 P -> S0 of 32 B)
+  e = pt.expand(g, space, strategy)
+  assert e.k == 4 and e.graph.num_nodes == 20 and e.comm_bytes == 64.0
+  assert list(e.graph.cost[:12]) == [0.5] * 4 + [1.0] * 4 + [0.25] * 4
+  # w: replicated at level 0, halved at level 1: 32 B on each worker
+  assert e.graph.param_bytes.sum() == 128.0 and e.graph.out_bytes[4:8].tolist() == [32.0] * 4
+  ref = reference_simulate(e.graph, Topology.uniform(4, bandwidth=16.0, latency=0.0),
+                           e.placement(), np.zeros(e.graph.num_nodes))
+  assert ref.makespan == pytest.approx(2.75)  # 0.5 + 1 + one 16 B transfer (1 s) + 0.25
+  with pytest.raises(ValueError, match="divisible"):
+    pt.expand(g, space, np.array([[1, 1], [1, 1], [1, 1]]).repeat(2, 1))  # 4 levels of rows
+
+
+def test_multi_level_expansion_adds_up_and_recursive_tofu():
+  from simulator.partition import levels
+  g = _mlp_program()
+  space = programs.space_for(g, 2)
+  rng = np.random.default_rng(1)
+  for m in (2, 3):
+    for _ in range(6):
+      s = np.zeros((g.num_nodes, 0), np.int64)
+      for _ in range(m):
+        allow = levels.level_allowed(space, s, partition=False)
+        s = np.column_stack([s, [rng.choice(a) for a in allow]])
+      e = pt.expand(g, space, s)  # a CompGraph: validated acyclic
+      assert e.comm_bytes == pytest.approx(levels.comm_bytes(space, s))
+      shards = e.role == pt.SHARD
+      per_op = np.bincount(e.origin[shards], weights=e.graph.flops[shards],
+                           minlength=g.num_nodes)
+      splits = np.array([sum(space.ops[v].options[o].split for o in s[v])
+                         for v in range(g.num_nodes)])
+      np.testing.assert_allclose(per_op, 2.0**(m - splits) * g.flops)
+  # Recursive tofu through the method (k = 4, no simulation) and against brute force.
+  topo = Topology.uniform(4, bandwidth=1e10, latency=1e-6)
+  spec = methods.get("tofu")
+  prob = methods.Problem(g, topo, "makespan", 0, None, None)
+  rec = spec.fn(prob, dict(spec.defaults))
+  one = spec.fn(prob, dict(spec.defaults, recursive=False))
+  assert rec.info["recursive"] and rec.info["strategy"].shape == (g.num_nodes, 2)
+  assert rec.graph.num_nodes >= 4 * g.num_nodes and rec.info["degree"] == 4
+  assert rec.info["comm_bytes"] == pytest.approx(levels.comm_bytes(space, rec.info["strategy"]))
+  assert one.info["strategy"].shape == (g.num_nodes,) and not one.info["recursive"]
+  lifted = levels.lift(programs.space_for(g, 4), space, one.info["strategy"], 2)
+  assert levels.comm_bytes(space, lifted) == pytest.approx(one.info["comm_bytes"])
+  assert rec.info["comm_bytes"] <= one.info["comm_bytes"] + 1e-6
+  assert search.coarsen_ties(space)  # tanh and the elementwise chains join their producers
+  from go_jax import partition_table
+  fn, args = partition_table._programs()["grid"]
+  grid = programs.program_graph(fn, *args, name="grid")
+  best = search.brute_force_levels(grid, programs.space_for(grid, 2), 2)
+  got = search.recursive_dp(grid, programs.space_for(grid, 2), 2)
+  flat = search.dp(grid, programs.space_for(grid, 4),
+                   partitioning.tofu_allowed(programs.space_for(grid, 4)))
+  assert got.comm_bytes <= 1.05 * best.comm_bytes and got.comm_bytes < flat.comm_bytes

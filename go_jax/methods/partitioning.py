@@ -18,8 +18,17 @@ communication bytes and the option counts.
     the first of a (heads, head, model) one). Every op that reads such a weight (its dots,
     gradient and optimizer update) takes an option splitting it that way; the other ops take
     the options of least communication (`dp` over those choices), replication included.
-  * `tofu`: Tofu's dynamic program (`partition_search.dp`) minimising communication bytes,
-    every op partitioned (replicate only where an op has no split), one level at degree k.
+  * `tofu`: Tofu's dynamic program minimising communication bytes, every op partitioned
+    (replicate only where an op has no split). `recursive=True` (default): Tofu's recursive
+    bisection for k = 2^m (`partition_search.recursive_dp`: the k = 2 DP on each of m levels,
+    a multi-level strategy of `simulator.partition.levels`), keeping instead the one-shot
+    degree-k DP's strategy (lifted to m levels, `levels.lift`) where that moves fewer exact
+    bytes (the level-by-level objective is Tofu's approximation: it can miss the exact bytes of
+    a conversion across levels; `info` has both figures and which was picked); `recursive=False`, a degree that
+    is not a power of two, or a Piper graph (its profile gives t = k options only): one DP at
+    degree k over 1-level layouts (`partition_search.dp`). `coarsen=True` (default): Tofu's
+    coarsening by a conservative rule (`partition_search.coarsen_ties`: an elementwise op of
+    its only producer's shape takes its producer's partition), in every DP.
   * `partition_brute`: the exact minimum by enumeration over the same choices as `tofu`, for
     graphs of a few ops (the optimality check of `tofu`).
 """
@@ -53,10 +62,13 @@ def _space(problem: Problem, config) -> StrategySpace:
 
 def _propose(problem: Problem, space: StrategySpace, strategy, info: Dict) -> Proposal:
   e = expand(problem.graph, space, strategy)
-  opts = [space.ops[v].options[int(s)] for v, s in enumerate(strategy)]
-  info = dict(info, degree=space.k, strategy=np.asarray(strategy, np.int64),
-              comm_bytes=e.comm_bytes, replicated=int(sum(not o.split for o in opts)),
-              partial=int(sum(o.out == P for o in opts)), expanded_nodes=e.graph.num_nodes,
+  rows = np.asarray(strategy, np.int64).reshape(problem.graph.num_nodes, -1)
+  opts = [[space.ops[v].options[int(s)] for s in r] for v, r in enumerate(rows)]
+  info = dict(info, degree=e.k, strategy=np.asarray(strategy, np.int64),
+              comm_bytes=e.comm_bytes, replicated=int(sum(not any(o.split for o in r)
+                                                          for r in opts)),
+              partial=int(sum(any(o.out == P for o in r) for r in opts)),
+              expanded_nodes=e.graph.num_nodes,
               shapes=programs.has_shapes(problem.graph))
   return Proposal(e.placement(), priority=upward_rank(e.graph), graph=e.graph, info=info)
 
@@ -130,13 +142,35 @@ def megatron(problem: Problem, config) -> Proposal:
 
 
 @register("tofu", "partition", "operator partitioning: Tofu's dynamic program over the "
-          "topological order, least communication bytes", beam=256, replicate=False,
-          **_COMMON)
+          "topological order, least communication bytes, recursive bisection for k = 2^m",
+          beam=256, replicate=False, recursive=True, coarsen=True, **_COMMON)
 def tofu(problem: Problem, config) -> Proposal:
   space = _space(problem, config)
+  k = space.k
+  if (config["recursive"] and k > 2 and k & (k - 1) == 0 and config["space"] is None and
+      programs.has_levels(problem.graph)):
+    space2 = programs.space_for(problem.graph, 2)
+    from simulator.partition import levels
+    m = levels.num_levels(k)
+    res = search.recursive_dp(problem.graph, space2, m, partition=not config["replicate"],
+                              beam=int(config["beam"]), seed=problem.seed,
+                              coarsen=bool(config["coarsen"]))
+    flat = search.dp(problem.graph, space, tofu_allowed(space, bool(config["replicate"])),
+                     beam=int(config["beam"]), seed=problem.seed,
+                     ties=search.coarsen_ties(space) if config["coarsen"] else None)
+    lifted = levels.lift(space, space2, flat.strategy, m)
+    lifted_bytes = levels.comm_bytes(space2, lifted)
+    pick = res.strategy if res.comm_bytes <= lifted_bytes else lifted
+    return _propose(problem, space2, pick, {
+        "exact": res.exact, "states": res.states, "recursive": True,
+        "levels_bytes": res.comm_bytes, "one_shot_bytes": lifted_bytes,
+        "picked": "levels" if res.comm_bytes <= lifted_bytes else "one_shot",
+        "objective_bytes": levels.level_objective(space2, res.strategy)})
   res = search.dp(problem.graph, space, tofu_allowed(space, bool(config["replicate"])),
-                  beam=int(config["beam"]), seed=problem.seed)
-  return _propose(problem, space, res.strategy, {"exact": res.exact, "states": res.states})
+                  beam=int(config["beam"]), seed=problem.seed,
+                  ties=search.coarsen_ties(space) if config["coarsen"] else None)
+  return _propose(problem, space, res.strategy, {"exact": res.exact, "states": res.states,
+                                                 "recursive": False})
 
 
 @register("partition_brute", "partition", "operator partitioning: brute force over tofu's "

@@ -7,11 +7,13 @@ program, brute force, the data-parallel and Megatron rules) that `go_jax.methods
 registers as methods; `programs` builds zoo / JAX programs with their spaces.
 """
 
-from simulator.partition.expand import REDUCE, SHARD, SLICE, Expanded, expand, transfer_bytes_of
+from simulator.partition import levels
+from simulator.partition.expand import (REDUCE, SHARD, SLICE, Expanded, expand, expand_levels,
+                                        transfer_bytes_of)
 from simulator.partition.space import (P, R, OpSpace, Option, StrategySpace, comm_bytes,
                                        generic_space, hlo_space, layout_name, requirements, split,
                                        transfer_bytes)
 
 __all__ = ["P", "R", "REDUCE", "SHARD", "SLICE", "Expanded", "OpSpace", "Option",
-           "StrategySpace", "comm_bytes", "expand", "generic_space", "hlo_space", "layout_name",
+           "StrategySpace", "comm_bytes", "expand", "expand_levels", "levels", "generic_space", "hlo_space", "layout_name",
            "requirements", "split", "transfer_bytes", "transfer_bytes_of"]

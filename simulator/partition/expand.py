@@ -100,7 +100,10 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
   """The expanded graph of `strategy` ((N,) option ids of `space`) on `space.k` workers.
 
   Degree 1 is the identity: the graph itself, every op on worker 0, no communication.
+  A 2-D strategy ((N, m) option ids of the k = 2 `space`) is multi-level: `expand_levels`.
   """
+  if np.ndim(strategy) == 2:
+    return expand_levels(graph, space, strategy)
   strat = space.check(graph, strategy)
   k = space.k
   n = graph.num_nodes
@@ -191,6 +194,99 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
       receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
       temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
       colocation=worker, name=f"{graph.name}@k{k}", node_names=cols[7],
+      reference=graph.reference)
+  return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
+                  k, transfer_bytes_of(exp, worker))
+
+
+def expand_levels(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
+  """The expanded graph of a multi-level strategy ((N, m) option ids of the k = 2 `space`,
+  `simulator.partition.levels`) on 2^m workers: op shares multiply over the levels, and every
+  conversion is `levels.conversion`'s plan of slice and reduce ops."""
+  from simulator.partition import levels
+  strat = levels.check(graph, space, strategy)
+  n, m = strat.shape
+  k = 2**m
+  if m == 0:
+    return Expanded(graph, np.arange(n), np.zeros(n, np.int64), np.zeros(n, np.int64), 1, 0.0)
+  rows: List[Tuple] = []
+  label = (lambda i: graph.node_names[i]) if graph.node_names is not None else str
+  roof = _Roofline(graph)
+  shard = np.zeros((n, k), np.int64)
+  out_lay, _ = levels.layouts(space, strat)
+  frac = lambda lays: float(np.prod([0.5 if x >= 2 else 1.0 for x in lays]))
+  for i in graph.topological_order().tolist():
+    op = space.ops[i]
+    opts = [op.options[int(o)] for o in strat[i]]
+    work = float(np.prod([0.5 if o.split else 1.0 for o in opts]))
+    ins = [frac([o.ins[p] for o in opts]) for p in range(len(op.inputs))]
+    lvs = [frac([o.leaves[p] for o in opts]) for p in range(len(op.leaf_bytes))]
+    io = sum(op.in_bytes) + sum(op.leaf_bytes) + graph.out_bytes[i]
+    part = (sum(b * f for b, f in zip(op.in_bytes, ins)) +
+            sum(b * f for b, f in zip(op.leaf_bytes, lvs)) + graph.out_bytes[i] * frac(out_lay[i]))
+    nbytes = graph.bytes_accessed[i] * (part / io if io > 0 else work)
+    flops = graph.flops[i] * work
+    params = (sum(b * f for b, f in zip(op.leaf_bytes, lvs)) if op.leaf_bytes
+              else graph.param_bytes[i])
+    cost = roof.shard_cost(graph, i, flops, nbytes, work)
+    for j in range(k):
+      shard[i, j] = len(rows)
+      rows.append((cost, graph.out_bytes[i] * frac(out_lay[i]), params,
+                   graph.temp_bytes[i] * work, flops, nbytes, int(graph.op_type[i]),
+                   f"{label(i)}#{j}", j, i, SHARD))
+  senders, receivers = [], []
+  t_slice, t_red = ops.op_type_id("slice"), ops.op_type_id("reduce")
+  provided: Dict[Tuple[int, Tuple[int, ...]], List[List[int]]] = {}
+
+  def add(row, srcs) -> int:
+    rows.append(row)
+    for s in srcs:
+      senders.append(s)
+      receivers.append(len(rows) - 1)
+    return len(rows) - 1
+
+  def provide(u: int, lay: Tuple[int, ...]) -> List[List[int]]:
+    key = (u, lay)
+    if key in provided:
+      return provided[key]
+    size = float(graph.out_bytes[u])
+    reduces, moves = levels.conversion(out_lay[u], lay, m)
+    cur = shard[u].tolist()
+    level_ids = [lv for lv, x in enumerate(out_lay[u]) if x == P]
+    for lv, piece in zip(level_ids, reduces):
+      b = piece * size
+      sl = [add((0.0, b, 0.0, 0.0, 0.0, 0.0, t_slice, f"{label(u)}#{j}>slice{lv}>"
+                 f"{j ^ (1 << (m - 1 - lv))}", j, u, SLICE), [cur[j]]) for j in range(k)]
+      cur = [add((roof.reduce_cost(b, 2), b, 0.0, 0.0, b / 4.0, 3 * b, t_red,
+                  f"{label(u)}>reduce{lv}#{j}", j, u, REDUCE),
+                 [cur[j], sl[j ^ (1 << (m - 1 - lv))]]) for j in range(k)]
+    res = []
+    for j2, got in enumerate(moves):
+      srcs = []
+      for h, f, how in got:
+        if how == "slice":
+          srcs.append(add((0.0, f * size, 0.0, 0.0, 0.0, 0.0, t_slice,
+                           f"{label(u)}#{h}>slice>{j2}", h, u, SLICE), [cur[h]]))
+        else:
+          srcs.append(cur[h])
+      res.append(srcs)
+    provided[key] = res
+    return res
+
+  _, in_lay = levels.layouts(space, strat)
+  for v in graph.topological_order().tolist():
+    for u, lay in zip(space.ops[v].inputs, in_lay[v]):
+      for j, srcs in enumerate(provide(u, lay)):
+        for s in srcs:
+          senders.append(s)
+          receivers.append(int(shard[v, j]))
+  cols = list(zip(*rows))
+  worker = np.asarray(cols[8], np.int64)
+  exp = CompGraph(
+      cost=cols[0], senders=np.asarray(senders, np.int64),
+      receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
+      temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
+      colocation=worker, name=f"{graph.name}@k{k}x{m}", node_names=cols[7],
       reference=graph.reference)
   return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
                   k, transfer_bytes_of(exp, worker))

@@ -32,6 +32,13 @@ def has_shapes(graph: CompGraph) -> bool:
   return graph in _HLO
 
 
+def has_levels(graph: CompGraph) -> bool:
+  """Whether recursive bisection applies: every graph but a Piper one (whose options are the
+  profile's t = k figures, not halvings)."""
+  hit = _HLO.get(graph)
+  return hit is None or hit[0] is not None
+
+
 def space_for(graph: CompGraph, k: int) -> StrategySpace:
   """The HLO strategy space of an attached graph (cached per k), the profile's space of a
   `piper_graph`, else the generic one."""
