@@ -6,12 +6,14 @@ populations, REGAL's searches, PPO's and HDP's sampled placements. Every process
 program on the same inputs (same config, same seed) and ends with the same, replicated
 results; XLA moves the batch's parts between processes (gloo collectives on CPU).
 
-  # host 0 (the coordinator) and host 1, or two shells on one machine:
-  go-jax-train --coordinator_address=host0:1234 --num_processes=2 --process_id=0 ...
-  go-jax-train --coordinator_address=host0:1234 --num_processes=2 --process_id=1 ...
+  # on host 0 (the coordinator) and host 1, or in two shells on one machine (i = 0, 1):
+  distributed.initialize("host0:1234", num_processes=2, process_id=i)
+  sol = methods.solve("brkga", graph, topology, seed=0)
 
-Launchers define the flags with `define_flags()` and call `initialize_from_flags()` first in
+A launcher defines the flags with `define_flags()` and calls `initialize_from_flags()` first in
 `main`, before anything starts JAX's backends (as `simulator.runtime.configure_cpu_devices`).
+The shipped launchers do not define them yet: their output files would need "process 0
+writes" handling (checkpoints, metrics, tables).
 Without --coordinator_address nothing happens: one process, its local devices. On GPU or TPU
 clusters whose scheduler JAX recognises (SLURM, Cloud TPU), `jax.distributed.initialize()`
 can find these values itself; give them explicitly elsewhere (e.g. localhost CPU processes).
