@@ -96,6 +96,20 @@ class _Roofline:
     return max((k - 1) * piece / 4.0 / rf, (k + 1) * piece / rb) + over
 
 
+def _assemble(graph: CompGraph, rows, senders, receivers, k: int, name: str) -> "Expanded":
+  """The expanded CompGraph and its mappings from the per-op rows (cost, out, param, temp, flops,
+  bytes, op_type, name, worker, op, role) and edges that `expand` / `expand_levels` build."""
+  cols = list(zip(*rows))
+  worker = np.asarray(cols[8], np.int64)
+  exp = CompGraph(
+      cost=cols[0], senders=np.asarray(senders, np.int64),
+      receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
+      temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
+      colocation=worker, name=name, node_names=cols[7], reference=graph.reference)
+  return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
+                  k, transfer_bytes_of(exp, worker))
+
+
 def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
   """The expanded graph of `strategy` ((N,) option ids of `space`) on `space.k` workers.
 
@@ -187,16 +201,7 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
         for s in srcs:
           senders.append(s)
           receivers.append(int(shard[v, j]))
-  cols = list(zip(*rows))
-  worker = np.asarray(cols[8], np.int64)
-  exp = CompGraph(
-      cost=cols[0], senders=np.asarray(senders, np.int64),
-      receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
-      temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
-      colocation=worker, name=f"{graph.name}@k{k}", node_names=cols[7],
-      reference=graph.reference)
-  return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
-                  k, transfer_bytes_of(exp, worker))
+  return _assemble(graph, rows, senders, receivers, k, f"{graph.name}@k{k}")
 
 
 def expand_levels(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
@@ -280,13 +285,4 @@ def expand_levels(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
         for s in srcs:
           senders.append(s)
           receivers.append(int(shard[v, j]))
-  cols = list(zip(*rows))
-  worker = np.asarray(cols[8], np.int64)
-  exp = CompGraph(
-      cost=cols[0], senders=np.asarray(senders, np.int64),
-      receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
-      temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
-      colocation=worker, name=f"{graph.name}@k{k}x{m}", node_names=cols[7],
-      reference=graph.reference)
-  return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
-                  k, transfer_bytes_of(exp, worker))
+  return _assemble(graph, rows, senders, receivers, k, f"{graph.name}@k{k}x{m}")
