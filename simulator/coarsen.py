@@ -69,6 +69,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from simulator import ops
+from simulator.coarse_bounds import edge_out_bytes, peak_internal_bytes
 from simulator.graph import CompGraph, csr
 
 STRATEGIES = ("colocate", "chains", "trees", "scopes", "topological")
@@ -231,51 +232,6 @@ def _colocation_classes(coloc: np.ndarray, labels: np.ndarray, m: int) -> np.nda
   return out
 
 
-def _peak_internal(graph: CompGraph, labels: np.ndarray, external: np.ndarray,
-                   m: int) -> np.ndarray:
-  """(m,) per group: the peak over its members, run in the graph's topological order on one
-  device, of the member's temp_bytes + the internal outputs (not `external`) live then: from
-  their producer's step through their last consumer's step, both included."""
-  n = graph.num_nodes
-  pos = np.empty(n, np.int64)
-  pos[graph.topological_order()] = np.arange(n)
-  seq = np.lexsort((pos, labels))  # group-major, topological within a group
-  step = np.empty(n, np.int64)
-  step[seq] = np.arange(n)
-  s, r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
-  inside = labels[s] == labels[r]
-  last = step.copy()
-  np.maximum.at(last, s[inside], step[r[inside]])
-  held = np.where(external, 0.0, np.asarray(graph.out_bytes, np.float64))
-  delta = np.zeros(n + 1)
-  np.add.at(delta, step, held)
-  np.add.at(delta, last + 1, -held)
-  live = np.cumsum(delta)[:n] + np.asarray(graph.temp_bytes, np.float64)[seq]
-  peak = np.zeros(m)
-  np.maximum.at(peak, labels[seq], live)
-  return peak
-
-
-def _edge_out_bytes(graph: CompGraph, labels: np.ndarray, sink: np.ndarray, m: int,
-                    how: str) -> np.ndarray:
-  """(m,) per group: the bytes one consumer group reads from it (distinct producing members'
-  out_bytes), the max or mean over its consumer groups, + its members' unread outputs."""
-  s, r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
-  cross = labels[s] != labels[r]
-  pairs = np.unique(s[cross] * m + labels[r[cross]])  # distinct (producer, consumer group)
-  prod, cons = pairs // m, pairs % m
-  key, inv = np.unique(labels[prod] * m + cons, return_inverse=True)  # (group, consumer group)
-  edge = np.bincount(inv, weights=np.asarray(graph.out_bytes, np.float64)[prod])
-  src = key // m
-  out = np.zeros(m)
-  if how == "edge_max":
-    np.maximum.at(out, src, edge)
-  else:
-    out = np.bincount(src, weights=edge, minlength=m) / np.maximum(
-        np.bincount(src, minlength=m), 1)
-  return out + np.bincount(labels, weights=np.where(sink, graph.out_bytes, 0.0), minlength=m)
-
-
 TEMP_BOUNDS = ("sum", "peak")
 OUT_BOUNDS = ("sum", "edge_max", "edge_mean")
 
@@ -303,13 +259,13 @@ def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
   external = read_outside | sink
   total = lambda w: np.bincount(labels, weights=w, minlength=m)
   if temp_bound == "peak":
-    temp = _peak_internal(graph, labels, external, m)
+    temp = peak_internal_bytes(graph, labels, external, m)
   else:
     temp = np.zeros(m)
     np.maximum.at(temp, labels, graph.temp_bytes)
     temp = temp + total(np.where(external, 0.0, graph.out_bytes))
   out_bytes = total(np.where(external, graph.out_bytes, 0.0))
-  sent = out_bytes if out_bound == "sum" else _edge_out_bytes(graph, labels, sink, m, out_bound)
+  sent = out_bytes if out_bound == "sum" else edge_out_bytes(graph, labels, sink, m, out_bound)
   if boundary_bytes:  # distinct (outside producer, group) pairs read + parameters + outputs
     pairs = np.unique(s[cross] * m + labels[r[cross]])
     accessed = out_bytes + total(graph.param_bytes) + np.bincount(
