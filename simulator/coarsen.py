@@ -12,9 +12,18 @@ Merging a group G into one node (`contract`):
   * bytes_accessed: sum over G, or with `boundary_bytes=True` only G's boundary (bytes of the
     distinct outside producers it reads + its param_bytes + its out_bytes), as a fusion that
     keeps its internal values on chip would access.
-  * out_bytes: bytes of the members' outputs read outside G (or read by nobody: graph outputs).
-  * temp_bytes: the largest member temp_bytes + the bytes of the members' outputs read only
-    inside G (a conservative bound: internal values live while the merged op runs).
+  * out_bytes: with `out_bound="sum"` (the default) bytes of the members' outputs read outside
+    G (or read by nobody: graph outputs). The simulator sends a node's whole out_bytes to every
+    device that reads it, so this overstates transfers when different members feed different
+    groups; "edge_max" / "edge_mean" give instead the max / mean over G's consumer groups H of
+    the bytes H reads from G (distinct producing members), + the bytes of G's unread outputs:
+    what one transfer carries, at the price of understating the output memory G's device holds.
+  * temp_bytes: with `temp_bound="sum"` (the default) the largest member temp_bytes + the bytes
+    of the members' outputs read only inside G (a conservative bound: every internal value
+    live while the merged op runs); with `temp_bound="peak"` the members' peak live bytes when
+    they run one after another on one device in the graph's topological order: at member u's
+    step, u's temp_bytes + the internal outputs produced at or before u and read at or after
+    it (what section 4's memory rule 7 would hold for G's internal values on one device).
   * op_type: the type of the heaviest member (cost, then flops; ties: lowest id).
   * colocation: coarse nodes holding members of one colocation group share one id (a union of
     such classes), so any placement that satisfies the coarse colocation, once expanded,
@@ -39,6 +48,12 @@ max(flops, FLOPS_PER_BYTE * bytes_accessed) (about a V100's ratio of peak flops 
       are merged and then split by `acyclic_groups` where the merge would close a cycle; at
       the depth that would overshoot, only the lightest scopes (as few as reach max_nodes),
       or none where even one scope is far too coarse;
+  With `max_group_weight=f` (a fraction of the total weight; default None: no cap) "chains"
+  and "trees" never make a group heavier than f * total, and "scopes" cuts a scope that heavy
+  into runs of its groups in a topological order, each run starting below f * total of
+  weight (so it exceeds the cap by at most its last group; acyclic_pieces then splits where
+  needed): one name scope cannot swallow a quarter of a training step (GNMT-8's encoder
+  backward, 15,748 ops, without a cap). "topological" is not capped (it must reach max_nodes).
   (d) "topological": the fallback that always reaches max_nodes: the graph's topological order
       cut into max_nodes contiguous runs balanced by weight and count (contiguous runs of a
       topological order can never form a cycle).
@@ -54,6 +69,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from simulator import ops
+from simulator.coarse_bounds import edge_out_bytes, peak_internal_bytes
 from simulator.graph import CompGraph, csr
 
 STRATEGIES = ("colocate", "chains", "trees", "scopes", "topological")
@@ -216,14 +232,23 @@ def _colocation_classes(coloc: np.ndarray, labels: np.ndarray, m: int) -> np.nda
   return out
 
 
+TEMP_BOUNDS = ("sum", "peak")
+OUT_BOUNDS = ("sum", "edge_max", "edge_mean")
+
+
 def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
+             temp_bound: str = "sum", out_bound: str = "sum",
              name: Optional[str] = None) -> CompGraph:
   """Merges each group of nodes into one node (rules in the module docstring).
 
   Raises:
-    ValueError: `groups` has the wrong shape or type, or the merge makes a cycle (use
-      `acyclic_groups` first).
+    ValueError: `groups` has the wrong shape or type, the merge makes a cycle (use
+      `acyclic_groups` first), or `temp_bound` is not one of TEMP_BOUNDS.
   """
+  if temp_bound not in TEMP_BOUNDS:
+    raise ValueError(f"temp_bound must be one of {TEMP_BOUNDS}, got {temp_bound!r}")
+  if out_bound not in OUT_BOUNDS:
+    raise ValueError(f"out_bound must be one of {OUT_BOUNDS}, got {out_bound!r}")
   labels = _check_groups(graph, groups)
   m = int(labels.max()) + 1
   s, r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
@@ -233,10 +258,14 @@ def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
   sink = graph.out_degree() == 0
   external = read_outside | sink
   total = lambda w: np.bincount(labels, weights=w, minlength=m)
-  internal_out = total(np.where(external, 0.0, graph.out_bytes))
-  max_temp = np.zeros(m)
-  np.maximum.at(max_temp, labels, graph.temp_bytes)
+  if temp_bound == "peak":
+    temp = peak_internal_bytes(graph, labels, external, m)
+  else:
+    temp = np.zeros(m)
+    np.maximum.at(temp, labels, graph.temp_bytes)
+    temp = temp + total(np.where(external, 0.0, graph.out_bytes))
   out_bytes = total(np.where(external, graph.out_bytes, 0.0))
+  sent = out_bytes if out_bound == "sum" else edge_out_bytes(graph, labels, sink, m, out_bound)
   if boundary_bytes:  # distinct (outside producer, group) pairs read + parameters + outputs
     pairs = np.unique(s[cross] * m + labels[r[cross]])
     accessed = out_bytes + total(graph.param_bytes) + np.bincount(
@@ -255,8 +284,8 @@ def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
              for f, k in zip(first.tolist(), size.tolist())]
   try:
     return CompGraph(
-        cost=total(graph.cost), senders=qs, receivers=qr, out_bytes=out_bytes,
-        param_bytes=total(graph.param_bytes), temp_bytes=max_temp + internal_out,
+        cost=total(graph.cost), senders=qs, receivers=qr, out_bytes=sent,
+        param_bytes=total(graph.param_bytes), temp_bytes=temp,
         flops=total(graph.flops), bytes_accessed=accessed, op_type=graph.op_type[lead],
         colocation=_colocation_classes(graph.colocation, labels, m),
         name=name or f"{graph.name}/contracted{m}", node_names=names)
@@ -309,8 +338,8 @@ class Coarsened:
 class _State:
   """Current grouping (labels: original node -> group) and its quotient DAG."""
 
-  def __init__(self, graph: CompGraph, weight: np.ndarray):
-    self.graph, self.node_weight = graph, weight
+  def __init__(self, graph: CompGraph, weight: np.ndarray, cap: float = np.inf):
+    self.graph, self.node_weight, self.cap = graph, weight, cap  # cap: no group heavier
     self.s, self.r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
     self.set(np.arange(graph.num_nodes, dtype=np.int64))
 
@@ -357,7 +386,7 @@ def _chains(st: _State, max_nodes: int):
   outdeg = np.bincount(st.qs, minlength=st.m)
   indeg = np.bincount(st.qr, minlength=st.m)
   chain = (outdeg[st.qs] == 1) & (indeg[st.qr] == 1)
-  st.merge(st.qs[chain], st.qr[chain])
+  st.merge(st.qs[chain], st.qr[chain], cap=st.cap)
 
 
 def _trees(st: _State, max_nodes: int):
@@ -369,7 +398,7 @@ def _trees(st: _State, max_nodes: int):
     a, b = st.qs[ok], st.qr[ok]
     order = np.lexsort((a, st.weight[a] + st.weight[b]))  # lightest merges first
     st.merge(a, b, budget=st.m - max_nodes, order=order,
-             cap=TREE_WEIGHT_CAP * st.weight.sum() / max_nodes)
+             cap=min(TREE_WEIGHT_CAP * st.weight.sum() / max_nodes, st.cap))
 
 
 def scope_path(name: str) -> Tuple[str, ...]:
@@ -388,6 +417,31 @@ def scope_path(name: str) -> Tuple[str, ...]:
   return tuple(parts)
 
 
+def _split_heavy(st: _State, scope: np.ndarray, num_keys: int) -> np.ndarray:
+  """(m,) scope ids (-1: none) with every scope heavier than st.cap cut into runs of its
+  groups in a topological order, each run starting below cap of cumulative weight (a run
+  exceeds cap only by its last group); ids renumbered 0..K-1."""
+  pos = np.empty(st.m, np.int64)  # a topological position of every group
+  pos[np.argsort(acyclic_pieces(st.m, st.qs, st.qr, np.arange(st.m)), kind="stable")] = \
+      np.arange(st.m)
+  has = scope >= 0
+  total = np.bincount(scope[has], weights=st.weight[has], minlength=num_keys)
+  idx = np.flatnonzero(has & (total[np.maximum(scope, 0)] > st.cap))
+  piece = np.zeros(st.m, np.int64)
+  if idx.size:
+    idx = idx[np.lexsort((pos[idx], scope[idx]))]
+    w = st.weight[idx]
+    cum = np.cumsum(w) - w  # weight before each group, over all heavy scopes
+    start = np.r_[True, scope[idx][1:] != scope[idx][:-1]]
+    base = np.maximum.accumulate(np.where(start, cum, 0.0))  # weight before its scope
+    piece[idx] = np.floor((cum - base) / st.cap).astype(np.int64) + 1
+  key = np.where(has, scope * (st.m + 1) + piece, -1)
+  _, inv = np.unique(key[has], return_inverse=True)
+  out = -np.ones(st.m, np.int64)
+  out[has] = inv
+  return out
+
+
 def _scopes(st: _State, max_nodes: int):
   g = st.graph
   if g.node_names is None:
@@ -404,18 +458,21 @@ def _scopes(st: _State, max_nodes: int):
                       else -1 for i in lead.tolist()], np.int64)
     if not keys:
       continue
+    if np.isfinite(st.cap):
+      scope = _split_heavy(st, scope, len(keys))
+    num = int(scope.max()) + 1
 
     def merged(num_keys):  # labels after merging the `num_keys` lightest scopes
       take = (scope >= 0) & (rank[np.maximum(scope, 0)] < num_keys)
-      proposal = np.where(take, scope, len(keys) + np.arange(st.m))
+      proposal = np.where(take, scope, num + np.arange(st.m))
       return acyclic_pieces(st.m, st.qs, st.qr, proposal)[st.labels]
 
-    rank = np.empty(len(keys), np.int64)  # scopes by total weight, lightest first
+    rank = np.empty(num, np.int64)  # scopes by total weight, lightest first
     rank[np.argsort(np.bincount(np.maximum(scope, 0), weights=st.weight * (scope >= 0),
-                                minlength=len(keys)), kind="stable")] = np.arange(len(keys))
-    labels = merged(len(keys))
+                                minlength=num), kind="stable")] = np.arange(num)
+    labels = merged(num)
     if labels.max() + 1 < max_nodes:  # merging every scope overshoots: merge the lightest few
-      lo, hi = 0, len(keys)  # invariant: merged(hi) reaches max_nodes
+      lo, hi = 0, num  # invariant: merged(hi) reaches max_nodes
       while hi - lo > 1:
         mid = (lo + hi) // 2
         if merged(mid).max() + 1 <= max_nodes:
@@ -453,15 +510,26 @@ STRATEGY_FNS = {"colocate": _colocate, "chains": _chains, "trees": _trees, "scop
 
 
 def coarsen(graph: CompGraph, max_nodes: int, *, strategies: Sequence[str] = STRATEGIES,
-            name: Optional[str] = None) -> Coarsened:
+            max_group_weight: Optional[float] = None, temp_bound: str = "sum",
+            out_bound: str = "sum", name: Optional[str] = None) -> Coarsened:
   """Merges nodes until at most `max_nodes` remain (strategies in the module docstring).
 
   The result is always acyclic; total cost, flops and param_bytes are kept. Passing
-  `strategies` without "topological" may leave more than `max_nodes` nodes.
+  `strategies` without "topological" may leave more than `max_nodes` nodes. The defaults
+  (no weight cap, the "sum" temp bound) are what `,coarsen=N` graphs, pretraining and Placeto
+  use; learned methods on large graphs pass a cap and "peak" (go_jax/methods/learned.py).
 
   Raises:
-    ValueError: `max_nodes` is not a positive integer, or an unknown strategy is named.
+    ValueError: `max_nodes` is not a positive integer, an unknown strategy is named,
+      `max_group_weight` is not in (0, 1], or `temp_bound` / `out_bound` is not one of
+      TEMP_BOUNDS / OUT_BOUNDS.
   """
+  if max_group_weight is not None and (isinstance(max_group_weight, bool) or not isinstance(
+      max_group_weight, (int, float, np.floating, np.integer)) or not 0 < max_group_weight <= 1):
+    raise ValueError(f"max_group_weight must be a fraction in (0, 1] or None, got "
+                     f"{max_group_weight!r}")
+  if temp_bound not in TEMP_BOUNDS:
+    raise ValueError(f"temp_bound must be one of {TEMP_BOUNDS}, got {temp_bound!r}")
   if isinstance(max_nodes, bool) or not isinstance(max_nodes, (int, np.integer)) \
       or max_nodes < 1:
     raise ValueError(f"max_nodes must be a positive integer, got {max_nodes!r}")
@@ -470,12 +538,15 @@ def coarsen(graph: CompGraph, max_nodes: int, *, strategies: Sequence[str] = STR
     raise ValueError(f"unknown coarsening strategies {bad}; valid: {list(STRATEGY_FNS)}")
   weight = (graph.cost if graph.cost.sum() > 0 else
             np.maximum(graph.flops, FLOPS_PER_BYTE * graph.bytes_accessed))
-  st = _State(graph, np.asarray(weight, np.float64))
+  weight = np.asarray(weight, np.float64)
+  cap = np.inf if max_group_weight is None else float(max_group_weight) * weight.sum()
+  st = _State(graph, weight, cap)
   steps = []
   for s in strategies:
     if st.m <= max_nodes:
       break
     STRATEGY_FNS[s](st, int(max_nodes))
     steps.append((s, st.m))
-  coarse = contract(graph, st.labels, name=name or f"{graph.name}/coarse{st.m}")
+  coarse = contract(graph, st.labels, temp_bound=temp_bound, out_bound=out_bound,
+                    name=name or f"{graph.name}/coarse{st.m}")
   return Coarsened(coarse, st.labels, tuple(steps))

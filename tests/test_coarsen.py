@@ -176,3 +176,51 @@ def test_scopes_group_layers():
   res = coarsen(g, 2, strategies=("scopes",))
   assert res.graph.num_nodes == 2
   np.testing.assert_array_equal(res.mapping, [0, 0, 0, 1, 1, 1])
+
+
+# ------------------------------------------------------------------ options of the large-graph path
+def _chain4():
+  """a->b->c->d with outputs 10, 20, 30, 40 B and temps 5, 0, 7, 1 B."""
+  return _diamond(senders=[0, 1, 2], receivers=[1, 2, 3], name="chain4")
+
+
+def test_peak_temp_bound_counts_only_what_is_live():
+  g = _chain4()
+  # one group: internal outputs a, b, c. "sum": max temp 7 + 10 + 20 + 30.
+  assert contract(g, [0, 0, 0, 0]).temp_bytes.tolist() == [67]
+  # "peak", in topological order: a 10+5, b 10+20+0, c 20+30+7, d 30+1 -> 57.
+  assert contract(g, [0, 0, 0, 0], temp_bound="peak").temp_bytes.tolist() == [57]
+  # singletons hold nothing internal: their own temp either way
+  assert contract(g, [0, 1, 2, 3], temp_bound="peak").temp_bytes.tolist() == [5, 0, 7, 1]
+  with pytest.raises(ValueError, match="temp_bound"):
+    contract(g, [0, 0, 0, 0], temp_bound="max")
+
+
+def test_edge_out_bounds_send_what_one_consumer_group_reads():
+  g = _diamond()
+  # {a, b}: a (10 B) read by {c}, b (20 B) read by {d}; {c}: 30 B to {d}; {d}: a sink, 40 B.
+  assert contract(g, [0, 0, 1, 2]).out_bytes.tolist() == [30, 30, 40]
+  assert contract(g, [0, 0, 1, 2], out_bound="edge_max").out_bytes.tolist() == [20, 30, 40]
+  assert contract(g, [0, 0, 1, 2], out_bound="edge_mean").out_bytes.tolist() == [15, 30, 40]
+  with pytest.raises(ValueError, match="out_bound"):
+    contract(g, [0, 0, 1, 2], out_bound="min")
+
+
+def test_max_group_weight_splits_heavy_scopes():
+  """Two 3-op layers of weight 3 each, cap 1.5: each layer is cut in its topological order
+  into runs starting below the cap ({op0, op1}, {op2}); without a cap (the default) each
+  layer is one group, as before."""
+  names = [f"op{i} [jit(f)/layer{i // 3}/op{i % 3}]" for i in range(6)]
+  g = CompGraph(cost=np.ones(6), senders=[0, 0, 1, 2, 3, 3, 4], receivers=[1, 2, 3, 3, 4, 5, 5],
+                node_names=names)
+  np.testing.assert_array_equal(coarsen(g, 2, strategies=("scopes",)).mapping,
+                                [0, 0, 0, 1, 1, 1])
+  res = coarsen(g, 2, strategies=("scopes",), max_group_weight=0.25)
+  np.testing.assert_array_equal(res.mapping, [0, 0, 1, 2, 2, 3])
+  res = coarsen(g, 2, max_group_weight=0.25)  # "topological" (uncapped) still reaches 2
+  _check(g, res, 2)
+  for bad in (0, 1.5, -0.1, True, "0.5"):
+    with pytest.raises(ValueError, match="max_group_weight"):
+      coarsen(g, 2, max_group_weight=bad)
+  with pytest.raises(ValueError, match="temp_bound"):
+    coarsen(g, 2, temp_bound="max")

@@ -97,6 +97,11 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(checkpoint="none"), "only fine-tuning uses"),
     (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
     (dict(max_nodes=8, coarse_nodes=16), r"coarse_nodes must be an integer in \[2, max_nodes=8\]"),
+    (dict(coarse_max_group_weight=1.5), r"coarse_max_group_weight must be a fraction in \(0, 1\]"),
+    (dict(coarse_temp_bound="max"), "coarse_temp_bound must be one of"),
+    (dict(coarse_out_bound="min"), "coarse_out_bound must be one of"),
+    (dict(coarse_memory_scale="none"), "coarse_memory_scale must be one of"),
+    (dict(coarse_critical_order=2), "coarse_critical_order must be True or False"),
 ])
 def test_bad_overrides(instance, overrides, message):
   graph, topo = instance
@@ -111,7 +116,10 @@ def test_registered_kinds_and_defaults():
     shipped = learned.FUSION_CHECKPOINT if name == "go_joint3" else name
     assert spec.defaults["checkpoint"] == shipped and spec.defaults["finetune_seconds"] == 0
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
-                                  "max_updates", "max_nodes", "coarse_nodes"}
+                                  "max_updates", "max_nodes", "coarse_nodes",
+                                  "coarse_max_group_weight", "coarse_temp_bound",
+                                  "coarse_out_bound", "coarse_memory_scale",
+                                  "coarse_critical_order"}
     assert spec.defaults["max_nodes"] == learned.LARGE_GRAPH_NODES
 
 
@@ -157,6 +165,11 @@ def test_a_graph_above_max_nodes_is_solved_coarse_and_scored_on_the_original(ins
   again = methods.evaluate(graph, topo, sol.placement, sol.priority)
   assert sol.objective == again["objective"] == min(s["objective"] for s in info["stages"])
   assert all("coarse_objective" in s for s in info["stages"])
+  # each coarse stage is scored with its expanded order and with the critical-path order
+  names = [s["stage"] for s in info["stages"]]
+  assert names[len(names) // 2:] == [n + learned.CRITICAL_SUFFIX for n in names[:len(names) // 2]]
+  assert info["coarsened"]["options"]["temp_bound"] == learned.COARSE_TEMP_BOUND
+  assert 0 < info["coarsened"]["memory_scale"] < np.inf
 
 
 def test_expand_priority_keeps_the_coarse_order_and_breaks_ties():

@@ -36,13 +36,15 @@ sampling. A topology with more devices than the policy's `max_devices` is a Valu
 Graphs above `max_nodes` nodes (default 4,096; None: never) are coarsened
 (`simulator.coarsen.coarsen`) to `coarse_nodes` (default 512, the bucket the shipped
 checkpoints were pretrained on: `,coarsen=512` in experiments/configs/pretrain.py) and solved
-there as above, on the topology with every device's memory scaled by the ratio of the coarse
-graph's single-device footprint to the original's (merged ops hold their internal values, so
-the coarse footprint is larger: 5.6x for GNMT-8 at 512 nodes). Every stage's placement is then
-expanded to the original ops (`Coarsened.expand`: members take their group's device, coarse
-colocation applied) and its priority too (members take their group's priority, ties broken by
-the original graph's critical path), and all stages are re-simulated on the ORIGINAL graph in
-one batched call, which picks the best stage; `methods.solve` then re-simulates that one there,
+there as above, with this path's own coarsening options (`coarse_options`: no group above
+`coarse_max_group_weight` of the cost, merged ops' temp bytes their members' peak live bytes,
+`coarse_out_bound`), on the topology with every device's memory scaled by `memory_scale`
+("calibrated": the coarse / original peak-memory ratio over a few spread placements). Every
+stage's placement is then expanded to the original ops (`Coarsened.expand`: members take their
+group's device, coarse colocation applied) and its priority too (members take their group's
+priority, ties broken by the original graph's critical path), each placement also with the
+original critical-path order (`coarse_critical_order`), and all of them are re-simulated on the
+ORIGINAL graph in one batched call, which picks the best stage; `methods.solve` then re-simulates that one there,
 so the objective is the original graph's. `info` adds "coarsened" (original / coarse nodes,
 the strategies' steps, the memory scale; each stage keeps its "coarse_objective" and
 "coarse_feasible") and "phases" (seconds of coarsen, memory (the two footprints), load, setup,
@@ -79,6 +81,22 @@ METHOD_NAMES = ("go", "go_hint", "gdp", "go_fusion", "go_joint3")  # registered 
 FUSION_CHECKPOINT = "go_fusion"  # the shipped checkpoint of both fusion methods
 LARGE_GRAPH_NODES = 4096  # default max_nodes: larger graphs are coarsened to coarse_nodes
 COARSE_NODES = 512  # the node bucket of the shipped checkpoints' pretraining graphs
+# The large-graph path's own coarsening (not `coarsen`'s defaults, which pretraining graphs,
+# `,coarsen=N` specs and Placeto keep): no group above this fraction of the total cost, so a
+# name scope cannot become a quarter of the step, and merged ops hold only their members' peak
+# live bytes (simulator/coarsen.py's "peak" temp bound), so coarse actions can fit in memory.
+# Transfers: a merged op sends all of its outputs read outside ("sum", coarsen's rule; the
+# "edge_max" alternative sends what one consumer group reads but then understates the output
+# memory its device holds: on GNMT-8 its coarse-feasible answers were OOM on the original).
+# Memory: the coarse capacities are the original's times the smallest coarse / original
+# peak-memory ratio over a few spread placements ("calibrated"), not the single-device
+# footprints' ratio ("footprint"), which a spread placement does not follow.
+COARSE_MAX_GROUP_WEIGHT = 0.01
+COARSE_TEMP_BOUND = "peak"
+COARSE_OUT_BOUND = "sum"
+COARSE_MEMORY_SCALE = "calibrated"
+MEMORY_SCALES = ("footprint", "calibrated")
+CRITICAL_SUFFIX = ", critical-path order"  # a coarse stage's placement, the original's order
 PHASES = ("coarsen", "memory", "load", "setup", "compile", "search", "expand", "verify")
 
 
@@ -162,6 +180,7 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
       limit is not None and coarse_nodes > limit):
     raise ValueError(f"{method}: coarse_nodes must be an integer in [2, max_nodes={limit}], "
                      f"got {coarse_nodes!r}")
+  coarse_options(method, config)
   if task is None and limit is not None and problem.graph.num_nodes > limit:
     return solve_coarsened(method, problem, config, placement_only, int(coarse_nodes))
   return _solve(method, problem, config, placement_only, task)
@@ -267,19 +286,73 @@ def evaluate_batch(graph: CompGraph, topology, placements, priorities,
            "feasible": not bool(res.oom[b])} for b in range(len(values))]
 
 
+def coarse_options(method: str, config: Dict[str, Any]) -> Dict[str, Any]:
+  """The large-graph path's coarsening options from `config` (defaults: COARSE_*), checked."""
+  cap = config.get("coarse_max_group_weight", COARSE_MAX_GROUP_WEIGHT)
+  if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                          or not 0 < cap <= 1):
+    raise ValueError(f"{method}: coarse_max_group_weight must be a fraction in (0, 1] or None, "
+                     f"got {cap!r}")
+  out = dict(max_group_weight=cap)
+  for key, default, valid in (("temp_bound", COARSE_TEMP_BOUND, coarsen_lib.TEMP_BOUNDS),
+                              ("out_bound", COARSE_OUT_BOUND, coarsen_lib.OUT_BOUNDS),
+                              ("memory_scale", COARSE_MEMORY_SCALE, MEMORY_SCALES)):
+    out[key] = config.get("coarse_" + key, default)
+    if out[key] not in valid:
+      raise ValueError(f"{method}: coarse_{key} must be one of {valid}, got {out[key]!r}")
+  out["critical_order"] = config.get("coarse_critical_order", True)
+  if not isinstance(out["critical_order"], (bool, np.bool_)):
+    raise ValueError(f"{method}: coarse_critical_order must be True or False, got "
+                     f"{out['critical_order']!r}")
+  return out
+
+
+def memory_scale(graph: CompGraph, coarse: coarsen_lib.Coarsened, topology, how: str) -> float:
+  """Factor from the original capacities to the coarse problem's: "footprint": the coarse /
+  original single-device footprints; "calibrated": the smallest coarse / original peak memory
+  (per device, over devices holding at least a quarter of the largest one's) over three spread
+  placements of the coarse graph (its topological order
+  cut into D cost-balanced blocks, uniform random over D devices and over D // 2), each
+  expanded to the original, memory unbounded, critical-path priorities (one batched simulation
+  of each graph; a fixed seed)."""
+  if how == "footprint":
+    return (topology_spec.single_device_footprint(coarse.graph, topology)
+            / max(topology_spec.single_device_footprint(graph, topology), 1.0))
+  cg, d = coarse.graph, topology.num_devices
+  order = cg.topological_order()
+  cum = np.cumsum(cg.cost[order])
+  block = np.empty(cg.num_nodes, np.int64)
+  block[order] = np.minimum((cum - cg.cost[order]) / max(cum[-1], 1e-30) * d, d - 1)
+  rng = np.random.default_rng(0)
+  places = np.stack([block, rng.integers(0, d, cg.num_nodes),
+                     rng.integers(0, max(d // 2, 1), cg.num_nodes)])
+  free = topology.with_memory(np.inf)
+  coarse_prio = np.broadcast_to(upward_rank(cg), places.shape)
+  peak_c = np.asarray(simulate(cg, free, places, coarse_prio).peak_memory, np.float64)
+  critical = upward_rank(graph)
+  prios = np.stack([expand_priority(coarse, q, critical) for q in coarse_prio])
+  peak_o = np.asarray(simulate(graph, free, np.stack([coarse.expand(p) for p in places]),
+                               prios).peak_memory, np.float64)
+  busy = peak_o >= 0.25 * peak_o.max(axis=1, keepdims=True)  # devices that matter
+  return float(np.min(np.where(busy, peak_c / np.maximum(peak_o, 1.0), np.inf)))
+
+
 def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
                     placement_only: bool, coarse_nodes: int) -> Proposal:
   """A learned method on a graph too large for it: coarsen to `coarse_nodes`, solve there,
   expand every stage to the original ops and re-simulate them there (module docstring)."""
   graph = problem.graph
   t0 = time.perf_counter()
-  coarse = coarsen_lib.coarsen(graph, coarse_nodes, name=f"{graph.name}@coarse{coarse_nodes}")
+  opts = coarse_options(method, config)
+  coarse = coarsen_lib.coarsen(
+      graph, coarse_nodes, name=f"{graph.name}@coarse{coarse_nodes}",
+      max_group_weight=opts["max_group_weight"], temp_bound=opts["temp_bound"],
+      out_bound=opts["out_bound"])
   t1 = time.perf_counter()
   topo, scale = problem.topology, 1.0
   caps = np.asarray(topo.mem_capacity, np.float64)
   if np.all(np.isfinite(caps)):  # the same tightness on the coarse graph (module docstring)
-    scale = (topology_spec.single_device_footprint(coarse.graph, topo)
-             / max(topology_spec.single_device_footprint(graph, topo), 1.0))
+    scale = memory_scale(graph, coarse, topo, opts["memory_scale"])
     topo = topo.with_memory(caps * scale)
   tm = time.perf_counter()
   budget = problem.budget
@@ -293,6 +366,13 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
   places = np.stack([coarse.expand(s["placement"]) for s in stages])
   prios = np.stack([critical if placement_only else
                     expand_priority(coarse, s["priority"], critical) for s in stages])
+  if not placement_only and opts["critical_order"]:
+    # each placement also with the original graph's critical-path order (the coarse order
+    # leaves every group's members in one block, which a fine-grained order can interleave)
+    stages = stages + [dict(s, stage=f"{s['stage']}{CRITICAL_SUFFIX}") for s in stages]
+    places = np.concatenate([places, places])
+    order = expand_priority(coarse, np.zeros(coarse.graph.num_nodes), critical)  # strict
+    prios = np.concatenate([prios, np.broadcast_to(order, prios.shape)])
   t3 = time.perf_counter()
   scored = evaluate_batch(graph, problem.topology, places, prios, problem.objective)
   t4 = time.perf_counter()
@@ -309,7 +389,7 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
       coarse_curve=info.get("curve"),
       coarsened={"nodes": graph.num_nodes, "coarse_nodes": coarse.graph.num_nodes,
                  "target_nodes": coarse_nodes, "steps": [list(x) for x in coarse.steps],
-                 "memory_scale": float(scale)},
+                 "memory_scale": float(scale), "options": opts},
       phases={"coarsen": t1 - t0, "memory": tm - t1, "load": float(info.get("load_seconds") or 0.0),
               "setup": float(info.get("setup_seconds") or 0.0),
               "compile": float(info.get("compile_seconds") or 0.0),
@@ -322,7 +402,10 @@ def _defaults(name: str) -> Dict[str, Any]:
   """Options of a learned method starting from the shipped checkpoint `name`."""
   return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
               learning_rate=DEFAULT_LEARNING_RATE, max_updates=None,
-              max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES)
+              max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES,
+              coarse_max_group_weight=COARSE_MAX_GROUP_WEIGHT,
+              coarse_temp_bound=COARSE_TEMP_BOUND, coarse_out_bound=COARSE_OUT_BOUND,
+              coarse_memory_scale=COARSE_MEMORY_SCALE, coarse_critical_order=True)
 
 
 @register("go", "joint", "GO (the paper's): a pretrained graph policy places and orders the "
