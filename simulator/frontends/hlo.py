@@ -120,21 +120,21 @@ class HloGraph:
     return tuple(tuple(m[2] for m in x) for x in self.inner)
 
 
-def _flatten(value) -> list:
+def flatten_value(value) -> list:
   """A value is ('node', i), ('leaf', name) or ('tuple', [values]); returns the non-tuple items."""
   if value[0] == "tuple":
-    return [x for v in value[1] for x in _flatten(v)]
+    return [x for v in value[1] for x in flatten_value(v)]
   return [value]
 
 
-def hlo_to_graph(text: str, name: str = "hlo") -> HloGraph:
-  """Builds the CompGraph (and metadata) of the ENTRY computation of an HLO module's text."""
-  mod = parse_hlo(text)
-  costs, members = Costs(mod), _Members(mod)
-  insts = mod.comps[mod.entry]
-  by_name = costs.by_name(mod.entry)
-  values, nodes, positions, stats, leaf_readers = {}, [], [], [], {}
-  senders, receivers = [], []
+def entry_nodes(insts):
+  """The instructions of an ENTRY computation that make graph nodes, in node order: yields
+  (position in ENTRY, inst, operand values), node i being the i-th yielded. Parameters and
+  constants are leaves, tuples and get-tuple-elements forward their operands, so an operand
+  value is ('node', i), ('leaf', name) or ('tuple', [values]) (`flatten_value`). The one walk
+  of ENTRY of the front end (`hlo_to_graph`) and of what reads its nodes again
+  (`simulator.partition.space.hlo_space`)."""
+  values, count = {}, 0
   for pos, inst in enumerate(insts):
     if inst.opcode in LEAVES:
       values[inst.name] = ("leaf", inst.name)
@@ -152,13 +152,26 @@ def hlo_to_graph(text: str, name: str = "hlo") -> HloGraph:
       idx = int(inst.attr("index") or 0)
       values[inst.name] = ins[0][1][idx] if ins[0][0] == "tuple" else ins[0]
       continue
+    values[inst.name] = ("node", count)
+    count += 1
+    yield pos, inst, ins
+
+
+def hlo_to_graph(text: str, name: str = "hlo") -> HloGraph:
+  """Builds the CompGraph (and metadata) of the ENTRY computation of an HLO module's text."""
+  mod = parse_hlo(text)
+  costs, members = Costs(mod), _Members(mod)
+  insts = mod.comps[mod.entry]
+  by_name = costs.by_name(mod.entry)
+  nodes, positions, stats, leaf_readers = [], [], [], {}
+  senders, receivers = [], []
+  for pos, inst, ins in entry_nodes(insts):
     i = len(nodes)
     nodes.append(inst)
     positions.append(pos)
     stats.append(costs.inst(inst, mod.entry))
-    values[inst.name] = ("node", i)
     for v in ins:
-      for kind, ref in (_flatten(v) if v[0] == "tuple" else (v,)):
+      for kind, ref in flatten_value(v):
         if kind == "node":
           senders.append(ref)
           receivers.append(i)

@@ -28,6 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from simulator.frontends.hlo import entry_nodes, flatten_value
+from simulator.frontends.hlo_parse import parse_hlo
 from simulator.graph import CompGraph
 
 R, P = 0, 1  # layout ids; split along dim d is 2 + d
@@ -291,7 +293,6 @@ def hlo_space(hlo_graph, k: int, batch_parameters: int = 0) -> StrategySpace:
       dims propagate forward to give every op's batch dim (`StrategySpace.batch_dims`), which
       data parallelism splits. 0: no batch dims.
   """
-  from simulator.frontends.hlo_parse import FORWARDING, LEAVES, parse_hlo
   _check_k(k)
   mod = parse_hlo(hlo_graph.hlo_text)
   insts = mod.comps[mod.entry]
@@ -299,30 +300,14 @@ def hlo_space(hlo_graph, k: int, batch_parameters: int = 0) -> StrategySpace:
   last = max(params.values(), default=-1)
   batch_leaves = {n for n, p in params.items() if p > last - batch_parameters}
   graph = hlo_graph.graph
-  index = {name: i for i, name in enumerate(hlo_graph.inst_names)}
   by_name = {x.name: x for x in insts}
-  # Value of each name: ("node", i) | ("leaf", name) | ("tuple", [...]), with its dims.
-  values, dims = {}, {}
+  dims = {x.name: _dims_of(x.shape) for x in insts}
+  # Node i's instruction and operand values (the front end's walk, so the same node ids).
+  per_node = [(inst, ins) for _, inst, ins in entry_nodes(insts)]
   readers: Dict[str, set] = {}
-  per_node = {}
-  for inst in insts:
-    dims[inst.name] = _dims_of(inst.shape)
-    if inst.opcode in LEAVES:
-      values[inst.name] = ("leaf", inst.name)
-      continue
-    ins = [values[o] for o in inst.operands]
-    if inst.opcode == "tuple":
-      values[inst.name] = ("tuple", ins)
-      continue
-    if inst.opcode == "get-tuple-element":
-      idx = int(inst.attr("index") or 0)
-      values[inst.name] = ins[0][1][idx] if ins[0][0] == "tuple" else ins[0]
-      continue
-    i = index[inst.name]
-    values[inst.name] = ("node", i)
-    per_node[i] = (inst, ins)
+  for i, (_, ins) in enumerate(per_node):
     for v in ins:
-      for kind, ref in _flat(v):
+      for kind, ref in flatten_value(v):
         if kind == "leaf":
           readers.setdefault(ref, set()).add(i)
   batch_dim: List[Optional[int]] = [None] * graph.num_nodes
@@ -339,7 +324,7 @@ def hlo_space(hlo_graph, k: int, batch_parameters: int = 0) -> StrategySpace:
     node_pos, leaf_pos, inputs, in_bytes, leaf_bytes, leaf_shapes, leaf_names = \
         [], [], [], [], [], [], []
     for a, v in enumerate(ins):
-      flat = _flat(v)
+      flat = flatten_value(v)
       for kd, ref in flat:
         if kd == "node":
           node_pos.append(a if v[0] != "tuple" else -1)
@@ -353,7 +338,7 @@ def hlo_space(hlo_graph, k: int, batch_parameters: int = 0) -> StrategySpace:
           leaf_names.append(ref)
     out = _dims_of(inst.shape) if kind != "opaque" else tuple(inst.shape[0][1])
     # The output's batch dim: an output dim mapped from an operand's batch dim.
-    flat_refs = [(kd, r) for v in ins for kd, r in _flat(v)]
+    flat_refs = [(kd, r) for v in ins for kd, r in flatten_value(v)]
     leaf_batch = tuple(0 if r in batch_leaves else None for kd, r in flat_refs if kd == "leaf")
     for d, col in sorted(m.items()):
       for (kd, r), a in zip(flat_refs, _positions(ins)):
@@ -422,13 +407,9 @@ def _opaque_batch_map(inst, ins, odims, batch_dim, batch_leaves):
 
 def _positions(ins) -> List[int]:
   """Operand position of every flattened source (-1 inside a tuple operand)."""
-  return [a if v[0] != "tuple" else -1 for a, v in enumerate(ins) for _ in _flat(v)]
+  return [a if v[0] != "tuple" else -1 for a, v in enumerate(ins) for _ in flatten_value(v)]
 
 
-def _flat(v) -> list:
-  if v[0] == "tuple":
-    return [x for w in v[1] for x in _flat(w)]
-  return [v]
 
 
 def _dedup(opts: List[Option]) -> List[Option]:
