@@ -96,18 +96,83 @@ class _Roofline:
     return max((k - 1) * piece / 4.0 / rf, (k + 1) * piece / rb) + over
 
 
-def _assemble(graph: CompGraph, rows, senders, receivers, k: int, name: str) -> "Expanded":
-  """The expanded CompGraph and its mappings from the per-op rows (cost, out, param, temp, flops,
-  bytes, op_type, name, worker, op, role) and edges that `expand` / `expand_levels` build."""
-  cols = list(zip(*rows))
-  worker = np.asarray(cols[8], np.int64)
-  exp = CompGraph(
-      cost=cols[0], senders=np.asarray(senders, np.int64),
-      receivers=np.asarray(receivers, np.int64), out_bytes=cols[1], param_bytes=cols[2],
-      temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5], op_type=cols[6],
-      colocation=worker, name=name, node_names=cols[7], reference=graph.reference)
-  return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
-                  k, transfer_bytes_of(exp, worker))
+class _Builder:
+  """The rows (cost, out, param, temp, flops, bytes, op_type, name, worker, op, role) and edges
+  of an expanded graph under construction: the one place that `expand` and `expand_levels`
+  share for shard rows, communication ops, consumer edges and the final CompGraph."""
+
+  def __init__(self, graph: CompGraph, k: int):
+    self.graph, self.k = graph, k
+    self.rows: List[Tuple] = []
+    self.senders: List[int] = []
+    self.receivers: List[int] = []
+    self.roof = _Roofline(graph)
+    self.shard = np.zeros((graph.num_nodes, k), np.int64)  # (N, k) row of op i's shard j
+    names = graph.node_names
+    self.label = (lambda i: names[i]) if names is not None else str
+    self.t_slice, self.t_red = ops.op_type_id("slice"), ops.op_type_id("reduce")
+
+  def shards(self, i: int, op, work: float, in_fracs, leaf_fracs, out_frac: float,
+             override=None):
+    """k shard rows of op i (`op` its OpSpace): `work` the shard's share of the op's work,
+    the fractions each shard holds of the op's node inputs, leaves and output; `override`
+    (cost, params, temp): a profile's figures of the shard."""
+    g = self.graph
+    in_bytes, leaf_bytes = op.in_bytes, op.leaf_bytes
+    io = sum(in_bytes) + sum(leaf_bytes) + g.out_bytes[i]
+    part = (sum(b * f for b, f in zip(in_bytes, in_fracs)) +
+            sum(b * f for b, f in zip(leaf_bytes, leaf_fracs)) + g.out_bytes[i] * out_frac)
+    nbytes = g.bytes_accessed[i] * (part / io if io > 0 else work)
+    flops = g.flops[i] * work
+    params = (sum(b * f for b, f in zip(leaf_bytes, leaf_fracs)) if leaf_bytes
+              else g.param_bytes[i])
+    cost = self.roof.shard_cost(g, i, flops, nbytes, work)
+    temp = g.temp_bytes[i] * work
+    if override is not None:
+      cost, params, temp = override
+    for j in range(self.k):
+      self.shard[i, j] = len(self.rows)
+      self.rows.append((cost, g.out_bytes[i] * out_frac, params, temp, flops, nbytes,
+                        int(g.op_type[i]), f"{self.label(i)}#{j}", j, i, SHARD))
+
+  def add(self, row, srcs) -> int:
+    """A communication row read from the rows `srcs`; returns its index."""
+    self.rows.append(row)
+    for s in srcs:
+      self.senders.append(s)
+      self.receivers.append(len(self.rows) - 1)
+    return len(self.rows) - 1
+
+  def slice(self, u: int, j: int, nbytes: float, srcs, name: str) -> int:
+    """A zero-cost slice row of u's output on worker j."""
+    return self.add((0.0, nbytes, 0.0, 0.0, 0.0, 0.0, self.t_slice,
+                     f"{self.label(u)}#{j}{name}", j, u, SLICE), srcs)
+
+  def reduce(self, u: int, j: int, piece: float, ways: int, srcs, name: str) -> int:
+    """A reduce row on worker j adding `ways` pieces of `piece` bytes of u's output."""
+    return self.add((self.roof.reduce_cost(piece, ways), piece, 0.0, 0.0,
+                     (ways - 1) * piece / 4.0, (ways + 1) * piece, self.t_red,
+                     f"{self.label(u)}>reduce{name}#{j}", j, u, REDUCE), srcs)
+
+  def consume(self, v: int, srcs_per_worker):
+    """Edges into op v's shard j from every row of srcs_per_worker[j]."""
+    for j, srcs in enumerate(srcs_per_worker):
+      for s in srcs:
+        self.senders.append(s)
+        self.receivers.append(int(self.shard[v, j]))
+
+  def assemble(self, name: str) -> "Expanded":
+    """The expanded CompGraph and its maps back to the original ops."""
+    cols = list(zip(*self.rows))
+    worker = np.asarray(cols[8], np.int64)
+    exp = CompGraph(
+        cost=cols[0], senders=np.asarray(self.senders, np.int64),
+        receivers=np.asarray(self.receivers, np.int64), out_bytes=cols[1],
+        param_bytes=cols[2], temp_bytes=cols[3], flops=cols[4], bytes_accessed=cols[5],
+        op_type=cols[6], colocation=worker, name=name, node_names=cols[7],
+        reference=self.graph.reference)
+    return Expanded(exp, np.asarray(cols[9], np.int64), worker, np.asarray(cols[10], np.int64),
+                    self.k, transfer_bytes_of(exp, worker))
 
 
 def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
@@ -123,41 +188,14 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
   n = graph.num_nodes
   if k == 1:
     return Expanded(graph, np.arange(n), np.zeros(n, np.int64), np.zeros(n, np.int64), 1, 0.0)
-  rows: List[Tuple] = []  # (cost, out, param, temp, flops, bytes, op_type, name, worker, origin, role)
-  label = (lambda i: graph.node_names[i]) if graph.node_names is not None else str
-  roof = _Roofline(graph)
-  shard = np.zeros((n, k), np.int64)
+  b = _Builder(graph, k)
+  frac = lambda lay: 1.0 / k if lay not in (R, P) else 1.0
   for i in graph.topological_order().tolist():
     op, opt = space.ops[i], space.ops[i].options[strat[i]]
-    work = 1.0 / k if opt.split else 1.0
-    frac = lambda lay: 1.0 / k if lay not in (R, P) else 1.0
-    io = sum(op.in_bytes) + sum(op.leaf_bytes) + graph.out_bytes[i]
-    part = (sum(b * frac(x) for b, x in zip(op.in_bytes, opt.ins)) +
-            sum(b * frac(x) for b, x in zip(op.leaf_bytes, opt.leaves)) +
-            graph.out_bytes[i] * frac(opt.out))
-    nbytes = graph.bytes_accessed[i] * (part / io if io > 0 else work)
-    flops = graph.flops[i] * work
-    params = (sum(b * frac(x) for b, x in zip(op.leaf_bytes, opt.leaves)) if op.leaf_bytes
-              else graph.param_bytes[i])
-    cost = roof.shard_cost(graph, i, flops, nbytes, work)
-    temp = graph.temp_bytes[i] * work
-    if opt.shard is not None:  # a profile's figures of the shard (Piper)
-      cost, params, temp = opt.shard
-    for j in range(k):
-      shard[i, j] = len(rows)
-      rows.append((cost, graph.out_bytes[i] * frac(opt.out), params, temp,
-                   flops, nbytes, int(graph.op_type[i]), f"{label(i)}#{j}", j, i, SHARD))
-  senders, receivers = [], []
+    b.shards(i, op, 1.0 / k if opt.split else 1.0, [frac(x) for x in opt.ins],
+             [frac(x) for x in opt.leaves], frac(opt.out), opt.shard)
   provided: Dict[Tuple[int, int], List[List[int]]] = {}
   need = requirements(space, strat)
-  t_slice, t_red = ops.op_type_id("slice"), ops.op_type_id("reduce")
-
-  def add(row, srcs) -> int:
-    rows.append(row)
-    for s in srcs:
-      senders.append(s)
-      receivers.append(len(rows) - 1)
-    return len(rows) - 1
 
   def provide(u: int, lay: int) -> List[List[int]]:
     """Per worker, the nodes whose outputs together hold u's output in layout `lay` there."""
@@ -165,7 +203,7 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
     if key in provided:
       return provided[key]
     src = space.ops[u].options[strat[u]].out
-    us = shard[u].tolist()
+    us = b.shard[u].tolist()
     size = need[key]
     if src == lay or src == R:
       res = [[us[j]] for j in range(k)]
@@ -176,20 +214,15 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
       for j in range(k):
         for j2 in range(k):
           if j2 != j:
-            s = add((0.0, size / k / k, 0.0, 0.0, 0.0, 0.0, t_slice,
-                     f"{label(u)}#{j}>slice>{j2}", j, u, SLICE), [us[j]])
-            res[j2].append(s)
+            res[j2].append(b.slice(u, j, size / k / k, [us[j]], f">slice>{j2}"))
     else:  # partial: reduce-scatter (then all-gather for R)
       piece = size / k
       pieces = [[us[j]] for j in range(k)]
       for j in range(k):
         for j2 in range(k):
           if j2 != j:
-            pieces[j2].append(add((0.0, piece, 0.0, 0.0, 0.0, 0.0, t_slice,
-                                   f"{label(u)}#{j}>slice>{j2}", j, u, SLICE), [us[j]]))
-      red = [add((roof.reduce_cost(piece, k), piece, 0.0, 0.0, (k - 1) * piece / 4.0,
-                  (k + 1) * piece, t_red, f"{label(u)}>reduce#{j}", j, u, REDUCE), pieces[j])
-             for j in range(k)]
+            pieces[j2].append(b.slice(u, j, piece, [us[j]], f">slice>{j2}"))
+      red = [b.reduce(u, j, piece, k, pieces[j], "") for j in range(k)]
       res = [[red[j]] for j in range(k)] if lay != R else [list(red) for _ in range(k)]
     provided[key] = res
     return res
@@ -197,11 +230,8 @@ def expand(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
   for v in graph.topological_order().tolist():
     op, opt = space.ops[v], space.ops[v].options[strat[v]]
     for u, lay in zip(op.inputs, opt.ins):
-      for j, srcs in enumerate(provide(u, lay)):
-        for s in srcs:
-          senders.append(s)
-          receivers.append(int(shard[v, j]))
-  return _assemble(graph, rows, senders, receivers, k, f"{graph.name}@k{k}")
+      b.consume(v, provide(u, lay))
+  return b.assemble(f"{graph.name}@k{k}")
 
 
 def expand_levels(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
@@ -214,41 +244,17 @@ def expand_levels(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
   k = 2**m
   if m == 0:
     return Expanded(graph, np.arange(n), np.zeros(n, np.int64), np.zeros(n, np.int64), 1, 0.0)
-  rows: List[Tuple] = []
-  label = (lambda i: graph.node_names[i]) if graph.node_names is not None else str
-  roof = _Roofline(graph)
-  shard = np.zeros((n, k), np.int64)
-  out_lay, _ = levels.layouts(space, strat)
+  b = _Builder(graph, k)
+  out_lay, in_lay = levels.layouts(space, strat)
   frac = lambda lays: float(np.prod([0.5 if x >= 2 else 1.0 for x in lays]))
   for i in graph.topological_order().tolist():
     op = space.ops[i]
     opts = [op.options[int(o)] for o in strat[i]]
-    work = float(np.prod([0.5 if o.split else 1.0 for o in opts]))
-    ins = [frac([o.ins[p] for o in opts]) for p in range(len(op.inputs))]
-    lvs = [frac([o.leaves[p] for o in opts]) for p in range(len(op.leaf_bytes))]
-    io = sum(op.in_bytes) + sum(op.leaf_bytes) + graph.out_bytes[i]
-    part = (sum(b * f for b, f in zip(op.in_bytes, ins)) +
-            sum(b * f for b, f in zip(op.leaf_bytes, lvs)) + graph.out_bytes[i] * frac(out_lay[i]))
-    nbytes = graph.bytes_accessed[i] * (part / io if io > 0 else work)
-    flops = graph.flops[i] * work
-    params = (sum(b * f for b, f in zip(op.leaf_bytes, lvs)) if op.leaf_bytes
-              else graph.param_bytes[i])
-    cost = roof.shard_cost(graph, i, flops, nbytes, work)
-    for j in range(k):
-      shard[i, j] = len(rows)
-      rows.append((cost, graph.out_bytes[i] * frac(out_lay[i]), params,
-                   graph.temp_bytes[i] * work, flops, nbytes, int(graph.op_type[i]),
-                   f"{label(i)}#{j}", j, i, SHARD))
-  senders, receivers = [], []
-  t_slice, t_red = ops.op_type_id("slice"), ops.op_type_id("reduce")
+    b.shards(i, op, float(np.prod([0.5 if o.split else 1.0 for o in opts])),
+             [frac([o.ins[p] for o in opts]) for p in range(len(op.inputs))],
+             [frac([o.leaves[p] for o in opts]) for p in range(len(op.leaf_bytes))],
+             frac(out_lay[i]))
   provided: Dict[Tuple[int, Tuple[int, ...]], List[List[int]]] = {}
-
-  def add(row, srcs) -> int:
-    rows.append(row)
-    for s in srcs:
-      senders.append(s)
-      receivers.append(len(rows) - 1)
-    return len(rows) - 1
 
   def provide(u: int, lay: Tuple[int, ...]) -> List[List[int]]:
     key = (u, lay)
@@ -256,33 +262,21 @@ def expand_levels(graph: CompGraph, space: StrategySpace, strategy) -> Expanded:
       return provided[key]
     size = float(graph.out_bytes[u])
     reduces, moves = levels.conversion(out_lay[u], lay, m)
-    cur = shard[u].tolist()
+    cur = b.shard[u].tolist()
     level_ids = [lv for lv, x in enumerate(out_lay[u]) if x == P]
     for lv, piece in zip(level_ids, reduces):
-      b = piece * size
-      sl = [add((0.0, b, 0.0, 0.0, 0.0, 0.0, t_slice, f"{label(u)}#{j}>slice{lv}>"
-                 f"{j ^ (1 << (m - 1 - lv))}", j, u, SLICE), [cur[j]]) for j in range(k)]
-      cur = [add((roof.reduce_cost(b, 2), b, 0.0, 0.0, b / 4.0, 3 * b, t_red,
-                  f"{label(u)}>reduce{lv}#{j}", j, u, REDUCE),
-                 [cur[j], sl[j ^ (1 << (m - 1 - lv))]]) for j in range(k)]
+      nb = piece * size
+      mate = lambda j: j ^ (1 << (m - 1 - lv))
+      sl = [b.slice(u, j, nb, [cur[j]], f">slice{lv}>{mate(j)}") for j in range(k)]
+      cur = [b.reduce(u, j, nb, 2, [cur[j], sl[mate(j)]], str(lv)) for j in range(k)]
     res = []
     for j2, got in enumerate(moves):
-      srcs = []
-      for h, f, how in got:
-        if how == "slice":
-          srcs.append(add((0.0, f * size, 0.0, 0.0, 0.0, 0.0, t_slice,
-                           f"{label(u)}#{h}>slice>{j2}", h, u, SLICE), [cur[h]]))
-        else:
-          srcs.append(cur[h])
-      res.append(srcs)
+      res.append([b.slice(u, h, f * size, [cur[h]], f">slice>{j2}") if how == "slice"
+                  else cur[h] for h, f, how in got])
     provided[key] = res
     return res
 
-  _, in_lay = levels.layouts(space, strat)
   for v in graph.topological_order().tolist():
     for u, lay in zip(space.ops[v].inputs, in_lay[v]):
-      for j, srcs in enumerate(provide(u, lay)):
-        for s in srcs:
-          senders.append(s)
-          receivers.append(int(shard[v, j]))
-  return _assemble(graph, rows, senders, receivers, k, f"{graph.name}@k{k}x{m}")
+      b.consume(v, provide(u, lay))
+  return b.assemble(f"{graph.name}@k{k}x{m}")
