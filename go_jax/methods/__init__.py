@@ -149,12 +149,18 @@ def evaluate(graph: CompGraph, topology: Topology, placement, priority,
              objective: str = "makespan", fuse=None) -> Dict[str, Any]:
   """Simulates one action (with its fuse mask, if any) and scores it: objective, makespan,
   peak_memory, feasible."""
-  res = simulate(graph, topology, placement, priority, fuse=fuse)
+  return evaluate_batch(graph, topology, placement, priority, objective, fuse=fuse)[0]
+
+
+def evaluate_batch(graph: CompGraph, topology: Topology, placements, priorities,
+                   objective: str = "makespan", fuse=None) -> List[Dict[str, Any]]:
+  """`evaluate` of B actions ((B, N) placements and priorities) in one simulator call."""
+  res = simulate(graph, topology, placements, priorities, fuse=fuse)
   ub = objectives.get_objective(objective).upper_bound(graph, topology)
-  value = float(np.asarray(objectives.objective_of(objective, res, topology, ub))[0])
-  return {"objective": value, "makespan": float(res.makespan[0]),
-          "peak_memory": np.asarray(res.peak_memory[0], np.float64),
-          "feasible": not bool(res.oom[0])}
+  values = np.asarray(objectives.objective_of(objective, res, topology, ub), np.float64)
+  return [{"objective": float(values[b]), "makespan": float(res.makespan[b]),
+           "peak_memory": np.asarray(res.peak_memory[b], np.float64),
+           "feasible": not bool(res.oom[b])} for b in range(len(values))]
 
 
 def anytime_curve(points, offset: float = 0.0) -> List[Dict[str, float]]:

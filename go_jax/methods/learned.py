@@ -63,8 +63,8 @@ from typing import Any, Dict, List, Optional
 import ml_collections
 import numpy as np
 
-from go_jax import objectives
-from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
+from go_jax.methods import (Problem, Proposal, anytime_curve, evaluate, evaluate_batch,
+                            register)
 from simulator import coarsen as coarsen_lib
 from simulator import topology_spec
 from simulator.graph import CompGraph, upward_rank
@@ -275,17 +275,6 @@ def expand_priority(coarse: coarsen_lib.Coarsened, priority, tie_break) -> np.nd
   return ranks
 
 
-def evaluate_batch(graph: CompGraph, topology, placements, priorities,
-                   objective: str) -> List[Dict[str, Any]]:
-  """`methods.evaluate` of B actions ((B, N) placements and priorities) in one simulator call."""
-  res = simulate(graph, topology, placements, priorities)
-  ub = objectives.get_objective(objective).upper_bound(graph, topology)
-  values = np.asarray(objectives.objective_of(objective, res, topology, ub), np.float64)
-  return [{"objective": float(values[b]), "makespan": float(res.makespan[b]),
-           "peak_memory": np.asarray(res.peak_memory[b], np.float64),
-           "feasible": not bool(res.oom[b])} for b in range(len(values))]
-
-
 def coarse_options(method: str, config: Dict[str, Any]) -> Dict[str, Any]:
   """The large-graph path's coarsening options from `config` (defaults: COARSE_*), checked."""
   cap = config.get("coarse_max_group_weight", COARSE_MAX_GROUP_WEIGHT)
@@ -307,14 +296,15 @@ def coarse_options(method: str, config: Dict[str, Any]) -> Dict[str, Any]:
   return out
 
 
-def memory_scale(graph: CompGraph, coarse: coarsen_lib.Coarsened, topology, how: str) -> float:
+def memory_scale(graph: CompGraph, coarse: coarsen_lib.Coarsened, topology, how: str,
+                 critical=None) -> float:
   """Factor from the original capacities to the coarse problem's: "footprint": the coarse /
   original single-device footprints; "calibrated": the smallest coarse / original peak memory
   (per device, over devices holding at least a quarter of the largest one's) over three spread
   placements of the coarse graph (its topological order
   cut into D cost-balanced blocks, uniform random over D devices and over D // 2), each
   expanded to the original, memory unbounded, critical-path priorities (one batched simulation
-  of each graph; a fixed seed)."""
+  of each graph; a fixed seed). `critical`: the original graph's `upward_rank`, if known."""
   if how == "footprint":
     return (topology_spec.single_device_footprint(coarse.graph, topology)
             / max(topology_spec.single_device_footprint(graph, topology), 1.0))
@@ -327,10 +317,12 @@ def memory_scale(graph: CompGraph, coarse: coarsen_lib.Coarsened, topology, how:
   places = np.stack([block, rng.integers(0, d, cg.num_nodes),
                      rng.integers(0, max(d // 2, 1), cg.num_nodes)])
   free = topology.with_memory(np.inf)
-  coarse_prio = np.broadcast_to(upward_rank(cg), places.shape)
-  peak_c = np.asarray(simulate(cg, free, places, coarse_prio).peak_memory, np.float64)
-  critical = upward_rank(graph)
-  prios = np.stack([expand_priority(coarse, q, critical) for q in coarse_prio])
+  coarse_prio = upward_rank(cg)
+  peak_c = np.asarray(simulate(cg, free, places, np.broadcast_to(coarse_prio, places.shape))
+                      .peak_memory, np.float64)
+  critical = upward_rank(graph) if critical is None else critical
+  prios = np.broadcast_to(expand_priority(coarse, coarse_prio, critical),
+                          (len(places), graph.num_nodes))
   peak_o = np.asarray(simulate(graph, free, np.stack([coarse.expand(p) for p in places]),
                                prios).peak_memory, np.float64)
   busy = peak_o >= 0.25 * peak_o.max(axis=1, keepdims=True)  # devices that matter
@@ -349,10 +341,11 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
       max_group_weight=opts["max_group_weight"], temp_bound=opts["temp_bound"],
       out_bound=opts["out_bound"])
   t1 = time.perf_counter()
+  critical = upward_rank(graph)
   topo, scale = problem.topology, 1.0
   caps = np.asarray(topo.mem_capacity, np.float64)
   if np.all(np.isfinite(caps)):  # the same tightness on the coarse graph (module docstring)
-    scale = memory_scale(graph, coarse, topo, opts["memory_scale"])
+    scale = memory_scale(graph, coarse, topo, opts["memory_scale"], critical)
     topo = topo.with_memory(caps * scale)
   tm = time.perf_counter()
   budget = problem.budget
@@ -361,7 +354,6 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
   prop = _solve(method, dataclasses.replace(problem, graph=coarse.graph, topology=topo,
                                             budget=budget), config, placement_only)
   t2 = time.perf_counter()
-  critical = upward_rank(graph)
   stages = prop.info["stages"]
   places = np.stack([coarse.expand(s["placement"]) for s in stages])
   prios = np.stack([critical if placement_only else
