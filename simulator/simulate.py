@@ -106,43 +106,11 @@ def _first_true(mask):
   return jnp.where(idx == n, 0, idx)
 
 
-def _setup_batch(pg: PaddedGraph, d: int, placement, pos2op, dt):
-  """(place (B, Np), pos (B, Np), cons (B, Np, D), leaves (B, D, A**L)) of a whole batch, as
-  `_simulate_one` would compute them per action, but with 1-D scatters at flat indices
-  `b * size + i`: vmapped scatters carry a (batch, row, column) index tuple per element, which
-  costs XLA's CPU backend several times the scatter itself. None where a flat index would not
-  fit in int32."""
-  b, np_ = pos2op.shape
-  levels_n, arity = tree_shape(np_)
-  n_leaves = arity ** levels_n
-  if b * d * max(np_, n_leaves) >= 2 ** 31:
-    return None
-  rows = jnp.arange(b, dtype=jnp.int32)[:, None]
-  place = jnp.take(placement.astype(jnp.int32), pg.coloc_root, axis=1)  # rule 1
-  place = jnp.where(pg.node_mask, place, 0)
-  ranks = jnp.broadcast_to(jnp.arange(np_, dtype=jnp.int32), (b, np_))
-  pos = jnp.zeros(b * np_, jnp.int32).at[(rows * np_ + pos2op).ravel()].set(
-      ranks.ravel(), unique_indices=True).reshape(b, np_)
-  recv_dev = jnp.take(place, pg.receivers, axis=1)  # (B, Ep)
-  cidx = (rows * np_ + pg.senders) * d + recv_dev
-  cons = jnp.zeros(b * np_ * d, bool).at[cidx.ravel()].max(
-      jnp.broadcast_to(pg.edge_mask, cidx.shape).ravel()).reshape(b, np_, d)
-  roots0 = (pg.num_preds == 0) & pg.node_mask
-  val = jnp.broadcast_to(jnp.where(roots0, 0.0, INF).astype(dt), (b, np_))
-  leaves = jnp.full(b * d * n_leaves, INF, dt).at[((rows * d + place) * n_leaves + pos).ravel()]\
-      .min(val.ravel()).reshape(b, d, n_leaves)
-  return place, pos, cons, leaves
-
-
-def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None, pre=None):
-  """Simulates one action; vmapped over the batch by `simulate_padded`. `pre`: this action's
-  row of `_setup_batch` where it was computed for the batch (never with `fuse`)."""
+def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None):
+  """Simulates one action; vmapped over the batch by `simulate_padded`."""
   dt = _dtype()
-  if pre is None:
-    place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
-    place = jnp.where(pg.node_mask, place, 0)
-  else:
-    place = pre[0]
+  place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
+  place = jnp.where(pg.node_mask, place, 0)
   root = None
   if fuse is not None:  # section 4.1: absorbed members stop being nodes, roots carry groups
     pg, root = fusion.apply_padded(pg, place, fuse, dt)
@@ -156,18 +124,15 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None,
   cost, out_bytes = pg.cost.astype(dt), pg.out_bytes.astype(dt)
   dev_ids = jnp.arange(d)
 
-  if pre is None:
-    # Leaf position of each op: its rank by (priority descending, id ascending).
-    pos = jnp.zeros(np_, jnp.int32).at[pos2op].set(jnp.arange(np_, dtype=jnp.int32))
-    # cons[u, e]: u has a consumer on device e (one transfer per consumer device, rule 3).
-    recv_dev = place[pg.receivers]
-    cons = jnp.zeros((np_, d), bool).at[pg.senders, recv_dev].max(pg.edge_mask)
-    n_leaves = arity ** levels_n
-    roots0 = (pg.num_preds == 0) & pg.node_mask
-    leaves = jnp.full((d, n_leaves), INF, dt).at[place, pos].min(
-        jnp.where(roots0, 0.0, INF).astype(dt))
-  else:
-    _, pos, cons, leaves = pre
+  # Leaf position of each op: its rank by (priority descending, id ascending).
+  pos = jnp.zeros(np_, jnp.int32).at[pos2op].set(jnp.arange(np_, dtype=jnp.int32))
+  # cons[u, e]: u has a consumer on device e (one transfer per consumer device, rule 3).
+  recv_dev = place[pg.receivers]
+  cons = jnp.zeros((np_, d), bool).at[pg.senders, recv_dev].max(pg.edge_mask)
+  n_leaves = arity ** levels_n
+  roots0 = (pg.num_preds == 0) & pg.node_mask
+  leaves = jnp.full((d, n_leaves), INF, dt).at[place, pos].min(
+      jnp.where(roots0, 0.0, INF).astype(dt))
   levels = [leaves]
   for _ in range(levels_n):
     levels.append(levels[-1].reshape(d, -1, arity).min(-1))
@@ -384,13 +349,9 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   # Ops by priority descending, ties by lowest id; padding last.
   key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
   pos2op, _ = rank_order(key)
-  pre = None
-  if fuse is None:
-    pre = _setup_batch(pg, topology.speed.shape[0], jnp.asarray(placement), pos2op, _dtype())
   makespan, start, finish, events = jax.vmap(
-      _simulate_one, in_axes=(None, None, 0, 0, None if fuse is None else 0,
-                              None if pre is None else 0))(
-          pg, topology, placement, pos2op, fuse, pre)
+      _simulate_one, in_axes=(None, None, 0, 0, None if fuse is None else 0))(
+          pg, topology, placement, pos2op, fuse)
   peak = _peak_memory(events)
   oom = jnp.any(peak > jnp.asarray(topology.mem_capacity, peak.dtype), -1)
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)
