@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import weakref
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -119,35 +118,8 @@ def parse_topology(spec: SpecLike) -> TopologySpec:
   return TopologySpec(text, name, mem_bytes, mem_factor, topology)
 
 
-_FOOTPRINTS = {}  # id(graph) -> (weakref to it, topology key, footprint): the last ones
-
-
-def _topology_key(topology: Topology) -> bytes:
-  """What a footprint depends on besides the graph: every field but mem_capacity."""
-  return b"|".join(np.ascontiguousarray(np.asarray(x, np.float64)).tobytes() for x in (
-      topology.speed, topology.overhead, topology.bandwidth, topology.latency))
-
-
 def single_device_footprint(graph: CompGraph, topology: Topology) -> float:
-  """Smallest peak memory (bytes) over devices of 'every op on device d', memory unbounded.
-
-  Cached per graph object (while it lives) and topology (memory ignored): a 61k-op graph
-  takes ~5 s, and both the '@mem=0.6x' topology and the learned methods' coarse-memory scale
-  need the original graph's."""
-  key = _topology_key(topology)
-  hit = _FOOTPRINTS.get(id(graph))
-  if hit is not None and hit[0]() is graph and hit[1] == key:
-    return hit[2]
-  value = _footprint(graph, topology)
-  try:
-    ref = weakref.ref(graph, lambda _, i=id(graph): _FOOTPRINTS.pop(i, None))
-  except TypeError:  # not weak-referenceable: not cached
-    return value
-  _FOOTPRINTS[id(graph)] = (ref, key, value)
-  return value
-
-
-def _footprint(graph: CompGraph, topology: Topology) -> float:
+  """Smallest peak memory (bytes) over devices of 'every op on device d', memory unbounded."""
   d, n = topology.num_devices, graph.num_nodes
   free = topology.with_memory(np.inf)
   place = np.repeat(np.arange(d)[:, None], n, axis=1)
