@@ -77,6 +77,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_guard = True  # memory barrier on devices the estimated peak overflows (load.py)
   c.load_margin = 0.1  # memory share the greedy decode keeps free (load.py)
   c.load_greedy_block = 0  # nodes per block of the greedy decode (0: load_block; 1: node by node)
+  c.load_exact = True  # colocation groups decided at their leader, exact barrier (load.py)
   c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
   return c
 

@@ -33,6 +33,10 @@ because the policy's load state adds them up, see load.py):
                    cost, T = the graph's total param + output bytes
   node_end         topological position of the op's last consumer (the last position when
                    nothing consumes it)
+  node_leader      topological position of the op's colocation leader, the first op of its
+                   group in topological order (its own position when ungrouped): rule 1 puts
+                   the group where the simulator's root goes, so the load state counts every
+                   member on its leader's device and the policy decides the group there
   device_capacity  min(mem_capacity / T, MEM_RATIO_CAP)
 
 Device features (`DEVICE_FEATURES`, 0 on padding devices):
@@ -180,6 +184,20 @@ def load_inputs(graph: CompGraph, topology: Topology) -> tuple:
           np.minimum(ratio, MEM_RATIO_CAP).astype(np.float32))
 
 
+def colocation_leaders(graph: CompGraph, position: np.ndarray) -> np.ndarray:
+  """(N,) int32 topological position of each op's colocation leader (the group member first in
+  topological order; the op's own position when ungrouped), given each op's `position`."""
+  position = np.asarray(position, np.int64)
+  leader = position.copy()
+  grouped = np.flatnonzero(graph.colocation >= 0)
+  if grouped.size:
+    _, group = np.unique(np.asarray(graph.colocation)[grouped], return_inverse=True)
+    first = np.full(int(group.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, group, position[grouped])
+    leader[grouped] = first[group]
+  return leader.astype(np.int32)
+
+
 def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int] = None,
                    num_edges: Optional[int] = None, max_devices: int = 8,
                    hint_placement: Optional[np.ndarray] = None) -> GraphFeatures:
@@ -226,6 +244,8 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
   node_end = np.zeros(np_, np.int32)
   capacity = np.zeros(max_devices, np.float32)
   node_load[:n], node_end[:n], capacity[:d] = load_inputs(graph, topology)
+  node_leader = np.arange(np_, dtype=np.int32)  # padding: its own position
+  node_leader[:n] = colocation_leaders(graph, topo_position[:n])
   hint = None
   if hint_placement is not None:
     given = np.asarray(hint_placement)
@@ -239,7 +259,7 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
       senders=senders, receivers=receivers, edge_mask=np.arange(ep) < e,
       topo_order=topo_order, topo_position=topo_position,
       device_mask=np.arange(max_devices) < d, device_feats=dev, hint=hint, node_load=node_load,
-      node_end=node_end, device_capacity=capacity)
+      node_end=node_end, node_leader=node_leader, device_capacity=capacity)
 
 
 def batch_features(graphs: Sequence[CompGraph], topologies: Sequence[Topology],

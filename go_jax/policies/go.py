@@ -115,6 +115,10 @@ class GOPolicy(nn.Module):
   load_guard: bool = True  # the load state's memory barrier (load.py)
   load_margin: float = 0.1  # memory share the greedy decode keeps free (LoadDecoder)
   load_greedy_block: int = 0  # nodes per block of the greedy decode (0: load_block; load.py)
+  # the exact load state (load.py): a colocation group decided and counted where its leader
+  # goes (rule 1), every interval's future counted by the barrier, the greedy barrier node by
+  # node; False: the estimate the checkpoints before 2026-11-26 were trained with
+  load_exact: bool = True
   fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
@@ -183,11 +187,12 @@ class GOPolicy(nn.Module):
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,
               feats.topo_position, mask, feats.senders, feats.receivers,
               jnp.asarray(feats.edge_mask, bool))
+      lead = feats.node_leader if self.load_exact else None
       if placement is not None:
-        logits = decoder(*args, mode="forced", placement=placement)
+        logits = decoder(*args, mode="forced", placement=placement, leader=lead)
       else:
-        logits = decoder(*args, mode="expected")
-        greedy_logits = decoder(*args, mode="greedy")
+        logits = decoder(*args, mode="expected", leader=lead)
+        greedy_logits = decoder(*args, mode="greedy", leader=lead)
     else:
       logits = q @ k.T * (1.0 / jnp.sqrt(jnp.float32(hdim))) + bias[None, :]
     n = h.shape[0]

@@ -101,28 +101,49 @@ class LoadState:
 @flax.struct.dataclass
 class _Layout:
   """The graph cut into blocks in topological order (padded), and its edges."""
+  lead: jnp.ndarray  # (n_blk * S,) int32 topological position of each slot's colocation leader
+  # (n_blk * S, n_blk + 2) difference array, per leader slot, of its colocation members' output
+  # intervals over blocks (zero rows for the others; members' own output shares are then 0)
+  group: jnp.ndarray
   shares: jnp.ndarray  # (n_blk, S, 4) node shares (NODE_LOAD) per block
   free_blk: jnp.ndarray  # (n_blk, S) int32 block at whose start a node's output is freed
   e_src: jnp.ndarray  # (Ep,) int32 topological position of each edge's sender
   e_dst: jnp.ndarray  # (Ep,) int32 ... and receiver
   e_blk: jnp.ndarray  # (Ep,) int32 receiver's block (-1 on padding)
-  e_out: jnp.ndarray  # (Ep,) float32 sender's output share (0 on padding)
+  e_out: jnp.ndarray  # (Ep,) float32 sender's output share (0 on padding and within a group)
   e_free: jnp.ndarray  # (Ep,) int32 block at whose start the copy is freed
 
 
 def _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-            edge_mask, block: int) -> _Layout:
+            edge_mask, block: int, leader=None) -> _Layout:
   n = node_load.shape[0]
   n_blk = -(-n // block)
   pad = n_blk * block - n
   share = jnp.where(jnp.asarray(node_mask, bool)[:, None], node_load, 0.0)
   emask = jnp.asarray(edge_mask, bool)
+  e_out = jnp.where(emask, share[senders, 1], 0.0)  # copies move the sender's whole output
+  slots = jnp.arange(n_blk * block, dtype=jnp.int32)
+  free = jnp.pad(node_end[topo_order] // block + 1, (0, pad))  # (n_blk * S,) by slot
+  lead = slots
+  group = jnp.zeros((n_blk * block, n_blk + 2), jnp.float32)
+  if leader is not None:
+    # A colocation group goes where its leader goes (rule 1), so the leader commits the whole
+    # group: all its parameters (resident all step) and its members' output intervals (each
+    # from the member's block to its last consumer's), which the leader's barrier then sees.
+    lead = lead.at[:n].set(jnp.asarray(leader, jnp.int32)[topo_order])
+    lead_node = topo_order[leader]
+    share = share.at[:, 0].set(jnp.zeros(n, share.dtype).at[lead_node].add(share[:, 0]))
+    member = lead != slots
+    out = jnp.where(member, jnp.pad(share[topo_order, 1], (0, pad)), 0.0)
+    group = group.at[lead, slots // block].add(out).at[lead, free].add(-out)
+    share = share.at[:, 1].set(jnp.where(member[:n][topo_position], 0.0, share[:, 1]))
+  e_src, e_dst = topo_position[senders], topo_position[receivers]
   return _Layout(
+      lead=lead, group=group,
       shares=jnp.pad(share[topo_order], ((0, pad), (0, 0))).reshape(n_blk, block, 4),
-      free_blk=jnp.pad(node_end[topo_order] // block + 1, (0, pad)).reshape(n_blk, block),
-      e_src=topo_position[senders], e_dst=topo_position[receivers],
-      e_blk=jnp.where(emask, topo_position[receivers] // block, -1),
-      e_out=jnp.where(emask, share[senders, 1], 0.0),
+      free_blk=free.reshape(n_blk, block),
+      e_src=e_src, e_dst=e_dst, e_blk=jnp.where(emask, e_dst // block, -1),
+      e_out=jnp.where(lead[e_src] == lead[e_dst], 0.0, e_out),  # a group shares one device
       e_free=node_end[senders] // block + 1)
 
 
@@ -137,37 +158,94 @@ def _profile(state: LoadState) -> jnp.ndarray:
   return jnp.cumsum(state.diff, axis=0)[:-2]
 
 
-def _commit(state: LoadState, lay: _Layout, b, p) -> LoadState:
+def _commit(state: LoadState, lay: _Layout, b, p, row=None) -> LoadState:
   """Block b placed with distribution p (S, Dmax): its parameters, cost, outputs (live from b
   to their last consumer's block) and the copies its nodes receive (live from the sender's
   block to the sender's last consumer's block) added: rule 7 with the topological order as the
-  schedule."""
+  schedule. With `row` (the exact greedy decode), only that row of the block is placed (the
+  rows before it are already, the rows after it are not: their `probs` rows are still 0)."""
   sb, fb = lay.shares[b], lay.free_blk[b]
   s = sb.shape[0]
-  probs = jax.lax.dynamic_update_slice(state.probs, p, (b * s, 0))
+  rows = jnp.ones(s, bool) if row is None else jnp.arange(s) == row
+  p = p * rows[:, None]
+  old = jax.lax.dynamic_slice_in_dim(state.probs, b * s, s)
+  probs = jax.lax.dynamic_update_slice(state.probs, jnp.where(rows[:, None], p, old),
+                                       (b * s, 0))
   own = p * sb[:, 1:2]  # (S, Dmax) expected output shares per device
-  into = (lay.e_blk == b).astype(jnp.float32)[:, None]  # (Ep, 1) edges into this block
+  into = ((lay.e_blk == b) & rows[jnp.clip(lay.e_dst - b * s, 0, s - 1)])[:, None]
   copies = into * lay.e_out[:, None] * probs[lay.e_dst] * (1.0 - probs[lay.e_src])
+  group = jax.lax.dynamic_slice_in_dim(lay.group, b * s, s)  # (S, n_blk + 2)
   diff = (state.diff.at[b].add(own.sum(0)).at[fb].add(-own)
-          .at[lay.e_src // s].add(copies).at[lay.e_free].add(-copies))
+          .at[lay.e_src // s].add(copies).at[lay.e_free].add(-copies) + group.T @ p)
   return LoadState(probs=probs, params=state.params + p.T @ sb[:, 0],
                    work=state.work + p.T @ sb[:, 3], diff=diff)
 
 
+def _barrier_peak(state: LoadState, lay: _Layout, b, placed, exact: bool):
+  """(S, Dmax) the estimated peak of each device with each node of block b on it (shares of T),
+  given the state, where the topological positions before `placed` are placed: what the
+  memory barrier compares with the capacity (module docstring).
+
+  Not exact: params + own + max(high, live(b) + out + temp + the copies the node would
+  receive). Exact (the decoder given colocation leaders): also the largest block, from b on,
+  of the live profile with the node's output interval, its group's member output intervals (a
+  leader's) and its incoming copies' intervals (each from its sender's block) added."""
+  sb = lay.shares[b]
+  s = sb.shape[0]
+  n_blk, dmax = lay.shares.shape[0], state.params.shape[0]
+  prof = _profile(state)
+  live, high = prof[b], prof.max(0)
+  known = (lay.e_src < placed)[:, None]
+  away = lay.e_out[:, None] * (1.0 - state.probs[lay.e_src])  # (Ep, Dmax)
+  # the copies node i would receive on d: its inputs not (expected) on d already; inputs not
+  # placed yet count in full
+  into = (lay.e_blk == b)[:, None]
+  copy = into * jnp.where(known, away, lay.e_out[:, None])
+  recv = jnp.zeros((s, dmax), jnp.float32).at[jnp.clip(lay.e_dst - b * s, 0, s - 1)].add(copy)
+  top = jnp.maximum(high[None, :], live[None, :] + sb[:, 1:2] + sb[:, 2:3] + recv)
+  if exact:
+    ahead = jnp.arange(n_blk)
+    span = (ahead[None, :] >= b) & (ahead[None, :] < lay.free_blk[b][:, None])
+    grp = jnp.cumsum(jax.lax.dynamic_slice_in_dim(lay.group, b * s, s), axis=1)[:, :n_blk]
+    adds = grp + sb[:, 1:2] * span  # (S, n_blk)
+    dst = jnp.clip(lay.e_dst - b * s, 0, s - 1)
+    riv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
+                     .at[dst, lay.e_src // s].add(copy)
+                     .at[dst, lay.e_free].add(-copy), axis=1)[:, :n_blk]  # (S, n_blk, Dmax)
+    top = jnp.maximum(top, (prof[None, :, :] + adds[:, :, None] + riv).max(1))
+  return state.params[None, :] + sb[:, :1] + top
+
+
+def _follow_leaders(state: LoadState, lay: _Layout, b, p):
+  """Block b's distribution (S, Dmax) with every colocation member given its leader's (rule 1:
+  the group runs where its root goes): from this block's rows where the leader is in block b,
+  else from the state's record of the leader's block. Leaders precede their members in the
+  topological order, so the leader's row is always known."""
+  s = p.shape[0]
+  lead = jax.lax.dynamic_slice(lay.lead, (b * s,), (s,))
+  local = lead - b * s
+  own = local == jnp.arange(s)
+  here = p[jnp.clip(local, 0, s - 1)]
+  earlier = state.probs[lead]
+  return jnp.where(own[:, None], p, jnp.where((local >= 0)[:, None], here, earlier))
+
+
 def estimated_peak(placement, node_load, node_end, topo_order, topo_position, node_mask,
-                   senders, receivers, edge_mask, num_devices: int, block: int = 32):
+                   senders, receivers, edge_mask, num_devices: int, block: int = 32,
+                   leader=None):
   """(num_devices,) the load state's peak estimate P_d + max over blocks of the live outputs
   (shares of T) of a fixed placement (Np,): what the barrier compares with the capacity once
-  every node is placed."""
+  every node is placed. With `leader` (GraphFeatures.node_leader) every op counts on its
+  colocation leader's device, as the decoder counts it."""
   lay = _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-                edge_mask, block)
+                edge_mask, block, leader)
   n_blk = lay.shares.shape[0]
   onehot = jax.nn.one_hot(jnp.pad(placement[topo_order], (0, n_blk * block - placement.shape[0])),
                           num_devices).reshape(n_blk, block, num_devices)
 
   def step(state, xs):
     b, p = xs
-    return _commit(state, lay, b, p), None
+    return _commit(state, lay, b, _follow_leaders(state, lay, b, p)), None
 
   state, _ = jax.lax.scan(step, _init_state(n_blk, block, num_devices),
                           (jnp.arange(n_blk), onehot))
@@ -205,7 +283,7 @@ class LoadDecoder(nn.Module):
   @nn.compact
   def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
                topo_position, node_mask, senders, receivers, edge_mask, mode: str = "expected",
-               placement=None):
+               placement=None, leader=None):
     if mode not in MODES:
       raise ValueError(f"LoadDecoder: unknown mode {mode!r}; choose from {MODES}")
     if (mode == "forced") != (placement is not None):
@@ -234,7 +312,7 @@ class LoadDecoder(nn.Module):
     dev_mask = jnp.asarray(device_mask, bool)
     cap = jnp.where(dev_mask, jnp.maximum(device_capacity, 1e-6), 1.0)
     lay = _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-                  edge_mask, s)
+                  edge_mask, s, leader)
     qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
     scale = 1.0 / jnp.sqrt(jnp.float32(h))
 
@@ -245,30 +323,41 @@ class LoadDecoder(nn.Module):
     else:
       forced = jnp.zeros((n_blk, 1, 1), jnp.float32)  # unused
 
+    exact = leader is not None
+    if mode == "greedy":
+      scale_b, limit = jnp.maximum(guard, GREEDY_BARRIER), 1.0 - self.greedy_margin
+    else:
+      scale_b, limit = guard, 1.0
+
+    def barrier(state, b, placed):
+      peak = _barrier_peak(state, lay, b, placed, exact)
+      return scale_b * jnp.maximum(peak / cap[None, :] - limit, 0.0)
+
     def step(state: LoadState, xs):
       b, qb, fb = xs
-      sb = lay.shares[b]
       prof = _profile(state)
-      live, high = prof[b], prof.max(0)
-      feats = load_features(state.params, live, high, state.work, cap, dev_mask)
+      feats = load_features(state.params, prof[b], prof.max(0), state.work, cap, dev_mask)
       le = jax.nn.gelu(feats @ w1 + b1) @ w2  # (Dmax, H)
       logits = qb @ (k + le).T * scale + (bias + le @ wb)[None, :]
-      if self.guard:
-        # the copies node i would receive on d: its inputs not (expected) on d already; inputs
-        # from this very block are not placed yet and count in full
-        into = ((lay.e_blk == b) & (lay.e_src < b * s)).astype(jnp.float32)[:, None]
-        missing = into * lay.e_out[:, None] * (1.0 - state.probs[lay.e_src])  # (Ep, Dmax)
-        same = ((lay.e_blk == b) & (lay.e_src >= b * s)).astype(jnp.float32) * lay.e_out
-        recv = jnp.zeros((s, dmax), jnp.float32).at[
-            jnp.clip(lay.e_dst - b * s, 0, s - 1)].add(missing + same[:, None])
-        peak = state.params[None, :] + sb[:, :1] + jnp.maximum(
-            high[None, :], live[None, :] + sb[:, 1:2] + sb[:, 2:3] + recv)
-        if mode == "greedy":
-          scale_b, limit = jnp.maximum(guard, GREEDY_BARRIER), 1.0 - self.greedy_margin
-        else:
-          scale_b, limit = guard, 1.0
-        logits = logits - scale_b * jnp.maximum(peak / cap[None, :] - limit, 0.0)
       logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
+      if exact and self.guard and mode == "greedy":
+        # The exact greedy decode: the block's scores come from the load at the block's start
+        # (as in training), but the barrier and the commit go node by node, so that the nodes
+        # of one block cannot pile onto a device unseen.
+        lead = jax.lax.dynamic_slice_in_dim(lay.lead, b * s, s)
+
+        def one(st, j):
+          row = logits[j] - barrier(st, b, b * s + j)[j]
+          row = jnp.where(dev_mask, row, self.masked_logit)
+          pick = jax.nn.one_hot(jnp.argmax(row), dmax, dtype=jnp.float32)
+          pick = jnp.where(lead[j] == b * s + j, pick, st.probs[lead[j]])  # members follow
+          return _commit(st, lay, b, jnp.broadcast_to(pick, (s, dmax)), row=j), row
+
+        state, rows = jax.lax.scan(one, state, jnp.arange(s))
+        return state, rows
+      if self.guard:
+        logits = logits - barrier(state, b, b * s)
+        logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
       # the distribution the state counts (padded rows have zero shares: they add nothing)
       if mode == "expected":
         p = jax.nn.softmax(logits, axis=-1)
@@ -276,8 +365,10 @@ class LoadDecoder(nn.Module):
         p = jax.nn.one_hot(jnp.argmax(logits, axis=-1), dmax, dtype=jnp.float32)
       else:
         p = fb
-      return _commit(state, lay, b, p), logits
+      return _commit(state, lay, b, _follow_leaders(state, lay, b, p)), logits
 
     _, logits = jax.lax.scan(step, _init_state(n_blk, s, dmax),
                              (jnp.arange(n_blk), qs, forced))
-    return logits.reshape(n_blk * s, dmax)[:n][topo_position]  # back to node-id order
+    # every colocation member takes its leader's logits (the group's one decision, made where
+    # the state counted it), then back to node-id order
+    return logits.reshape(n_blk * s, dmax)[lay.lead][:n][topo_position]

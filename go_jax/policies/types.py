@@ -37,6 +37,11 @@ class GraphFeatures:
   # (Np,) int32 topological position of each op's last consumer (the last real position when
   # none consumes it); 0 on padding
   node_end: Optional[jnp.ndarray] = None
+  # (Np,) int32 topological position of each op's colocation leader: the first op of its
+  # colocation group in topological order (its own position when ungrouped, and on padding).
+  # Rule 1 puts a group on one device, so the load state counts every member where its leader
+  # goes (policies/load.py); None: every op counts where its own logits point
+  node_leader: Optional[jnp.ndarray] = None
   # (Dmax,) float32 each device's memory capacity over the graph's total param + output bytes
   # (clipped at features.MEM_RATIO_CAP; infinite memory gives the cap), 0 on padding devices
   device_capacity: Optional[jnp.ndarray] = None
