@@ -181,3 +181,66 @@ def test_greedy_block_commits_node_by_node_whatever_the_training_block():
   np.testing.assert_array_equal(fixed.apply(params, *args), wide.apply(params, *args))
   with pytest.raises(ValueError, match="greedy_block"):
     load.LoadDecoder(hidden=4, greedy_block=-1).apply(params, *args, mode="greedy")
+
+
+def _leader_args(args, f):
+  return dict(leader=f.node_leader)
+
+
+def test_exact_greedy_decode_goes_node_by_node_within_a_block():
+  """The exact decode (colocation leaders given): the greedy block's scores come from the state
+  at the block's start, but its barrier and commit go node by node, so the 12-op chain in ONE
+  block of 12 stops at 6 parameters on device 0, as block=1 does; the expected (sampling)
+  logits still see the block's start state."""
+  g, f, args = _params_chain()
+  n = g.num_nodes
+  wide = load.LoadDecoder(hidden=4, block=12)
+  params = wide.init(jax.random.PRNGKey(0), *args)
+  place = np.asarray(jnp.argmax(wide.apply(params, *args, mode="greedy",
+                                           leader=f.node_leader)[:n], -1))
+  assert np.sum(place == 0) == 6 and np.all(place[:6] == 0)
+  np.testing.assert_allclose(wide.apply(params, *args, leader=f.node_leader)[:n],
+                             wide.apply(params, *args)[:n], atol=1e-5)
+
+
+def _fwd_bwd_graph():
+  """A 4-layer forward chain f0..f3 and its backward chain b3..b0, b_i colocated with f_i (as
+  PipeDream's training graphs are): f_i's output lives until b_i consumes it."""
+  n = 8  # f0..f3 = 0..3, b3..b0 = 4..7 (b_i = 7 - i)
+  senders = [0, 1, 2, 3, 4, 5, 6, 0, 1, 2]
+  receivers = [1, 2, 3, 4, 5, 6, 7, 7, 6, 5]
+  coloc = np.array([0, 1, 2, 3, 3, 2, 1, 0])
+  return CompGraph(cost=np.ones(n), senders=senders, receivers=receivers,
+                   out_bytes=np.array([1.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5]),
+                   param_bytes=np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]),
+                   colocation=coloc, name="fwd_bwd")
+
+
+def test_colocation_group_is_decided_and_counted_at_its_leader():
+  """Every member takes its leader's logits (rule 1 puts the group where its root goes), in
+  every mode; with a root-consistent placement the exact estimate counts the same bytes as the
+  old one, and the exact greedy action is memory-feasible in the simulator."""
+  g = _fwd_bwd_graph()
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.0, mem_capacity=6.0)
+  f = features.graph_features(g, topo, max_devices=2)
+  np.testing.assert_array_equal(f.node_leader[:8], f.topo_position[[0, 1, 2, 3, 3, 2, 1, 0]])
+  rng = np.random.default_rng(0)
+  args = (jnp.asarray(rng.normal(size=(f.node_mask.size, 4)), jnp.float32), jnp.eye(2, 4),
+          jnp.array([3.0, 0.0]), f.node_load, f.node_end, f.device_capacity, f.device_mask,
+          f.topo_order, f.topo_position, f.node_mask, f.senders, f.receivers, f.edge_mask)
+  dec = load.LoadDecoder(hidden=4, block=2)
+  params = dec.init(jax.random.PRNGKey(0), *args)
+  root = g.colocation_root()
+  for mode in ("expected", "greedy"):
+    logits = np.asarray(dec.apply(params, *args, mode=mode, leader=f.node_leader))[:8]
+    np.testing.assert_allclose(logits, logits[root], atol=1e-6)
+  place = np.argmax(np.asarray(dec.apply(params, *args, mode="greedy",
+                                         leader=f.node_leader))[:8], -1)
+  for p in (place, np.array([0, 0, 1, 1, 1, 1, 0, 0])):
+    est = [load.estimated_peak(jnp.asarray(np.pad(p, (0, f.node_mask.size - 8))), f.node_load,
+                               f.node_end, f.topo_order, f.topo_position, f.node_mask,
+                               f.senders, f.receivers, f.edge_mask, 2, 1, leader=lead)
+           for lead in (None, f.node_leader)]
+    np.testing.assert_allclose(est[0], est[1], atol=1e-6)
+  res = simulate(g, topo, place, -np.asarray(f.topo_position[:8], np.float64))
+  assert not bool(res.oom)

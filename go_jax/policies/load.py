@@ -22,6 +22,14 @@ updates the state. What the state counts is the decoder's `mode` (`MODES`):
             0.5-0.6 sure of each node looks balanced in expectation and piles up in argmax).
   forced    a given placement (imitation's teacher forcing: the logits the greedy decode sees
             when it follows the teacher).
+The exact decode (the decoder given `leader`, GraphFeatures.node_leader; GOPolicy.load_exact):
+a colocation group is decided and counted where its leader (its first member in topological
+order) goes, since rule 1 puts the group on one device: members take the leader's logits, the
+leader commits the group's parameters and members' output intervals, and an edge inside a group
+moves nothing. The barrier also looks ahead: the largest block from b on of the live profile
+with the node's output, group and incoming-copy intervals added. The greedy decode's barrier
+and commit go node by node inside a block (its scores still come from the block's start
+state). docs/design.md section 7 has the rules and what they fixed.
 GOPolicy returns the expected logits as `placement_logits` and the greedy ones as
 `greedy_placement_logits` from one call (the encoder runs once; each mode is one cheap scan).
 
@@ -158,21 +166,16 @@ def _profile(state: LoadState) -> jnp.ndarray:
   return jnp.cumsum(state.diff, axis=0)[:-2]
 
 
-def _commit(state: LoadState, lay: _Layout, b, p, row=None) -> LoadState:
+def _commit(state: LoadState, lay: _Layout, b, p) -> LoadState:
   """Block b placed with distribution p (S, Dmax): its parameters, cost, outputs (live from b
   to their last consumer's block) and the copies its nodes receive (live from the sender's
   block to the sender's last consumer's block) added: rule 7 with the topological order as the
-  schedule. With `row` (the exact greedy decode), only that row of the block is placed (the
-  rows before it are already, the rows after it are not: their `probs` rows are still 0)."""
+  schedule."""
   sb, fb = lay.shares[b], lay.free_blk[b]
   s = sb.shape[0]
-  rows = jnp.ones(s, bool) if row is None else jnp.arange(s) == row
-  p = p * rows[:, None]
-  old = jax.lax.dynamic_slice_in_dim(state.probs, b * s, s)
-  probs = jax.lax.dynamic_update_slice(state.probs, jnp.where(rows[:, None], p, old),
-                                       (b * s, 0))
+  probs = jax.lax.dynamic_update_slice(state.probs, p, (b * s, 0))
   own = p * sb[:, 1:2]  # (S, Dmax) expected output shares per device
-  into = ((lay.e_blk == b) & rows[jnp.clip(lay.e_dst - b * s, 0, s - 1)])[:, None]
+  into = (lay.e_blk == b).astype(jnp.float32)[:, None]  # (Ep, 1) edges into this block
   copies = into * lay.e_out[:, None] * probs[lay.e_dst] * (1.0 - probs[lay.e_src])
   group = jax.lax.dynamic_slice_in_dim(lay.group, b * s, s)  # (S, n_blk + 2)
   diff = (state.diff.at[b].add(own.sum(0)).at[fb].add(-own)
@@ -181,39 +184,44 @@ def _commit(state: LoadState, lay: _Layout, b, p, row=None) -> LoadState:
                    work=state.work + p.T @ sb[:, 3], diff=diff)
 
 
-def _barrier_peak(state: LoadState, lay: _Layout, b, placed, exact: bool):
-  """(S, Dmax) the estimated peak of each device with each node of block b on it (shares of T),
-  given the state, where the topological positions before `placed` are placed: what the
-  memory barrier compares with the capacity (module docstring).
-
-  Not exact: params + own + max(high, live(b) + out + temp + the copies the node would
-  receive). Exact (the decoder given colocation leaders): also the largest block, from b on,
-  of the live profile with the node's output interval, its group's member output intervals (a
-  leader's) and its incoming copies' intervals (each from its sender's block) added."""
+def _barrier_terms(state: LoadState, lay: _Layout, b, placed, exact: bool):
+  """The memory barrier's estimate for each node i of block b on each device d (shares of T),
+  given the state, where the topological positions before `placed` are placed:
+    peak[i, d] = P_d + param_i + max(now[i, d], ahead[i, :, d].max()),
+  now (S, Dmax) = L_d(b) + out_i + temp_i + the copies i would receive (its inputs not
+  (expected) on d; inputs not placed yet in full), ahead (S, n_blk, Dmax) the live profile over
+  the blocks (its max is H_d). Exact (the decoder given colocation leaders): ahead also adds,
+  from b on, i's output interval, its group's member output intervals (a leader) and its
+  incoming copies' intervals (each from its sender's block), so that what overlaps a later,
+  higher block is seen."""
   sb = lay.shares[b]
   s = sb.shape[0]
   n_blk, dmax = lay.shares.shape[0], state.params.shape[0]
   prof = _profile(state)
-  live, high = prof[b], prof.max(0)
   known = (lay.e_src < placed)[:, None]
   away = lay.e_out[:, None] * (1.0 - state.probs[lay.e_src])  # (Ep, Dmax)
-  # the copies node i would receive on d: its inputs not (expected) on d already; inputs not
-  # placed yet count in full
-  into = (lay.e_blk == b)[:, None]
-  copy = into * jnp.where(known, away, lay.e_out[:, None])
-  recv = jnp.zeros((s, dmax), jnp.float32).at[jnp.clip(lay.e_dst - b * s, 0, s - 1)].add(copy)
-  top = jnp.maximum(high[None, :], live[None, :] + sb[:, 1:2] + sb[:, 2:3] + recv)
+  copy = (lay.e_blk == b)[:, None] * jnp.where(known, away, lay.e_out[:, None])
+  dst = jnp.clip(lay.e_dst - b * s, 0, s - 1)
+  recv = jnp.zeros((s, dmax), jnp.float32).at[dst].add(copy)
+  now = prof[b][None, :] + sb[:, 1:2] + sb[:, 2:3] + recv
+  ahead = jnp.broadcast_to(prof[None], (s, n_blk, dmax))
   if exact:
-    ahead = jnp.arange(n_blk)
-    span = (ahead[None, :] >= b) & (ahead[None, :] < lay.free_blk[b][:, None])
-    grp = jnp.cumsum(jax.lax.dynamic_slice_in_dim(lay.group, b * s, s), axis=1)[:, :n_blk]
-    adds = grp + sb[:, 1:2] * span  # (S, n_blk)
-    dst = jnp.clip(lay.e_dst - b * s, 0, s - 1)
     riv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
                      .at[dst, lay.e_src // s].add(copy)
                      .at[dst, lay.e_free].add(-copy), axis=1)[:, :n_blk]  # (S, n_blk, Dmax)
-    top = jnp.maximum(top, (prof[None, :, :] + adds[:, :, None] + riv).max(1))
-  return state.params[None, :] + sb[:, :1] + top
+    ahead = ahead + _intervals(lay, b)[:, :, None] + riv
+  return now, ahead
+
+
+def _intervals(lay: _Layout, b):
+  """(S, n_blk) the live bytes block b's nodes add over the blocks: each node's output from b
+  through its last consumer's block, plus (a leader) its group members' output intervals."""
+  s = lay.free_blk.shape[1]
+  n_blk = lay.shares.shape[0]
+  ahead = jnp.arange(n_blk)
+  span = (ahead[None, :] >= b) & (ahead[None, :] < lay.free_blk[b][:, None])
+  grp = jnp.cumsum(jax.lax.dynamic_slice_in_dim(lay.group, b * s, s), axis=1)[:, :n_blk]
+  return grp + lay.shares[b][:, 1:2] * span
 
 
 def _follow_leaders(state: LoadState, lay: _Layout, b, p):
@@ -330,7 +338,9 @@ class LoadDecoder(nn.Module):
       scale_b, limit = guard, 1.0
 
     def barrier(state, b, placed):
-      peak = _barrier_peak(state, lay, b, placed, exact)
+      now, ahead = _barrier_terms(state, lay, b, placed, exact)
+      peak = (state.params[None, :] + lay.shares[b][:, :1]
+              + jnp.maximum(now, ahead.max(1)))
       return scale_b * jnp.maximum(peak / cap[None, :] - limit, 0.0)
 
     def step(state: LoadState, xs):
@@ -341,20 +351,34 @@ class LoadDecoder(nn.Module):
       logits = qb @ (k + le).T * scale + (bias + le @ wb)[None, :]
       logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
       if exact and self.guard and mode == "greedy":
-        # The exact greedy decode: the block's scores come from the load at the block's start
-        # (as in training), but the barrier and the commit go node by node, so that the nodes
-        # of one block cannot pile onto a device unseen.
+        # The exact greedy decode: the block's scores come from the state at the block's start
+        # (as in training), but its nodes are picked one by one, each node's barrier adding
+        # what the block's earlier picks put on each device (parameters, and their output and
+        # group intervals over the blocks), so that the nodes of one block cannot pile onto a
+        # device unseen; the block is then committed at once.
+        now, ahead = _barrier_terms(state, lay, b, b * s, exact)
+        adds = _intervals(lay, b)  # (S, n_blk)
+        sb = lay.shares[b]
         lead = jax.lax.dynamic_slice_in_dim(lay.lead, b * s, s)
 
-        def one(st, j):
-          row = logits[j] - barrier(st, b, b * s + j)[j]
-          row = jnp.where(dev_mask, row, self.masked_logit)
+        def one(carry, j):
+          inc, extra, picks = carry  # (n_blk, Dmax) live, (Dmax,) params of earlier picks
+          top = jnp.maximum(now[j] + inc[b], (ahead[j] + inc).max(0))
+          peak = state.params + extra + sb[j, 0] + top
+          over = jnp.maximum(peak / cap - limit, 0.0)
+          row = jnp.where(dev_mask, logits[j] - scale_b * over, self.masked_logit)
           pick = jax.nn.one_hot(jnp.argmax(row), dmax, dtype=jnp.float32)
-          pick = jnp.where(lead[j] == b * s + j, pick, st.probs[lead[j]])  # members follow
-          return _commit(st, lay, b, jnp.broadcast_to(pick, (s, dmax)), row=j), row
+          local = lead[j] - b * s
+          follow = jnp.where(local >= 0, picks[jnp.clip(local, 0, s - 1)],
+                             state.probs[lead[j]])  # members follow their leader
+          pick = jnp.where(local == j, pick, follow)
+          return (inc + adds[j][:, None] * pick[None, :], extra + pick * sb[j, 0],
+                  picks.at[j].set(pick)), row
 
-        state, rows = jax.lax.scan(one, state, jnp.arange(s))
-        return state, rows
+        init = (jnp.zeros((n_blk, dmax), jnp.float32), jnp.zeros(dmax, jnp.float32),
+                jnp.zeros((s, dmax), jnp.float32))
+        (_, _, picks), rows = jax.lax.scan(one, init, jnp.arange(s))
+        return _commit(state, lay, b, picks), rows
       if self.guard:
         logits = logits - barrier(state, b, b * s)
         logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
