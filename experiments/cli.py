@@ -250,6 +250,30 @@ def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
           flags_parser=_parse_flags)
 
 
+# ------------------------------------------------------------------ several processes
+def define_distributed_flags() -> None:
+  """--coordinator_address, --num_processes, --process_id (`go_jax.distributed`): a launcher
+  whose batched search or training runs as one JAX run over several processes."""
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.define_flags()
+
+
+def initialize_distributed() -> bool:
+  """`distributed.initialize_from_flags` (call it first in `main`, before anything starts
+  JAX); app.UsageError (one line) for values that do not fit. Returns whether this process
+  joined a multi-process run."""
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  try:
+    return distributed.initialize_from_flags()
+  except ValueError as e:
+    raise app.UsageError(f"--coordinator_address/--num_processes/--process_id: {e}") from e
+
+
+def multi_process() -> bool:
+  """Whether the flags of `define_distributed_flags` ask for several processes (no JAX)."""
+  return bool(FLAGS.coordinator_address)
+
+
 # ------------------------------------------------------------------ executors
 def define_executor_flags(module_name: str) -> None:
   """--executor, --ray_address, --ray_num_cpus, --cpus_per_cell, --gpus_per_cell: where a sweep

@@ -36,7 +36,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from go_jax import methods
+from go_jax import distributed, methods
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import imitation
 from go_jax.training import logging as train_logging
@@ -192,8 +192,8 @@ def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
     if checkpointer is not None and (step % checkpoint_every == 0 or step >= total):
       checkpointer.save(step, state)
       saved = step
-    if deadline is not None and time.perf_counter() >= deadline:
-      break  # checked after each call, so at least one call runs
+    if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
+      break  # checked after each call, so at least one call runs (process 0's clock decides)
   if checkpointer is not None and saved != int(state.step):
     checkpointer.save(int(state.step), state)  # stopped by the deadline between checkpoints
   return state, speed
@@ -407,7 +407,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   last_log = -math.inf
   while int(state.step) < total:
     now = time.perf_counter()
-    if deadline is not None and call_seconds and now + np.mean(call_seconds[-8:]) > deadline:
+    if deadline is not None and distributed.agree(  # process 0's clock decides for all
+        bool(call_seconds) and now + np.mean(call_seconds[-8:]) > deadline):
       break  # the next call would likely end past the budget
     compiling = _compile_clock()
     state, metrics = trainer.update_chunk(state)  # the first call compiles (unless cached)
