@@ -127,6 +127,30 @@ def from_primary(read: Callable[[], Any]) -> Any:
   return message["value"]
 
 
+def broadcast(tree: T) -> T:
+  """Process 0's arrays of `tree` (every process gives the same structure, shapes and dtypes)
+  on every process, as uncommitted device arrays; with one process, `tree` itself."""
+  if jax.process_count() == 1:
+    return tree
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  host = jax.device_get(tree)
+  out = multihost_utils.broadcast_one_to_all(host)
+  return jax.tree_util.tree_map(lambda o, h: jnp.asarray(np.asarray(o).astype(np.asarray(h).dtype)),
+                                out, host)
+
+
+def tree_from_primary(read: Callable[[], T], template: T) -> T:
+  """`read()`, a pytree of arrays shaped like `template`, evaluated on process 0 and sent to
+  every process (`broadcast`); e.g. a checkpoint that only process 0's disk holds. An exception
+  of `read` is raised on every process (`from_primary`). With one process, `read()`."""
+  if jax.process_count() == 1:
+    return read()
+  box = []
+  from_primary(lambda: box.append(read()))
+  return broadcast(box[0] if box else template)
+
+
 def define_flags(flag_values=flags.FLAGS) -> None:
   """--coordinator_address, --num_processes and --process_id on a launcher."""
   flags.DEFINE_string("coordinator_address", "", "Multi-process run (go_jax.distributed): "
