@@ -91,7 +91,8 @@ def _install_help(module_name: str, doc: Optional[str]) -> None:
     main_module.__doc__ = doc
   key = sys.argv[0] if sys.argv else module_name
   owned = list(FLAGS.flags_by_module_dict().get(module_name, ()))
-  for flag in owned + _config_flags():
+  shared = list(FLAGS.flags_by_module_dict().get("go_jax.distributed", ()))  # if defined
+  for flag in owned + _config_flags() + shared:
     FLAGS.register_key_flag_for_module(key, flag)
 
 

@@ -11,6 +11,11 @@ report.
   python -m experiments.evaluate --config.seeds='(0, 1)' --config.budget=500 --plots
   python -m experiments.evaluate --config=experiments/configs/suite.py --executor=ray  # local Ray
   python -m experiments.evaluate --config=... --executor=ray --ray_address=auto   # a Ray cluster
+  python -m experiments.evaluate --config=... --cpu_devices=1 \
+      --coordinator_address=localhost:1234 --num_processes=2 --process_id=i  # i = 0, 1
+
+With --coordinator_address (go_jax.distributed, docs/cluster.md) every cell's batches are split
+over the processes; process 0 alone writes --out and its rows are what a resumed run skips.
 """
 
 from __future__ import annotations

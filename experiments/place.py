@@ -45,6 +45,11 @@ Examples:
       --partition=all --method=none --baselines=heft,m_sct   # + tofu, data_parallel, megatron
   go-jax-place --graph=zoo:gnmt2,size=tiny,device=local,calibration=cal.json \
       --topology=local.json --cpu_devices=2 --execute
+  go-jax-place --coordinator_address=host0:1234 --num_processes=2 --process_id=i  # i = 0, 1
+
+--coordinator_address / --num_processes / --process_id run the command as one JAX run over
+several processes or hosts (go_jax.distributed, docs/cluster.md): every process computes the
+same table with the batches split over all devices; process 0 alone prints it and writes --out.
 """
 
 from __future__ import annotations
@@ -201,13 +206,13 @@ def main(argv: Sequence[str]) -> None:
         partition=partition)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  if out is None:  # not process 0: it computed the same rows and reports nothing
+    return
   print(place_lib.header(result))  # the table first: it survives a failed write
   print()
   print(place_lib.markdown_table(result))
   print()
   print(place_lib.verdict(result), flush=True)
-  if out is None:
-    return
   files = place_lib.write_outputs(result, out, plots=FLAGS.plots)  # kept if execution fails
   if program is not None:
     try:

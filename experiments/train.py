@@ -20,6 +20,11 @@ interruption continues from the newest checkpoint.
       --export=go --export_dir=runs/pretrained     # then --checkpoint=runs/pretrained/go
   go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \
       --curves=only                                # learning curves of a finished run
+  go-jax-train --config=... --workdir=runs/go --coordinator_address=host0:1234 \
+      --num_processes=2 --process_id=i             # i = 0, 1: one run over 2 processes
+
+With --coordinator_address (go_jax.distributed, docs/cluster.md) process 0 alone writes
+--workdir (checkpoints included) and resumes from it; the others train alike, writing nothing.
 """
 
 from __future__ import annotations
