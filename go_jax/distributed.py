@@ -16,7 +16,9 @@ go-jax-place, go-jax-train and go-jax-evaluate do (docs/cluster.md). Process 0 w
 `is_primary()` writes a run's results, plots, metrics and parameters; the others compute the
 same answers and write nothing (`output(path)`: the path on process 0, None elsewhere). What
 every process must decide alike comes from process 0: `agree` (a wall-clock budget's "one
-more call?") and `from_primary` (what a resumed run finds already done, read by process 0).
+more call?"), `from_primary` (JSON: what a resumed sweep finds already done, process 0's
+output checks) and `tree_from_primary` (arrays: a restored checkpoint), so that no
+filesystem need be shared and no process waits in a collective that another skipped.
 Without --coordinator_address nothing happens: one process, its local devices. On GPU or TPU
 clusters whose scheduler JAX recognises (SLURM, Cloud TPU), `jax.distributed.initialize()`
 can find these values itself; give them explicitly elsewhere (e.g. localhost CPU processes).

@@ -96,9 +96,30 @@ _PROCESS = r"""
 import json, sys
 from go_jax import distributed
 distributed.initialize(f"localhost:{sys.argv[1]}", 2, int(sys.argv[2]))
-from tests.test_sharding import workloads
-print("RESULT " + json.dumps(workloads(("brkga",))))
+from tests.test_sharding import helpers, workloads
+print("RESULT " + json.dumps(dict(workloads(("brkga",)), distributed=helpers())))
 """
+
+
+def helpers():
+  """go_jax.distributed's process-0 helpers given this process's own values (JSON-able)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  p = jax.process_index()
+
+  def fail():
+    raise OSError(f"read failed on process {p}")
+  try:
+    distributed.from_primary(fail)
+    error = None
+  except (OSError, ValueError) as e:
+    error = str(e)
+  tree = distributed.tree_from_primary(lambda: {"a": np.arange(3, dtype=np.int32) + p},
+                                       {"a": np.zeros(3, np.int32)})
+  return {"agree": [distributed.agree(p == 0), distributed.agree(10 + p)],
+          "from_primary": distributed.from_primary(lambda: {"process": p}),
+          "tree": [np.asarray(tree["a"]).tolist(), str(tree["a"].dtype)], "error": error,
+          "output": distributed.output("out")}
 
 
 def child_output(proc) -> str:
@@ -132,7 +153,7 @@ def start_child(code, *args):
 
 def assert_same(one, two, exact=("placement", "priority", "curve", "objective",
                                  "best_placement", "best_objective")):
-  for name in sorted(set(two) - {"devices", "processes"}):
+  for name in sorted(set(two) - {"devices", "processes", "distributed"}):
     for field, value in one[name].items():
       other = two[name][field]
       if field in exact:
@@ -176,9 +197,12 @@ def test_two_devices_give_the_one_device_answers(results):
 
 def test_two_processes_give_the_one_process_answers(results):
   one, (_, *procs) = results
-  for other in procs:
+  for i, other in enumerate(procs):
     assert (other["devices"], other["processes"]) == (2, 2)
     assert_same(one, other)
+    assert other["distributed"] == {  # process 0's values (and error) on both processes
+        "agree": [True, 10], "from_primary": {"process": 0}, "tree": [[0, 1, 2], "int32"],
+        "error": "read failed on process 0", "output": "out" if i == 0 else None}
 
 
 def test_batch_sharding_rules():
