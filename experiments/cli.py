@@ -91,7 +91,8 @@ def _install_help(module_name: str, doc: Optional[str]) -> None:
     main_module.__doc__ = doc
   key = sys.argv[0] if sys.argv else module_name
   owned = list(FLAGS.flags_by_module_dict().get(module_name, ()))
-  for flag in owned + _config_flags():
+  shared = list(FLAGS.flags_by_module_dict().get("go_jax.distributed", ()))  # if defined
+  for flag in owned + _config_flags() + shared:
     FLAGS.register_key_flag_for_module(key, flag)
 
 
@@ -248,6 +249,30 @@ def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
   prepare(main.__module__ if main.__module__ != "__main__" else sys.argv[0], doc)
   app.run(wrap_main(main), argv=list(argv) if argv is not None else None,
           flags_parser=_parse_flags)
+
+
+# ------------------------------------------------------------------ several processes
+def define_distributed_flags() -> None:
+  """--coordinator_address, --num_processes, --process_id (`go_jax.distributed`): a launcher
+  whose batched search or training runs as one JAX run over several processes."""
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.define_flags()
+
+
+def initialize_distributed() -> bool:
+  """`distributed.initialize_from_flags` (call it first in `main`, before anything starts
+  JAX); app.UsageError (one line) for values that do not fit. Returns whether this process
+  joined a multi-process run."""
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  try:
+    return distributed.initialize_from_flags()
+  except ValueError as e:
+    raise app.UsageError(f"--coordinator_address/--num_processes/--process_id: {e}") from e
+
+
+def multi_process() -> bool:
+  """Whether the flags of `define_distributed_flags` ask for several processes (no JAX)."""
+  return bool(FLAGS.coordinator_address)
 
 
 # ------------------------------------------------------------------ executors

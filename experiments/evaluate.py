@@ -11,6 +11,11 @@ report.
   python -m experiments.evaluate --config.seeds='(0, 1)' --config.budget=500 --plots
   python -m experiments.evaluate --config=experiments/configs/suite.py --executor=ray  # local Ray
   python -m experiments.evaluate --config=... --executor=ray --ray_address=auto   # a Ray cluster
+  python -m experiments.evaluate --config=... --cpu_devices=1 \
+      --coordinator_address=localhost:1234 --num_processes=2 --process_id=i  # i = 0, 1
+
+With --coordinator_address (go_jax.distributed, docs/cluster.md) every cell's batches are split
+over the processes; process 0 alone writes --out and its rows are what a resumed run skips.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from go_jax import harness, results
+from go_jax import distributed, harness, results
 from simulator import runtime
 from experiments import cli
 
@@ -41,26 +46,40 @@ cli.define_executor_flags(__name__)
 flags.DEFINE_integer("cpu_devices", 0, "CPU cores exposed as devices, so that each batch of "
                      "actions is split across them (0: one per core; 1: no split). See "
                      "simulator.runtime.configure_cpu_devices.")
+cli.define_distributed_flags()
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+def _check_out() -> None:
+  """--out is a writable folder without another launcher's results (process 0's)."""
   cli.check_out(FLAGS.out)
   try:
     results.load(FLAGS.out, harness.LAUNCHER)  # another launcher's results: stop first
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   if FLAGS.cpu_devices < 0:
     raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: must be >= 0")
+  if cli.multi_process() and FLAGS.executor != "local":
+    raise app.UsageError(f"--executor={FLAGS.executor} with --coordinator_address: Ray spreads "
+                         "the cells over machines, a multi-process run one cell's batches; "
+                         "choose one")
+  cli.initialize_distributed()  # before anything starts JAX's backends
+  runtime.configure_cpu_devices(FLAGS.cpu_devices or None)
+  out = distributed.output(FLAGS.out)  # process 0 writes; the others compute alike
+  distributed.from_primary(_check_out)  # process 0's check stops every process
   executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
-  runtime.configure_cpu_devices(FLAGS.cpu_devices or None)  # before any JAX computation
   try:
     with executor:
-      rows = harness.run(_CONFIG.value, FLAGS.out, plots=FLAGS.plots, progress=FLAGS.progress,
-                         executor=executor)
+      rows = harness.run(_CONFIG.value, out, plots=FLAGS.plots,
+                         progress=FLAGS.progress and out is not None, executor=executor)
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
+  if out is None:
+    return
   print(harness.markdown(rows))
   counts = harness.summarize(rows)
   print(f"{counts['rows']} rows ({counts['errors']} errors, {counts['infeasible']} infeasible, "

@@ -45,6 +45,11 @@ Examples:
       --partition=all --method=none --baselines=heft,m_sct   # + tofu, data_parallel, megatron
   go-jax-place --graph=zoo:gnmt2,size=tiny,device=local,calibration=cal.json \
       --topology=local.json --cpu_devices=2 --execute
+  go-jax-place --coordinator_address=host0:1234 --num_processes=2 --process_id=i  # i = 0, 1
+
+--coordinator_address / --num_processes / --process_id run the command as one JAX run over
+several processes or hosts (go_jax.distributed, docs/cluster.md): every process computes the
+same table with the batches split over all devices; process 0 alone prints it and writes --out.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ from typing import Sequence
 
 from absl import app, flags, logging
 
-from go_jax import place_execute, place_tasks, pretrained, results
+from go_jax import distributed, place_execute, place_tasks, pretrained, results
 from simulator import runtime, topology_spec
 from go_jax import place as place_lib
 from experiments import cli
@@ -130,6 +135,7 @@ flags.DEFINE_list("partition", [],
 flags.DEFINE_integer("cpu_devices", None,
                      "Expose this many CPU devices before JAX starts (JAX's default on a CPU "
                      "is one), e.g. for --execute on a CPU-only machine.", lower_bound=1)
+cli.define_distributed_flags()
 
 
 def _as_flag_error(flag: str, fn, *args, **kwargs):
@@ -139,6 +145,15 @@ def _as_flag_error(flag: str, fn, *args, **kwargs):
   except ValueError as e:
     logging.debug("--%s rejected", flag, exc_info=True)  # the full traceback at --v=1
     raise app.UsageError(f"--{flag}={getattr(FLAGS, flag)}: {e}") from e
+
+
+def _check_out() -> None:
+  """--out is a writable folder without another launcher's results (process 0's)."""
+  cli.check_out(FLAGS.out)
+  try:
+    results.load(FLAGS.out, place_lib.LAUNCHER)  # another launcher's results: stop first
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
 
 
 def _execution_devices():
@@ -157,13 +172,14 @@ def _execution_devices():
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  if FLAGS.cpu_devices:  # before anything starts JAX's backends
+  if FLAGS.execute and cli.multi_process():
+    raise app.UsageError("--execute times this process's own devices: run it as one process "
+                         "(no --coordinator_address)")
+  cli.initialize_distributed()  # before anything starts JAX's backends
+  if FLAGS.cpu_devices:
     runtime.configure_cpu_devices(FLAGS.cpu_devices)
-  cli.check_out(FLAGS.out)
-  try:
-    results.load(FLAGS.out, place_lib.LAUNCHER)  # another launcher's results: stop first
-  except ValueError as e:
-    raise app.UsageError(str(e)) from e
+  out = distributed.output(FLAGS.out)  # process 0 writes; the others compute alike
+  distributed.from_primary(_check_out)  # process 0's check stops every process
   devices = _execution_devices() if FLAGS.execute else None
   partition = _as_flag_error("partition", place_lib.partition_methods, FLAGS.partition)
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
@@ -190,12 +206,14 @@ def main(argv: Sequence[str]) -> None:
         partition=partition)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
+  if out is None:  # not process 0: it computed the same rows and reports nothing
+    return
   print(place_lib.header(result))  # the table first: it survives a failed write
   print()
   print(place_lib.markdown_table(result))
   print()
   print(place_lib.verdict(result), flush=True)
-  files = place_lib.write_outputs(result, FLAGS.out, plots=FLAGS.plots)  # kept if execution fails
+  files = place_lib.write_outputs(result, out, plots=FLAGS.plots)  # kept if execution fails
   if program is not None:
     try:
       report = place_execute.execute(result, program, devices=devices,
@@ -204,8 +222,8 @@ def main(argv: Sequence[str]) -> None:
       raise app.UsageError(f"--execute: {e}") from e
     print()
     print(place_execute.markdown_table(report), flush=True)
-    files.update(place_execute.write_outputs(result, report, FLAGS.out, files))
-  print(f"\nwrote {FLAGS.out}/: " + ", ".join(sorted(os.path.basename(p)
+    files.update(place_execute.write_outputs(result, report, out, files))
+  print(f"\nwrote {out}/: " + ", ".join(sorted(os.path.basename(p)
                                                     for p in files.values())))
 
 

@@ -20,6 +20,11 @@ interruption continues from the newest checkpoint.
       --export=go --export_dir=runs/pretrained     # then --checkpoint=runs/pretrained/go
   go-jax-train --config=experiments/configs/pretrain.py:go --workdir=runs/pretrain/go \
       --curves=only                                # learning curves of a finished run
+  go-jax-train --config=... --workdir=runs/go --coordinator_address=host0:1234 \
+      --num_processes=2 --process_id=i             # i = 0, 1: one run over 2 processes
+
+With --coordinator_address (go_jax.distributed, docs/cluster.md) process 0 alone writes
+--workdir (checkpoints included) and resumes from it; the others train alike, writing nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from go_jax import pretrained
+from go_jax import distributed, pretrained
 from go_jax.training import trainers
 from experiments import cli
 
@@ -58,31 +63,42 @@ flags.DEFINE_enum("curves", "after", ["after", "only", "off"], "Learning curves:
                   "eval.jsonl and learning_curves.png to --workdir: after training, only (a "
                   "finished run, no training), or off.")
 flags.DEFINE_integer("curve_samples", 16, "K of the learning curves' best-of-K.")
+cli.define_distributed_flags()
+
+
+def _check_out() -> None:
+  """--workdir (and --export_dir) can be written (process 0's)."""
+  cli.check_out(FLAGS.workdir, flag="workdir")
+  if FLAGS.export:
+    cli.check_out(FLAGS.export_dir, flag="export_dir")
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  cli.check_out(FLAGS.workdir, flag="workdir")
-  if FLAGS.export:
-    cli.check_out(FLAGS.export_dir, flag="export_dir")
+  cli.initialize_distributed()  # before anything starts JAX's backends
+  primary = distributed.is_primary()  # process 0 writes; the others train alike, silently
+  distributed.from_primary(_check_out)  # process 0's check stops every process
   config = _CONFIG.value
+  progress = FLAGS.progress and primary
   try:
     spec = trainers.get(config)  # config.algorithm: PPO (default) or another trainer
     result = None
     if FLAGS.curves != "only":
-      result = spec.train(config, FLAGS.workdir, progress=FLAGS.progress)
-      for line in spec.report(result):
-        print(line)
-      print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
-            f"{os.path.abspath(FLAGS.workdir)}")
+      result = spec.train(config, FLAGS.workdir, progress=progress)
+      if primary:
+        for line in spec.report(result):
+          print(line)
+        print(f"{int(result.state.step)} updates (resumed from {result.resumed_from}); wrote "
+              f"{os.path.abspath(FLAGS.workdir)}")
     if FLAGS.curves != "off":
       path = spec.curves(FLAGS.workdir, config, samples=FLAGS.curve_samples,
-                         progress=FLAGS.progress, trained=result)
-      print(f"wrote {path}")
+                         progress=progress, trained=result)
+      if primary:
+        print(f"wrote {path}")
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
-  if FLAGS.export:
+  if FLAGS.export and primary:
     folder = pretrained.export(FLAGS.workdir, FLAGS.export, FLAGS.export_dir,
                                allow_package=FLAGS.export_to_package)
     print(f"exported the policy to {folder}")

@@ -12,8 +12,13 @@ results; XLA moves the batch's parts between processes (gloo collectives on CPU)
 
 A launcher defines the flags with `define_flags()` and calls `initialize_from_flags()` first in
 `main`, before anything starts JAX's backends (as `simulator.runtime.configure_cpu_devices`).
-The shipped launchers do not define them yet: their output files would need "process 0
-writes" handling (checkpoints, metrics, tables).
+go-jax-place, go-jax-train and go-jax-evaluate do (docs/cluster.md). Process 0 writes: only
+`is_primary()` writes a run's results, plots, metrics and parameters; the others compute the
+same answers and write nothing (`output(path)`: the path on process 0, None elsewhere). What
+every process must decide alike comes from process 0: `agree` (a wall-clock budget's "one
+more call?"), `from_primary` (JSON: what a resumed sweep finds already done, process 0's
+output checks) and `tree_from_primary` (arrays: a restored checkpoint), so that no
+filesystem need be shared and no process waits in a collective that another skipped.
 Without --coordinator_address nothing happens: one process, its local devices. On GPU or TPU
 clusters whose scheduler JAX recognises (SLURM, Cloud TPU), `jax.distributed.initialize()`
 can find these values itself; give them explicitly elsewhere (e.g. localhost CPU processes).
@@ -21,10 +26,15 @@ can find these values itself; give them explicitly elsewhere (e.g. localhost CPU
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any, Callable, Optional, TypeVar
 
 import jax
+import numpy as np
 from absl import flags, logging
+
+T = TypeVar("T")
 
 _ADDRESS = re.compile(r"^[^\s:]+:\d+$")
 
@@ -70,6 +80,77 @@ def initialize(coordinator_address: str = "", num_processes: int = 1,
 def is_primary() -> bool:
   """Whether this is process 0 (the one that writes a run's shared outputs)."""
   return jax.process_index() == 0
+
+
+def output(path: Optional[T]) -> Optional[T]:
+  """`path` on process 0, None on the others: the one guard of a launcher's output folder
+  (results, plots, metrics, parameters), so that the other processes write nothing."""
+  return path if is_primary() else None
+
+
+def agree(value: T) -> T:
+  """Process 0's `value` (a bool or an int) on every process (one collective; with one
+  process, `value` itself).
+
+  For host-side decisions that steer collectives and may differ between processes, e.g. a
+  wall-clock budget's "start another call?" or "how many updates fit in the next call": were
+  one process to stop while another started the next call, that one would wait in its
+  collective forever.
+  """
+  if jax.process_count() == 1:
+    return value
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return type(value)(multihost_utils.broadcast_one_to_all(np.int64(value)))
+
+
+def from_primary(read: Callable[[], Any]) -> Any:
+  """`read()` evaluated on process 0 and sent (as JSON) to every process; with one process,
+  `read()`. For what a run's processes must see alike but only process 0 can read, e.g. the
+  rows an interrupted sweep finished (in process 0's results file) that a resumed run skips,
+  or process 0's checks of its output folder. An exception of `read` is raised on every
+  process (process 0: the original; the others: a ValueError with its text)."""
+  if jax.process_count() == 1:
+    return read()
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  data, error = None, None
+  if is_primary():
+    try:
+      message = {"value": read()}
+    except Exception as e:  # pylint: disable=broad-except
+      error, message = e, {"error": str(e)}  # raised on every process (the others would wait)
+    data = np.frombuffer(json.dumps(message).encode(), np.uint8)
+  size = int(multihost_utils.broadcast_one_to_all(np.int64(0 if data is None else data.size)))
+  buf = data if data is not None else np.zeros(size, np.uint8)
+  message = json.loads(np.asarray(multihost_utils.broadcast_one_to_all(buf)).tobytes().decode())
+  if "error" in message:
+    if error is not None:
+      raise error  # process 0: the original exception
+    raise ValueError(message["error"])
+  return message["value"]
+
+
+def broadcast(tree: T) -> T:
+  """Process 0's arrays of `tree` (every process gives the same structure, shapes and dtypes)
+  on every process, as uncommitted device arrays; with one process, `tree` itself."""
+  if jax.process_count() == 1:
+    return tree
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  host = jax.device_get(tree)
+  out = multihost_utils.broadcast_one_to_all(host)
+  return jax.tree_util.tree_map(lambda o, h: jnp.asarray(np.asarray(o).astype(np.asarray(h).dtype)),
+                                out, host)
+
+
+def tree_from_primary(read: Callable[[], T], template: T) -> T:
+  """`read()`, a pytree of arrays shaped like `template`, evaluated on process 0 and sent to
+  every process (`broadcast`); e.g. a checkpoint that only process 0's disk holds. An exception
+  of `read` is raised on every process (`from_primary`). With one process, `read()`."""
+  if jax.process_count() == 1:
+    return read()
+  box = []
+  from_primary(lambda: box.append(read()))
+  return broadcast(box[0] if box else template)
 
 
 def define_flags(flag_values=flags.FLAGS) -> None:

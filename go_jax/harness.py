@@ -43,7 +43,7 @@ import numpy as np
 from absl import logging
 
 import simulator
-from go_jax import methods, objectives, plotting, results
+from go_jax import distributed, methods, objectives, plotting, results
 # The row format and file names (go_jax.results) and the topology specs (simulator.topology_spec)
 # are re-exported here for the modules and tests that use them under harness.
 from go_jax.results import (  # pylint: disable=unused-import
@@ -371,7 +371,7 @@ def worker_instances(cfg: Mapping[str, Any]) -> Instances:
   return executors.process_cache("harness", cfg, lambda: Instances(dict(cfg)))
 
 
-def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
+def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launcher: str,
             config: Mapping[str, Any], fail_fast: bool = False, progress: bool = True,
             plot_dir: Optional[str] = None, before_cell=None, describe=None,
             executor=None) -> List[Dict[str, Any]]:
@@ -383,13 +383,17 @@ def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
   executor (`go_jax.executors`; default: the local one) runs the cells: in this process, or
   as Ray tasks whose rows come back here, so that only this process writes the results file.
   A cell that raises (in `before_cell` or in its solve) becomes an error row unless fail_fast.
+  `out` None writes nothing: a multi-process run's other processes (`go_jax.distributed`),
+  which skip the cells that process 0 found in its results file.
   """
   import tqdm  # pylint: disable=g-import-not-at-top
   from go_jax import executors  # pylint: disable=g-import-not-at-top
   executor = executor if executor is not None else executors.make("local")
-  os.makedirs(out, exist_ok=True)
+  if out is not None:
+    os.makedirs(out, exist_ok=True)
   done: Dict[Tuple, List[Dict]] = {}
-  for r in load_rows(out, launcher):
+  # Every process of a multi-process run resumes from process 0's file (the same cells).
+  for r in distributed.from_primary(lambda: load_rows(out, launcher) if out else []):
     done.setdefault(cell_key(r), []).append(r)
   ok = lambda k: k in done and not any(r.get("error") for r in done[k])
   todo = [c for c in cells if not ok(c.key)]
@@ -413,7 +417,8 @@ def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
       logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
       rows = [_error_row(cell, inst.cfg, exc)]
     done[cell.key] = rows
-    results.write_json(out, launcher, payload())
+    if out is not None:
+      results.write_json(out, launcher, payload())
     bar.update(1)
 
   try:
@@ -423,13 +428,13 @@ def execute(cells: Sequence[Cell], inst: Instances, out: str, *, launcher: str,
   return _ordered(done, cells)
 
 
-def run(config, out: str, *, plots: Optional[bool] = None, progress: bool = True,
+def run(config, out: Optional[str], *, plots: Optional[bool] = None, progress: bool = True,
         executor=None) -> List[Dict[str, Any]]:
   """Runs every cell of `config` not already in `<out>/results.json`; returns all rows.
 
   Args:
     config: ConfigDict or mapping with the fields of DEFAULTS.
-    out: result folder (created).
+    out: result folder (created); None: nothing written (`execute`).
     plots: overrides config.plots.
     progress: show a tqdm bar (cells done, rate, ETA).
     executor: runs the cells (`go_jax.executors`; None: in this process).
@@ -441,12 +446,14 @@ def run(config, out: str, *, plots: Optional[bool] = None, progress: bool = True
   if plots is not None:
     cfg["plots"] = bool(plots)
   cells = plan(cfg)
-  results.load(out, LAUNCHER)  # another launcher's folder: stop before any work
-  plot_dir = os.path.join(out, "plots") if cfg["plots"] else None
+  if out is not None:
+    results.load(out, LAUNCHER)  # another launcher's folder: stop before any work
+  plot_dir = os.path.join(out, "plots") if cfg["plots"] and out is not None else None
   rows = execute(cells, Instances(cfg), out, launcher=LAUNCHER, config=cfg,
                  fail_fast=cfg["fail_fast"], progress=progress, plot_dir=plot_dir,
                  executor=executor)
-  write_outputs(out, cfg, rows)
+  if out is not None:
+    write_outputs(out, cfg, rows)
   if plot_dir is not None:
     plot_comparisons(rows, plot_dir)
   return rows

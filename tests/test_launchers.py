@@ -153,6 +153,13 @@ def _bad_inputs(tmp):
       ([script("go-jax-transfer"), f"--out={f['a_file']}"], "exists and is not a folder"),
       ([script("go-jax-bench-simulator"), "--sizes=0", f"--out={tmp / 'b.json'}"], "--sizes"),
       ([script("go-jax-bench-simulator"), f"--out={tmp}"], "is a folder"),
+      # multi-process flags (go_jax.distributed): checked before JAX starts
+      ([script("go-jax-place"), "--process_id=1", f"--out={tmp / 'place'}"],
+       "need a coordinator_address"),
+      ([script("go-jax-train"), "--coordinator_address=localhost:1234", "--num_processes=2",
+        "--process_id=2", f"--workdir={tmp / 'tr'}"], "process_id must be in [0, 2)"),
+      ([script("go-jax-evaluate"), "--coordinator_address=localhost:1234", "--num_processes=2",
+        "--executor=ray", f"--out={tmp / 'ev'}"], "--executor=ray with --coordinator_address"),
   ]
 
 

@@ -96,18 +96,45 @@ _PROCESS = r"""
 import json, sys
 from go_jax import distributed
 distributed.initialize(f"localhost:{sys.argv[1]}", 2, int(sys.argv[2]))
-from tests.test_sharding import workloads
-print("RESULT " + json.dumps(workloads(("brkga",))))
+from tests.test_sharding import helpers, workloads
+print("RESULT " + json.dumps(dict(workloads(("brkga",)), distributed=helpers())))
 """
 
 
-def child_result(proc):
-  """The RESULT line of a child started by `start_child`."""
+def helpers():
+  """go_jax.distributed's process-0 helpers given this process's own values (JSON-able)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  p = jax.process_index()
+
+  def fail():
+    raise OSError(f"read failed on process {p}")
+  try:
+    distributed.from_primary(fail)
+    error = None
+  except (OSError, ValueError) as e:
+    error = str(e)
+  tree = distributed.tree_from_primary(lambda: {"a": np.arange(3, dtype=np.int32) + p},
+                                       {"a": np.zeros(3, np.int32)})
+  return {"agree": [distributed.agree(p == 0), distributed.agree(10 + p)],
+          "from_primary": distributed.from_primary(lambda: {"process": p}),
+          "tree": [np.asarray(tree["a"]).tolist(), str(tree["a"].dtype)], "error": error,
+          "output": distributed.output("out")}
+
+
+def child_output(proc) -> str:
+  """What a child started by `start_child` printed (it must exit 0)."""
   proc.wait(timeout=600)
   proc.log.seek(0)
   text = proc.log.read()
   proc.log.close()
   assert proc.returncode == 0, text[-3000:]
+  return text
+
+
+def child_result(proc):
+  """The RESULT line of a child started by `start_child`."""
+  text = child_output(proc)
   line = [x for x in text.splitlines() if x.startswith("RESULT ")][-1]
   return json.loads(line[len("RESULT "):])
 
@@ -126,7 +153,7 @@ def start_child(code, *args):
 
 def assert_same(one, two, exact=("placement", "priority", "curve", "objective",
                                  "best_placement", "best_objective")):
-  for name in sorted(set(two) - {"devices", "processes"}):
+  for name in sorted(set(two) - {"devices", "processes", "distributed"}):
     for field, value in one[name].items():
       other = two[name][field]
       if field in exact:
@@ -146,8 +173,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def results():
-  """(one device here, two local devices in a child, two processes), computed side by side."""
+def results(place_runs):  # pylint: disable=redefined-outer-name,unused-argument
+  """(one device here, two local devices in a child, two processes), computed side by side
+  (and beside `place_runs`, started first)."""
   import jax  # pylint: disable=g-import-not-at-top
   port = str(free_port())
   procs = [start_child(_CHILD)] + [start_child(_PROCESS, port, str(i)) for i in range(2)]
@@ -169,9 +197,12 @@ def test_two_devices_give_the_one_device_answers(results):
 
 def test_two_processes_give_the_one_process_answers(results):
   one, (_, *procs) = results
-  for other in procs:
+  for i, other in enumerate(procs):
     assert (other["devices"], other["processes"]) == (2, 2)
     assert_same(one, other)
+    assert other["distributed"] == {  # process 0's values (and error) on both processes
+        "agree": [True, 10], "from_primary": {"process": 0}, "tree": [[0, 1, 2], "int32"],
+        "error": "read failed on process 0", "output": "out" if i == 0 else None}
 
 
 def test_batch_sharding_rules():
@@ -186,3 +217,39 @@ def test_batch_sharding_rules():
   np.testing.assert_array_equal(sharding.pad_rows(x, 5), [[0, 1], [2, 3], [4, 5], [0, 1],
                                                            [0, 1]])
   np.testing.assert_array_equal(sharding.pad_rows(x.T, 4, axis=1), [[0, 2, 4, 0], [1, 3, 5, 1]])
+
+
+# go-jax-place as 2 localhost processes (--coordinator_address ...): BRKGA's population split
+# over both; process 0 writes, process 1 (given its own --out) writes nothing.
+_PLACE = "from experiments import place; place.run()"
+PLACE_ARGS = ("--graph=layered:n=40,width=4,seed=0", "--topology=nvlink2", "--method=none",
+              "--baselines=brkga", "--brkga_budget=200", "--noplots")
+
+
+@pytest.fixture(scope="module")
+def place_runs(tmp_path_factory):
+  """(processes, their --out folders) of the 2-process go-jax-place run, started at once."""
+  port = str(free_port())
+  outs = [tmp_path_factory.mktemp("place") / f"out{i}" for i in range(2)]
+  procs = [start_child(_PLACE, *PLACE_ARGS, f"--out={outs[i]}",
+                       f"--coordinator_address=localhost:{port}", "--num_processes=2",
+                       f"--process_id={i}") for i in range(2)]
+  yield procs, outs
+  for proc in procs:
+    if proc.poll() is None:
+      proc.kill()
+
+
+def test_place_launcher_as_two_processes_writes_the_one_process_answer_once(place_runs):
+  from go_jax import place as place_lib  # pylint: disable=g-import-not-at-top
+  procs, outs = place_runs
+  one = place_lib.place(place_lib.load_graph_arg(PLACE_ARGS[0].split("=", 1)[1]), "nvlink2",
+                        method=None, baselines=["brkga"], brkga_budget=200)
+  texts = [child_output(proc) for proc in procs]
+  assert "process 1 of 2: 1 local of 2 devices" in texts[1], texts[1][-3000:]
+  assert not outs[1].exists()  # process 1 computed the same table and wrote nothing
+  rows = json.loads((outs[0] / "results.json").read_text())["rows"]
+  assert [(r["method"], r["objective"]) for r in rows] == [("brkga", one.best.objective)]
+  saved = np.load(outs[0] / "placement.npz")
+  np.testing.assert_array_equal(saved["placement"], one.best.placement)
+  np.testing.assert_array_equal(saved["priority"], one.best.priority)

@@ -49,7 +49,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from go_jax import objectives
+from go_jax import distributed, objectives
 from go_jax.hdp.model import HDPModel
 from go_jax.policies.features import graph_features
 from go_jax.policies.types import GraphFeatures
@@ -312,12 +312,15 @@ def train(graph: CompGraph, topology: Topology, hp: Hyper, seed: int,
                    100 * float(state.feasible_share), float(state.entropy_group),
                    float(state.entropy_place))
     left = None if max_updates is None else max_updates - done
-    if (left is not None and left <= 0) or (deadline is not None and now >= deadline):
+    # Clock-driven choices come from process 0 in a multi-process run (go_jax.distributed).
+    if distributed.agree(bool((left is not None and left <= 0) or
+                              (deadline is not None and now >= deadline))):
       break
     span = CALL_SECONDS if deadline is None else min(CALL_SECONDS, deadline - now)
     n = 1 if rate is None else max(1, int(rate * span))
     if left is not None:
       n = min(n, left)
+    n = distributed.agree(int(n))
   nreal = graph.num_nodes
   final = {f: float(getattr(state, f)) for f in (
       "reward_mean", "objective_mean", "feasible_share", "entropy_group", "entropy_place",

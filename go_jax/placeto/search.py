@@ -26,6 +26,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from go_jax import distributed
 from go_jax.placeto import trainer as trainer_lib
 from go_jax.training import loop
 from simulator.graph import CompGraph
@@ -109,7 +110,8 @@ def search(config, graph: CompGraph, topology: Topology, params: Any = None, *,
   last_log = -math.inf
   while tune and int(state.step) < cap:
     now = time.perf_counter()
-    if deadline is not None and call_seconds and now + np.mean(call_seconds[-8:]) > deadline:
+    if deadline is not None and distributed.agree(  # process 0's clock decides for all
+        bool(call_seconds) and now + np.mean(call_seconds[-8:]) > deadline):
       break
     compiling = clock()
     state, metrics = trainer.update_chunk(state)

@@ -42,6 +42,7 @@ import numpy as np
 import optax
 from absl import logging
 
+from go_jax import distributed
 from go_jax.placeto import env
 from go_jax.placeto import model as model_lib
 from go_jax.placeto.config import FIELDS, Hyper, check_config, default_config  # noqa: F401
@@ -309,6 +310,8 @@ def _report(result: TrainResult) -> List[str]:
 
 def _curves(workdir, config, samples=16, progress=True, trained=None) -> str:
   del config, samples, progress, trained
+  if not distributed.is_primary():  # process 0 writes (go_jax.distributed)
+    return os.path.abspath(os.path.join(workdir, CURVE_NAME))
   return os.path.abspath(plot_curve(workdir))
 
 

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from go_jax import objectives
+from go_jax import distributed, objectives
 from go_jax.methods import evolution
 from go_jax.policies.features import graph_features
 from go_jax.regal import guided
@@ -348,6 +348,8 @@ def _report(result: TrainResult) -> List[str]:
 
 def _curves(workdir, config, samples=16, progress=True, trained=None) -> str:
   del config, samples, progress, trained
+  if not distributed.is_primary():  # process 0 writes (go_jax.distributed)
+    return os.path.abspath(os.path.join(workdir, CURVE_NAME))
   return os.path.abspath(plot_curve(workdir))
 
 

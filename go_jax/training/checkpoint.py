@@ -5,7 +5,9 @@ data, update count, running reward means, best action per instance), so a run re
 step s and trained to step n gives bitwise the same parameters as one trained to n straight
 (tests/test_training.py checks it). Orbax writes each step into a temporary folder and renames it
 when complete, so an interrupted save never leaves a checkpoint that looks finished; only the
-newest `keep` steps are kept.
+newest `keep` steps are kept. In a multi-process run (`go_jax.distributed`) only process 0
+makes a Checkpointer (`loop.open_checkpoints`): its orbax saves and restores alone, and the
+restored state reaches the other processes by broadcast, so no shared filesystem is needed.
 
 Restoring needs a template of the state (same tree structure, shapes and dtypes), which the
 caller builds with the same config (`Trainer.init`); a checkpoint from another config fails with
@@ -36,7 +38,15 @@ class Checkpointer:
     if keep < 1:
       raise ValueError(f"checkpoints to keep must be >= 1, got {keep}")
     self.directory = os.path.abspath(directory)
-    options = ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True)
+    self._multi = jax.process_count() > 1
+    if self._multi:  # process 0 alone saves (go_jax.distributed: process 0 writes)
+      os.makedirs(self.directory, exist_ok=True)  # orbax: no create=True with active_processes
+      options = ocp.CheckpointManagerOptions(
+          max_to_keep=int(keep), create=False,
+          multiprocessing_options=ocp.options.MultiprocessingOptions(
+              primary_host=jax.process_index(), active_processes={jax.process_index()}))
+    else:
+      options = ocp.CheckpointManagerOptions(max_to_keep=int(keep), create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> Optional[int]:
@@ -48,6 +58,8 @@ class Checkpointer:
 
   def save(self, step: int, state) -> None:
     """Saves `state` as checkpoint `step` (asynchronous; `wait` or `close` to finish)."""
+    if self._multi:  # host copies: this process's orbax saves alone, outside collectives
+      state = jax.device_get(state)
     self._manager.save(int(step), args=ocp.args.StandardSave(state))
 
   def restore(self, template, step: Optional[int] = None):

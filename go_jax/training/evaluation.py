@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from go_jax import distributed
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import imitation, loop, rollout
 from go_jax.training import logging as train_logging
@@ -114,24 +115,32 @@ def _seconds_of_steps(workdir: str) -> Dict[int, float]:
 def checkpoint_curve(workdir: str, trainer, *, samples: int = 16, seed: int = 0,
                      plot: bool = True, progress: bool = True) -> List[Dict[str, Any]]:
   """Evaluates the run's parameters after imitation and at every kept checkpoint; writes
-  `<workdir>/eval.jsonl` (one line per point and family) and the learning-curve plot."""
+  `<workdir>/eval.jsonl` (one line per point and family) and the learning-curve plot.
+
+  In a multi-process run (`go_jax.distributed`) process 0 reads the run (its checkpoints,
+  cloned parameters and metrics) and writes the files; every process evaluates (the batches
+  are split over all devices) with process 0's parameters."""
   template = trainer.init(0)
-  points = []
   cloned = os.path.join(workdir, imitation.PARAMS_NAME)
-  if os.path.exists(cloned):
-    points.append((0, ckpt_lib.load_params(cloned, template.params)))
-  ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, loop.CKPT_DIR), keep=10**6)
-  try:
-    steps = ckpt.all_steps()
-    if not steps and not points:
+  ckpt = (ckpt_lib.Checkpointer(os.path.join(workdir, loop.CKPT_DIR), keep=10**6)
+          if distributed.is_primary() else None)
+
+  def plan() -> Dict[str, Any]:  # process 0's: what there is to evaluate
+    steps = [int(s) for s in ckpt.all_steps()]
+    has_cloned = os.path.exists(cloned)
+    if not steps and not has_cloned:
       raise ValueError(f"{workdir}: no checkpoint and no {imitation.PARAMS_NAME} to evaluate")
-    seconds = _seconds_of_steps(workdir)
+    return {"cloned": has_cloned, "steps": steps, "seconds": _seconds_of_steps(workdir)}
+
+  try:
+    run = distributed.from_primary(plan)
+    seconds = {int(k): v for k, v in run["seconds"].items()}  # JSON keys are strings
+    points = [(0, True)] * run["cloned"] + [(step, False) for step in run["steps"]]
     out_rows = []
-    for step in steps:
-      points.append((int(step), None))
-    for i, (step, params) in enumerate(points):
-      if params is None:
-        params = ckpt.restore(template, step).params
+    for i, (step, is_cloned) in enumerate(points):
+      read = ((lambda: ckpt_lib.load_params(cloned, template.params)) if is_cloned else
+              (lambda s=step: ckpt.restore(template, s).params))
+      params = distributed.tree_from_primary(read, template.params)
       fams = by_family(evaluate(trainer, params, samples=samples, seed=seed))
       secs = seconds.get(step)
       for fam, fig in fams.items():
@@ -142,7 +151,10 @@ def checkpoint_curve(workdir: str, trainer, *, samples: int = 16, seed: int = 0,
               f"x{a['greedy_ratio']:.3f} (feasible {a['greedy_feasible']:.0%}), best of "
               f"{samples} x{a['best_ratio']:.3f}", flush=True)
   finally:
-    ckpt.close()
+    if ckpt is not None:
+      ckpt.close()
+  if not distributed.is_primary():  # process 0 writes
+    return out_rows
   path = os.path.join(workdir, EVAL_NAME)
   with fileio.atomic_open(path, "w") as fh:
     for r in out_rows:

@@ -47,7 +47,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from go_jax import methods
+from go_jax import distributed, methods
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import hints, rollout
 from go_jax.training.problems import Problems, TrainData
@@ -327,7 +327,7 @@ def clone(trainer, params, cfg, *, progress: bool = True
                    "(acc %.3f), ce level %.3f (acc %.3f)", done, steps, rate,
                    (steps - done) / max(rate, 1e-9), last["ce_placement"],
                    last["acc_placement"], last["ce_level"], last["acc_level"])
-    if deadline is not None and time.perf_counter() >= deadline:
+    if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
       logging.info("imitation: wall-clock budget of %.0f s spent after %d steps",
                    float(max_seconds), done)
       break
@@ -342,11 +342,12 @@ def warm_start(trainer, params, cfg, workdir: Optional[str], *, progress: bool =
   """The cloned parameters of a run: read from `<workdir>/imitation.msgpack` when an earlier
   (interrupted) run of this workdir finished cloning, else cloned now and saved there."""
   path = None if workdir is None else os.path.join(workdir, PARAMS_NAME)
-  if path is not None and os.path.exists(path):
+  # Multi-process runs (go_jax.distributed): process 0's file decides and is read by process 0.
+  if path is not None and distributed.from_primary(lambda: os.path.exists(path)):
     logging.info("imitation: loading the cloned parameters of %s", path)
-    return ckpt_lib.load_params(path, params)
+    return distributed.tree_from_primary(lambda: ckpt_lib.load_params(path, params), params)
   params, report = clone(trainer, params, cfg, progress=progress)
-  if workdir is not None:
+  if workdir is not None and distributed.is_primary():  # process 0 writes
     fileio.write_json(os.path.join(workdir, SUMMARY_NAME), report)
     ckpt_lib.save_params(path, params)
   return params

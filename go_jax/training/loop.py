@@ -36,7 +36,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from go_jax import methods
+from go_jax import distributed, methods
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import imitation
 from go_jax.training import logging as train_logging
@@ -163,6 +163,31 @@ def _scalar_metrics(metrics, u: int) -> Dict[str, float]:
   return {k: float(v[u]) for k, v in metrics.items()}
 
 
+def open_checkpoints(workdir: str, config, state, keep: int):
+  """(checkpointer, state, resumed step or None) of a run in `workdir`: the newest checkpoint
+  restored into `state` after `_check_resume`. In a multi-process run (`go_jax.distributed`)
+  process 0 alone holds a checkpointer (None on the others) and reads the checkpoint, and
+  every process continues from its state (broadcast): process 0 writes, all resume alike."""
+  checkpointer = (ckpt_lib.Checkpointer(os.path.join(workdir, CKPT_DIR), keep=keep)
+                  if distributed.is_primary() else None)
+
+  def latest() -> Optional[int]:
+    step = checkpointer.latest_step()
+    if step is not None:
+      _check_resume(workdir, config)
+    return step
+  try:
+    step = distributed.from_primary(latest)
+    if step is not None:
+      state = distributed.tree_from_primary(lambda: checkpointer.restore(state, step), state)
+      logging.info("resumed from %s at update %d", os.path.join(workdir, CKPT_DIR), step)
+  except BaseException:
+    if checkpointer is not None:
+      checkpointer.close()
+    raise
+  return checkpointer, state, step
+
+
 def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
                 checkpoint_every: int = 0, progress=None, deadline: Optional[float] = None,
                 history: Optional[list] = None,
@@ -192,8 +217,8 @@ def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
     if checkpointer is not None and (step % checkpoint_every == 0 or step >= total):
       checkpointer.save(step, state)
       saved = step
-    if deadline is not None and time.perf_counter() >= deadline:
-      break  # checked after each call, so at least one call runs
+    if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
+      break  # checked after each call, so at least one call runs (process 0's clock decides)
   if checkpointer is not None and saved != int(state.step):
     checkpointer.save(int(state.step), state)  # stopped by the deadline between checkpoints
   return state, speed
@@ -226,17 +251,14 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
   trainer = ppo.make_train(config, graphs, topos, policy=policy, names=names)
   state = trainer.init(int(config.get("seed", 0)))
   checkpointer, logger, start, latest = None, None, 0, None
+  files = workdir if distributed.is_primary() else None  # process 0 writes (go_jax.distributed)
   try:
     if workdir is not None:
-      os.makedirs(workdir, exist_ok=True)
-      checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, CKPT_DIR),
-                                           keep=int(config.get("keep_checkpoints", 3)))
-      latest = checkpointer.latest_step()
-      if latest is not None:
-        _check_resume(workdir, config)
-        state = checkpointer.restore(state, latest)
-        start = int(state.step)
-        logging.info("resumed from %s at update %d", checkpointer.directory, start)
+      if files is not None:
+        os.makedirs(workdir, exist_ok=True)
+      checkpointer, state, latest = open_checkpoints(
+          workdir, config, state, int(config.get("keep_checkpoints", 3)))
+      start = 0 if latest is None else int(state.step)
     init_params = config.get("init_params", None)
     if init_params and latest is None:
       if os.path.isdir(init_params):
@@ -250,7 +272,7 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
       params = imitation.warm_start(trainer, state.params, imitation_cfg, workdir,
                                     progress=progress)
       state = trainer.init(int(config.get("seed", 0)), params=params)
-    if workdir is not None:
+    if files is not None:
       fileio.write_json(os.path.join(workdir, CONFIG_NAME), _config_dict(config))
       logger = train_logging.MetricsLogger(workdir, resume_step=start,
                                            tensorboard=bool(config.get("tensorboard", True)))
@@ -269,7 +291,7 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
       checkpointer.close()
   rows = summarize(trainer, state)
   _log_summary(rows)
-  if workdir is not None:
+  if files is not None:
     speed_json = {k: (v if np.isfinite(v) else None) for k, v in speed.items()}
     fileio.write_json(os.path.join(workdir, SUMMARY_NAME),
                       {"updates": int(state.step), "resumed_from": start, "speed": speed_json,
@@ -407,7 +429,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   last_log = -math.inf
   while int(state.step) < total:
     now = time.perf_counter()
-    if deadline is not None and call_seconds and now + np.mean(call_seconds[-8:]) > deadline:
+    if deadline is not None and distributed.agree(  # process 0's clock decides for all
+        bool(call_seconds) and now + np.mean(call_seconds[-8:]) > deadline):
       break  # the next call would likely end past the budget
     compiling = _compile_clock()
     state, metrics = trainer.update_chunk(state)  # the first call compiles (unless cached)

@@ -19,8 +19,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from absl import logging
 
+from go_jax import distributed
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import logging as train_logging
 from go_jax.training import loop
@@ -39,16 +39,15 @@ def run(trainer, state, config, workdir: Optional[str], *, total: int, every: in
   max_seconds = config.get("max_seconds", None)
   checkpointer, logger, start = None, None, 0
   history: List[Dict[str, float]] = []
+  files = workdir if distributed.is_primary() else None  # process 0 writes (go_jax.distributed)
   try:
-    if workdir is not None:
+    if files is not None:
       os.makedirs(workdir, exist_ok=True)
-      checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, loop.CKPT_DIR),
-                                           keep=int(config.keep_checkpoints))
-      if checkpointer.latest_step() is not None:
-        loop._check_resume(workdir, config)  # pylint: disable=protected-access
-        state = checkpointer.restore(state)
-        start = int(state.step)
-        logging.info("resumed from %s at update %d", checkpointer.directory, start)
+    if workdir is not None:
+      checkpointer, state, latest = loop.open_checkpoints(workdir, config, state,
+                                                          int(config.keep_checkpoints))
+      start = 0 if latest is None else int(state.step)
+    if files is not None:
       fileio.write_json(os.path.join(workdir, loop.CONFIG_NAME),
                         loop._config_dict(config))  # pylint: disable=protected-access
       logger = train_logging.MetricsLogger(workdir, resume_step=start,
@@ -68,7 +67,7 @@ def run(trainer, state, config, workdir: Optional[str], *, total: int, every: in
     if checkpointer is not None:
       checkpointer.close()
   summary = summarize(state, history)
-  if workdir is not None:
+  if files is not None:
     fileio.write_json(os.path.join(workdir, loop.SUMMARY_NAME),
                       {"updates": int(state.step), "resumed_from": start,
                        "speed": {k: float(v) for k, v in speed.items() if np.isfinite(v)},
