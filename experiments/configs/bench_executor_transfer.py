@@ -6,8 +6,9 @@ A real slice of experiments/configs/transfer.py, not a toy: its four held-out Pi
 device, ALL its baselines (HEFT, m-ETF, m-SCT, METIS, expert split, BRKGA and seeded BRKGA with
 5,000 evaluations each) and the shipped GO and GDP checkpoints (`use_shipped`, nothing is
 pretrained), zero-shot and fine-tuned. Fine-tuning runs a FIXED number of PPO updates
-(`finetune_updates`) instead of transfer.py's 120 s, so that every executor computes the same
-rows whatever its speed (a wall-clock budget would not). 4 graphs x (7 baselines + 2 learned
+(`finetune_updates`: 300, about 5 s of search on the 2-core CPU after 10-20 s of compilation)
+instead of transfer.py's 120 s, so that every executor computes the same rows whatever its
+speed (a wall-clock budget would not). 4 graphs x (7 baselines + 2 learned
 rows) = 36 cells. Add nvlink8 with --config.topologies='("nvlink4@mem=0.6x","nvlink8@mem=0.6x")'.
 """
 
@@ -21,5 +22,5 @@ def get_config():
   c.rows = ("go", "gdp")
   c.use_shipped = True
   c.pretrain_missing = False  # a missing checkpoint is an error, never a 30-minute pretraining
-  c.finetune_updates = 30
+  c.finetune_updates = 300
   return c
