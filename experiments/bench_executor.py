@@ -94,6 +94,11 @@ flags.DEFINE_bool("xla_multi_thread", False, "Ray workers of 1 CPU per cell keep
 flags.DEFINE_enum("compilation_cache", "fresh", ["fresh", "none"], "JAX persistent "
                   "compilation cache of each run: fresh = a new empty folder per run (every run "
                   "cold; a Ray run's workers share it); none = no persistent cache.")
+flags.DEFINE_float("max_load", 0.0, "Before each run, wait (up to --max_wait s) until the "
+                   "1-minute load average is at most this (0: do not wait): timings need a quiet "
+                   "machine, and the previous run's own load takes a minute to decay.")
+flags.DEFINE_integer("max_wait", 600, "Seconds to wait for --max_load before a run (then it "
+                     "runs anyway; the table shows the load).")
 flags.DEFINE_bool("local", True, "Also time the local executor (the baseline).")
 flags.DEFINE_integer("timeout", 3600, "Seconds one run may take.")
 
@@ -126,6 +131,15 @@ def run_sweep(executor_args: Sequence[str], config_args: Sequence[str], out: str
           # in one order whatever order the cells finished in
           "rows": sorted(({k: r.get(k) for k in kind.same} for r in rows),
                          key=lambda r: json.dumps(r, sort_keys=True, default=str))}
+
+
+def wait_for_load(max_load: float, max_wait: float, poll: float = 10.0) -> float:
+  """Sleeps until the 1-minute load average is at most `max_load` or `max_wait` seconds have
+  passed; returns the seconds waited (0 where max_load <= 0)."""
+  t0 = time.monotonic()
+  while max_load > 0 and os.getloadavg()[0] > max_load and time.monotonic() - t0 < max_wait:
+    time.sleep(poll)
+  return time.monotonic() - t0
 
 
 def markdown(runs: Sequence[Dict[str, Any]]) -> str:
@@ -183,6 +197,10 @@ def main(argv: Sequence[str]) -> None:
     for i, p in enumerate(plan):
       print(f"[{i + 1}/{len(plan)}] {p['executor']} ({p['workers']} worker(s)) ...",
             file=sys.stderr, flush=True)
+      waited = wait_for_load(FLAGS.max_load, FLAGS.max_wait)
+      if waited >= 1:
+        print(f"    waited {waited:.0f} s for the load to fall to {FLAGS.max_load:g}",
+              file=sys.stderr, flush=True)
       env = {}
       if FLAGS.compilation_cache == "fresh":  # new and empty: this run compiles cold
         env["JAX_COMPILATION_CACHE_DIR"] = os.path.join(tmp, f"{i}_jax_cache")
