@@ -91,6 +91,9 @@ flags.DEFINE_float("cpus_per_cell", 1.0, "CPUs each cell of a Ray run asks for (
 flags.DEFINE_bool("xla_multi_thread", False, "Ray workers of 1 CPU per cell keep XLA's "
                   "multi-threaded CPU kernels (--xla_cpu_multi_thread_eigen, which "
                   "go_jax.executors.worker_env turns off) and so oversubscribe the cores.")
+flags.DEFINE_integer("worker_niceness", None, "Nice value of the Ray workers (RAY_worker_niceness; "
+                     "None: Ray's default, 15, below every nice-0 process: on a machine other "
+                     "work shares, the workers get less CPU than the local executor would).")
 flags.DEFINE_enum("compilation_cache", "fresh", ["fresh", "none"], "JAX persistent "
                   "compilation cache of each run: fresh = a new empty folder per run (every run "
                   "cold; a Ray run's workers share it); none = no persistent cache.")
@@ -160,7 +163,8 @@ def _variant(executor: str) -> str:
   if executor == "local":
     return f"XLA threads: all cores; {cache}"
   threads = ("all cores" if FLAGS.cpus_per_cell > 1 or FLAGS.xla_multi_thread else "1")
-  return f"{FLAGS.cpus_per_cell:g} CPU/cell; XLA threads: {threads}; {cache}"
+  nice = 15 if FLAGS.worker_niceness is None else FLAGS.worker_niceness
+  return f"{FLAGS.cpus_per_cell:g} CPU/cell; XLA threads: {threads}; nice {nice}; {cache}"
 
 
 def main(argv: Sequence[str]) -> None:
@@ -207,6 +211,8 @@ def main(argv: Sequence[str]) -> None:
       if p["executor"] == "ray" and FLAGS.xla_multi_thread:
         env["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""),
                                      "--xla_cpu_multi_thread_eigen=true"]).strip()
+      if p["executor"] == "ray" and FLAGS.worker_niceness is not None:
+        env["RAY_worker_niceness"] = str(FLAGS.worker_niceness)
       run = run_sweep(p["args"], config_args, os.path.join(tmp, str(i)), FLAGS.timeout,
                       FLAGS.sweep, env)
       runs.append(dict(run, executor=p["executor"], workers=p["workers"],
