@@ -19,6 +19,10 @@ machine, the command) and prints the Markdown table.
   python -m experiments.bench_executor --sweep=transfer --nolocal --ray_cpus=2 \
       --xla_multi_thread   # 1-CPU workers that keep XLA's multi-threaded CPU kernels
 
+Ray runs its workers at nice 15 (--worker_niceness sets it): where other work shares the
+machine they get less CPU than the local executor's nice-0 process. --max_load waits for a
+quiet machine before each run.
+
 --config (default: experiments/configs/bench_executor.py, or bench_executor_transfer.py with
 --sweep=transfer) is the sweep; --config.FIELD=VALUE overrides are passed on to every run.
 """
