@@ -30,6 +30,7 @@ quiet machine before each run.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -226,7 +227,9 @@ def main(argv: Sequence[str]) -> None:
   same = all(r["rows"] == runs[0]["rows"] for r in runs)
   table = markdown(runs)
   result = {"sweep": FLAGS.sweep,
-            "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
+            # rows_sha256: compares runs of separate invocations
+            "runs": [dict({k: v for k, v in r.items() if k != "rows"}, rows_sha256=hashlib.sha256(
+                json.dumps(r["rows"], sort_keys=True).encode()).hexdigest()) for r in runs],
             "same_rows": same, "config": cli.plain(_CONFIG.value), "machine": cli.machine_info(),
             "command": " ".join(sys.argv), "markdown": table}
   from simulator import fileio  # pylint: disable=g-import-not-at-top
