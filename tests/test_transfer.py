@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from go_jax import harness, methods, results, transfer
+from go_jax import harness, methods, pretrained, results, transfer
 from simulator import sources
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -143,6 +143,16 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
     transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))  # every row of the ablation table is a valid (seeded) row
   assert {transfer.parse_row(r)[0] for r in abl.rows} == {
       r for r in transfer.ROWS if r not in ("gdp", "go_hint")}
+  # the transfer slice experiments/bench_executor.py times: 4 graphs x (7 baselines + go, gdp),
+  # the shipped checkpoints (never pretraining) and a fixed update count, not seconds
+  from experiments.configs import bench_executor_transfer  # pylint: disable=g-import-not-at-top
+  bench = transfer.settings(bench_executor_transfer.get_config())
+  cells = transfer.plan(bench)
+  assert len(cells) == 36 and not bench["pretrain_missing"]
+  learned = [dict(c.options) for c in cells if transfer.is_row(c.label)]
+  assert len(learned) == 8 and all(
+      o["max_updates"] == 300 and o["finetune_seconds"] == 0.0 and
+      os.path.isfile(os.path.join(o["checkpoint"], pretrained.PARAMS_NAME)) for o in learned)
 
 
 def test_launcher_end_to_end_baselines_only(tmp_path):
