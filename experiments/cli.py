@@ -209,6 +209,17 @@ def check_out(path: str, *, flag: str = "out", is_file: bool = False) -> str:
   return path
 
 
+def check_results_out(path: str, launcher: str) -> None:
+  """`check_out` for a results folder, which must also not hold another launcher's results
+  (go_jax.results): both fail before any work, as app.UsageError."""
+  from go_jax import results  # pylint: disable=g-import-not-at-top
+  check_out(path)
+  try:
+    results.load(path, launcher)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
+
+
 # ------------------------------------------------------------------ entry point
 def _verbose() -> bool:
   try:

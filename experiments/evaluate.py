@@ -25,7 +25,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from go_jax import distributed, harness, results
+from go_jax import distributed, harness
 from simulator import runtime
 from experiments import cli
 
@@ -51,11 +51,7 @@ cli.define_distributed_flags()
 
 def _check_out() -> None:
   """--out is a writable folder without another launcher's results (process 0's)."""
-  cli.check_out(FLAGS.out)
-  try:
-    results.load(FLAGS.out, harness.LAUNCHER)  # another launcher's results: stop first
-  except ValueError as e:
-    raise app.UsageError(str(e)) from e
+  cli.check_results_out(FLAGS.out, harness.LAUNCHER)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -59,7 +59,7 @@ from typing import Sequence
 
 from absl import app, flags, logging
 
-from go_jax import distributed, place_execute, place_tasks, pretrained, results
+from go_jax import distributed, place_execute, place_tasks, pretrained
 from simulator import runtime, topology_spec
 from go_jax import place as place_lib
 from experiments import cli
@@ -149,11 +149,7 @@ def _as_flag_error(flag: str, fn, *args, **kwargs):
 
 def _check_out() -> None:
   """--out is a writable folder without another launcher's results (process 0's)."""
-  cli.check_out(FLAGS.out)
-  try:
-    results.load(FLAGS.out, place_lib.LAUNCHER)  # another launcher's results: stop first
-  except ValueError as e:
-    raise app.UsageError(str(e)) from e
+  cli.check_results_out(FLAGS.out, place_lib.LAUNCHER)
 
 
 def _execution_devices():
