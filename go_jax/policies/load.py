@@ -63,6 +63,7 @@ is known there, so a device the estimate says would overflow is all but masked.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import flax
 import flax.linen as nn
@@ -111,8 +112,9 @@ class _Layout:
   """The graph cut into blocks in topological order (padded), and its edges."""
   lead: jnp.ndarray  # (n_blk * S,) int32 topological position of each slot's colocation leader
   # (n_blk * S, n_blk + 2) difference array, per leader slot, of its colocation members' output
-  # intervals over blocks (zero rows for the others; members' own output shares are then 0)
-  group: jnp.ndarray
+  # intervals over blocks (zero rows for the others; members' own output shares are then 0);
+  # None without colocation leaders (the old, not exact, state)
+  group: Optional[jnp.ndarray]
   shares: jnp.ndarray  # (n_blk, S, 4) node shares (NODE_LOAD) per block
   free_blk: jnp.ndarray  # (n_blk, S) int32 block at whose start a node's output is freed
   e_src: jnp.ndarray  # (Ep,) int32 topological position of each edge's sender
@@ -133,7 +135,7 @@ def _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, 
   slots = jnp.arange(n_blk * block, dtype=jnp.int32)
   free = jnp.pad(node_end[topo_order] // block + 1, (0, pad))  # (n_blk * S,) by slot
   lead = slots
-  group = jnp.zeros((n_blk * block, n_blk + 2), jnp.float32)
+  group = None
   if leader is not None:
     # A colocation group goes where its leader goes (rule 1), so the leader commits the whole
     # group: all its parameters (resident all step) and its members' output intervals (each
@@ -143,7 +145,8 @@ def _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, 
     share = share.at[:, 0].set(jnp.zeros(n, share.dtype).at[lead_node].add(share[:, 0]))
     member = lead != slots
     out = jnp.where(member, jnp.pad(share[topo_order, 1], (0, pad)), 0.0)
-    group = group.at[lead, slots // block].add(out).at[lead, free].add(-out)
+    group = (jnp.zeros((n_blk * block, n_blk + 2), jnp.float32)
+             .at[lead, slots // block].add(out).at[lead, free].add(-out))
     share = share.at[:, 1].set(jnp.where(member[:n][topo_position], 0.0, share[:, 1]))
   e_src, e_dst = topo_position[senders], topo_position[receivers]
   return _Layout(
@@ -177,35 +180,36 @@ def _commit(state: LoadState, lay: _Layout, b, p) -> LoadState:
   own = p * sb[:, 1:2]  # (S, Dmax) expected output shares per device
   into = (lay.e_blk == b).astype(jnp.float32)[:, None]  # (Ep, 1) edges into this block
   copies = into * lay.e_out[:, None] * probs[lay.e_dst] * (1.0 - probs[lay.e_src])
-  group = jax.lax.dynamic_slice_in_dim(lay.group, b * s, s)  # (S, n_blk + 2)
   diff = (state.diff.at[b].add(own.sum(0)).at[fb].add(-own)
-          .at[lay.e_src // s].add(copies).at[lay.e_free].add(-copies) + group.T @ p)
+          .at[lay.e_src // s].add(copies).at[lay.e_free].add(-copies))
+  if lay.group is not None:  # a leader commits its group's member intervals
+    diff = diff + jax.lax.dynamic_slice_in_dim(lay.group, b * s, s).T @ p
   return LoadState(probs=probs, params=state.params + p.T @ sb[:, 0],
                    work=state.work + p.T @ sb[:, 3], diff=diff)
 
 
-def _barrier_terms(state: LoadState, lay: _Layout, b, placed, exact: bool):
+def _barrier_terms(state: LoadState, lay: _Layout, b):
   """The memory barrier's estimate for each node i of block b on each device d (shares of T),
-  given the state, where the topological positions before `placed` are placed:
+  given the state before block b:
     peak[i, d] = P_d + param_i + max(now[i, d], ahead[i, :, d].max()),
   now (S, Dmax) = L_d(b) + out_i + temp_i + the copies i would receive (its inputs not
-  (expected) on d; inputs not placed yet in full), ahead (S, n_blk, Dmax) the live profile over
-  the blocks (its max is H_d). Exact (the decoder given colocation leaders): ahead also adds,
-  from b on, i's output interval, its group's member output intervals (a leader) and its
-  incoming copies' intervals (each from its sender's block), so that what overlaps a later,
-  higher block is seen."""
-  sb = lay.shares[b]
-  s = sb.shape[0]
+  (expected) on d; inputs from block b itself in full), ahead the live profile over the blocks
+  ((1, n_blk, Dmax); its max is H_d). Exact (a layout with colocation leaders): ahead is
+  (S, n_blk, Dmax) and also adds, from b on, i's output interval, its group's member output
+  intervals (a leader) and its incoming copies' intervals (each from its sender's block), so
+  that what overlaps a later, higher block is seen."""
+  s = lay.free_blk.shape[1]
   n_blk, dmax = lay.shares.shape[0], state.params.shape[0]
+  sb = lay.shares[b]
   prof = _profile(state)
-  known = (lay.e_src < placed)[:, None]
+  known = (lay.e_src < b * s)[:, None]
   away = lay.e_out[:, None] * (1.0 - state.probs[lay.e_src])  # (Ep, Dmax)
   copy = (lay.e_blk == b)[:, None] * jnp.where(known, away, lay.e_out[:, None])
   dst = jnp.clip(lay.e_dst - b * s, 0, s - 1)
   recv = jnp.zeros((s, dmax), jnp.float32).at[dst].add(copy)
   now = prof[b][None, :] + sb[:, 1:2] + sb[:, 2:3] + recv
-  ahead = jnp.broadcast_to(prof[None], (s, n_blk, dmax))
-  if exact:
+  ahead = prof[None]
+  if lay.group is not None:
     riv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
                      .at[dst, lay.e_src // s].add(copy)
                      .at[dst, lay.e_free].add(-copy), axis=1)[:, :n_blk]  # (S, n_blk, Dmax)
@@ -331,14 +335,13 @@ class LoadDecoder(nn.Module):
     else:
       forced = jnp.zeros((n_blk, 1, 1), jnp.float32)  # unused
 
-    exact = leader is not None
     if mode == "greedy":
       scale_b, limit = jnp.maximum(guard, GREEDY_BARRIER), 1.0 - self.greedy_margin
     else:
       scale_b, limit = guard, 1.0
 
-    def barrier(state, b, placed):
-      now, ahead = _barrier_terms(state, lay, b, placed, exact)
+    def barrier(state, b):
+      now, ahead = _barrier_terms(state, lay, b)
       peak = (state.params[None, :] + lay.shares[b][:, :1]
               + jnp.maximum(now, ahead.max(1)))
       return scale_b * jnp.maximum(peak / cap[None, :] - limit, 0.0)
@@ -350,14 +353,14 @@ class LoadDecoder(nn.Module):
       le = jax.nn.gelu(feats @ w1 + b1) @ w2  # (Dmax, H)
       logits = qb @ (k + le).T * scale + (bias + le @ wb)[None, :]
       logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
-      if exact and self.guard and mode == "greedy":
+      if lay.group is not None and self.guard and mode == "greedy":
         # The exact greedy decode: the block's scores come from the state at the block's start
         # (as in training), but its nodes are picked one by one, each node's barrier adding
         # what the block's earlier picks put on each device (parameters, and their output and
         # group intervals over the blocks), so that the nodes of one block cannot pile onto a
         # device unseen; the block is then committed at once.
-        now, ahead = _barrier_terms(state, lay, b, b * s, exact)
-        adds = _intervals(lay, b)  # (S, n_blk)
+        now, ahead = _barrier_terms(state, lay, b)
+        adds = _intervals(lay, b)  # (S, n_blk): what each pick adds to its device's profile
         sb = lay.shares[b]
         lead = jax.lax.dynamic_slice_in_dim(lay.lead, b * s, s)
 
@@ -380,7 +383,7 @@ class LoadDecoder(nn.Module):
         (_, _, picks), rows = jax.lax.scan(one, init, jnp.arange(s))
         return _commit(state, lay, b, picks), rows
       if self.guard:
-        logits = logits - barrier(state, b, b * s)
+        logits = logits - barrier(state, b)
         logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
       # the distribution the state counts (padded rows have zero shares: they add nothing)
       if mode == "expected":
