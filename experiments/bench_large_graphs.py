@@ -28,7 +28,6 @@ the exact command.
 
 import multiprocessing
 import os
-import platform
 import sys
 import time
 
@@ -186,10 +185,7 @@ def main(argv):
   import jax
   payload = {
       "command": " ".join(sys.argv),
-      "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                  "cpu_count": os.cpu_count(), "jax": jax.__version__,
-                  "device_kind": jax.devices()[0].device_kind},
-      "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+      "machine": dict(cli.machine_info(), device_kind=jax.devices()[0].device_kind),
       "load_average": [list(x) for x in load], "config": cfg, "rows": rows, "simulate": sim}
   print()
   print(format_table(rows, cfg["baselines"], sim))
