@@ -209,6 +209,15 @@ def check_out(path: str, *, flag: str = "out", is_file: bool = False) -> str:
   return path
 
 
+def check_zoo_models(names: Sequence[str], flag: str = "models") -> None:
+  """app.UsageError naming the --models entries that are not zoo models (and the zoo's)."""
+  from simulator import zoo  # pylint: disable=g-import-not-at-top
+  unknown = sorted(set(names) - set(zoo.available()))
+  if unknown:
+    raise app.UsageError(f"--{flag}: unknown zoo model(s) {unknown}; available: "
+                         f"{', '.join(sorted(zoo.available()))}")
+
+
 def check_results_out(path: str, launcher: str) -> None:
   """`check_out` for a results folder, which must also not hold another launcher's results
   (go_jax.results): both fail before any work, as app.UsageError."""

@@ -64,10 +64,7 @@ def main(argv: Sequence[str]) -> None:
   names = FLAGS.models or sorted(zoo.available())
   if names == ["heldout"]:
     names = list(HELD_OUT)
-  unknown = sorted(set(names) - set(zoo.available()))
-  if unknown:
-    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
-                         f"{', '.join(sorted(zoo.available()))}")
+  cli.check_zoo_models(names)
   try:
     counts = [int(d) for d in FLAGS.devices]
   except ValueError as e:

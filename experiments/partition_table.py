@@ -46,11 +46,8 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   cli.check_out(FLAGS.out)
   from go_jax import methods, partition_table
-  from simulator import fileio, zoo
-  unknown = sorted(set(FLAGS.models) - set(zoo.available()))
-  if unknown:
-    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
-                         f"{', '.join(sorted(zoo.available()))}")
+  from simulator import fileio
+  cli.check_zoo_models(FLAGS.models)
   bad = [m for m in FLAGS.partitioners if m not in methods.available(("partition",))]
   if bad:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "

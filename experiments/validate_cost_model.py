@@ -61,10 +61,7 @@ def main(argv: Sequence[str]) -> None:
       print(f"[{time.time() - start:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
   names = FLAGS.models or sorted(zoo.available())
-  unknown = sorted(set(names) - set(zoo.available()))
-  if unknown:
-    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
-                         f"{', '.join(sorted(zoo.available()))}")
+  cli.check_zoo_models(names)
   cal_path, cal = FLAGS.calibration, None
   if cal_path and os.path.exists(cal_path):
     try:

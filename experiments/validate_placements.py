@@ -75,7 +75,7 @@ def main(argv: Sequence[str]) -> None:
   import jax
   from experiments import placement_fidelity as fidelity
   from go_jax import methods
-  from simulator import costmodel, fileio, topology_file, zoo
+  from simulator import costmodel, fileio, topology_file
   from simulator.costmodel import topology_calibration
   start = time.time()
 
@@ -88,9 +88,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--devices={counts[-1]} but JAX has {len(devices)} device(s) "
                          f"({', '.join(sorted({d.platform for d in devices}))}); raise "
                          f"--cpu_devices")
-  unknown = sorted(set(FLAGS.models) - set(zoo.available()))
-  if unknown:
-    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}")
+  cli.check_zoo_models(FLAGS.models)
   bad = sorted(set(FLAGS.methods) - set(methods.available()))
   if bad:
     raise app.UsageError(f"--methods: unknown or unavailable {bad}")

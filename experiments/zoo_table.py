@@ -68,10 +68,7 @@ def main(argv):
   cli.check_out(FLAGS.out, is_file=True)
   from simulator import zoo
   models = FLAGS.models or sorted(zoo.available())
-  unknown = sorted(set(models) - set(zoo.available()))
-  if unknown:
-    raise app.UsageError(f"--models: unknown zoo model(s) {unknown}; available: "
-                         f"{', '.join(sorted(zoo.available()))}")
+  cli.check_zoo_models(models)
   rows, start = [], time.perf_counter()
   cells = [(m, s) for m in models for s in FLAGS.stages]
   for i, (model, stage) in enumerate(cells):
