@@ -198,3 +198,15 @@ def test_shipped_checkpoints_load():
     cfg, module, _ = regal_method.load_checkpoint(name, name)
     assert cfg.objective == "peak_memory" and module.max_devices == 2
     assert module.graph_aware == (name == "regal")
+
+
+def test_config_device_count_option():
+  from experiments.configs import regal as regal_config  # pylint: disable=g-import-not-at-top
+  c = regal_config.get_config("regal,devices=8")
+  assert c.topologies == ("nvlink8",) and c.policy.max_devices == 8 and c.policy.graph_aware
+  c = regal_config.get_config("gas")
+  assert c.topologies == ("nvlink2",) and c.policy.max_devices == 2 and not c.policy.graph_aware
+  for arg in ("regal,devices=3", "regal,device=4", "placeto"):
+    with pytest.raises(ValueError, match="regal.py"):
+      regal_config.get_config(arg)
+

@@ -2,6 +2,12 @@
 
   go-jax-train --config=experiments/configs/regal.py --workdir=runs/regal
   go-jax-train --config=experiments/configs/regal.py:gas --workdir=runs/gas
+  go-jax-train --config=experiments/configs/regal.py:regal,devices=8 --workdir=runs/regal_d8
+
+The argument is the variant ("regal" or "gas") and optionally the device count ("devices=N",
+default 2): the run trains on `nvlinkN` with a policy of `max_devices = N`. The shipped
+checkpoints are `regal` / `gas` (2 devices) and `regal_d4` / `regal_d8` (4 and 8 devices;
+go_jax/methods/regal.py picks the one for a topology's device count).
 
 Derived from train_base.py: the PPO-only fields are removed and `algorithm = "regal"` selects
 the trainer (go_jax/training/trainers.py -> go_jax/regal/trainer.py). Fields beyond the base's:
@@ -36,17 +42,31 @@ def regal_graphs(seeds):
   return tuple(f"regal:n={SIZES[s % len(SIZES)]},seed={s}" for s in seeds)
 
 
-def get_config(variant: str = "regal") -> ml_collections.ConfigDict:
+def parse_arg(arg: str):
+  """"regal", "gas", "regal,devices=8" -> (variant, device count)."""
+  variant, *opts = [a.strip() for a in arg.split(",")]
   if variant not in ("regal", "gas"):
     raise ValueError(f"experiments/configs/regal.py: variant must be regal or gas, got "
                      f"{variant!r}")
+  devices = 2
+  for opt in opts:
+    key, sep, value = opt.partition("=")
+    if key != "devices" or not sep or not value.isdigit() or int(value) not in (2, 4, 8):
+      raise ValueError(f"experiments/configs/regal.py: option {opt!r} is not devices=2, 4 or 8 "
+                       f"(in {arg!r})")
+    devices = int(value)
+  return variant, devices
+
+
+def get_config(arg: str = "regal") -> ml_collections.ConfigDict:
+  variant, devices = parse_arg(arg)
   config = train_base.get_config()
   for field in PPO_ONLY:
     del config[field]
   config.algorithm = "regal"
   config.graphs = regal_graphs(range(32))
   config.held_out = regal_graphs(range(1000, 1020))
-  config.topologies = ("nvlink2",)
+  config.topologies = (f"nvlink{devices}",)
   config.objective = "peak_memory"
   config.samples = 4
   config.graphs_per_update = 2
@@ -68,4 +88,5 @@ def get_config(variant: str = "regal") -> ml_collections.ConfigDict:
                                                 evaluations=480))
   config.policy = policy.default_config()
   config.policy.graph_aware = variant == "regal"
+  config.policy.max_devices = devices
   return config

@@ -4,8 +4,10 @@
   sol = methods.solve("gas", graph, topology, objective="peak_memory")
 
 Both (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkpoint`: a
-shipped name of go_jax.pretrained, "regal" / "gas" by default, or a folder holding the run's
-config.json and params.msgpack, e.g. a training workdir), read the graph once with its policy,
+shipped name of go_jax.pretrained or a folder holding the run's config.json and params.msgpack,
+e.g. a training workdir; by default "auto", the shipped checkpoint of the method with the fewest
+device slots that serve the topology: `regal` (2 devices), `regal_d4`, `regal_d8`; `gas`), read
+the graph once with its policy,
 take the most likely choice per op and key (`decode="mode"`; "sample": one draw, seeded by the
 problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the checkpoint's
 population, elite / mutant fractions and elite_bias, the problem's seed and `budget`
@@ -30,6 +32,8 @@ import numpy as np
 from go_jax.methods import Problem, Proposal, register
 
 DECODES = ("mode", "sample")
+# The shipped checkpoints "auto" chooses from, per method (each serves its policy's max_devices).
+SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas",)}
 _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtime) -> loaded
 
 
@@ -68,6 +72,21 @@ def load_checkpoint(method: str, checkpoint: str):
   return _CACHE[cache_key]
 
 
+def shipped_checkpoint(method: str, devices: int) -> str:
+  """The shipped checkpoint of `method` with the fewest device slots >= `devices`."""
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  known = pretrained.available()
+  slots = sorted((int(pretrained.load_config(name).policy.max_devices), name)
+                 for name in SHIPPED[method] if name in known)
+  for dmax, name in slots:
+    if dmax >= devices:
+      return name
+  raise ValueError(f"{method}: no shipped checkpoint serves {devices} devices (shipped: "
+                   f"{', '.join(f'{n} ({d})' for d, n in slots) or 'none'}); train one with "
+                   f"experiments/configs/regal.py:{method},devices={devices} and pass its "
+                   "workdir as checkpoint")
+
+
 def _template_features(max_devices: int):
   from go_jax.policies.features import graph_features  # pylint: disable=g-import-not-at-top
   from simulator import preset  # pylint: disable=g-import-not-at-top
@@ -93,10 +112,12 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
                      f"{config['decode']!r}")
   checkpoint = config["checkpoint"]
   if not isinstance(checkpoint, str) or not checkpoint:
-    raise ValueError(f"{method}: checkpoint must be a shipped name or a folder, got "
+    raise ValueError(f"{method}: checkpoint must be 'auto', a shipped name or a folder, got "
                      f"{checkpoint!r}")
-  train_config, module, params = load_checkpoint(method, checkpoint)
   d = problem.topology.num_devices
+  if checkpoint == "auto":
+    checkpoint = shipped_checkpoint(method, d)
+  train_config, module, params = load_checkpoint(method, checkpoint)
   if d > module.max_devices:
     raise ValueError(f"{method}: the policy of checkpoint {checkpoint!r} serves at most "
                      f"{module.max_devices} devices, the topology has {d}; train one with "
@@ -126,13 +147,13 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
 
 @register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "
           "crossover bias for BRKGA (one forward pass + guided BRKGA, budget evaluations)",
-          checkpoint="regal", evaluations=5000, decode="mode")
+          checkpoint="auto", evaluations=5000, decode="mode")
 def regal(problem: Problem, config) -> Proposal:
   return solve_regal("regal", problem, config)
 
 
 @register("gas", "joint", "GAS (REGAL's graph-agnostic search): BRKGA with learned key "
           "distributions and bias shared by all ops (same trainer as REGAL)",
-          checkpoint="gas", evaluations=5000, decode="mode")
+          checkpoint="auto", evaluations=5000, decode="mode")
 def gas(problem: Problem, config) -> Proposal:
   return solve_regal("gas", problem, config)
