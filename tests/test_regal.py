@@ -193,11 +193,19 @@ def test_bad_checkpoint_and_config_raise_value_errors(trained, tmp_path):
 
 
 def test_shipped_checkpoints_load():
-  for name in ("regal", "gas"):
+  for name, dmax in (("regal", 2), ("gas", 2), ("regal_d4", 4)):
     assert name in pretrained.available()
     cfg, module, _ = regal_method.load_checkpoint(name, name)
-    assert cfg.objective == "peak_memory" and module.max_devices == 2
-    assert module.graph_aware == (name == "regal")
+    assert cfg.objective == "peak_memory" and module.max_devices == dmax
+    assert module.graph_aware == name.startswith("regal")
+  # "auto": the fewest device slots that serve the topology
+  assert [regal_method.shipped_checkpoint("regal", d) for d in (1, 2, 3, 4)] == [
+      "regal", "regal", "regal_d4", "regal_d4"]
+  assert regal_method.shipped_checkpoint("gas", 2) == "gas"
+  with pytest.raises(ValueError, match="no shipped checkpoint serves 4 devices.*gas,devices=4"):
+    regal_method.shipped_checkpoint("gas", 4)
+  with pytest.raises(ValueError, match="serves 8 devices .*regal_d4 \\(4\\)"):
+    regal_method.shipped_checkpoint("regal", 8)
 
 
 def test_config_device_count_option():

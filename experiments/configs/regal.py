@@ -6,8 +6,9 @@
 
 The argument is the variant ("regal" or "gas") and optionally the device count ("devices=N",
 default 2): the run trains on `nvlinkN` with a policy of `max_devices = N`. The shipped
-checkpoints are `regal` / `gas` (2 devices) and `regal_d4` / `regal_d8` (4 and 8 devices;
-go_jax/methods/regal.py picks the one for a topology's device count).
+checkpoints are `regal` / `gas` (2 devices) and `regal_d4` (4 devices;
+go_jax/methods/regal.py picks the one for a topology's device count); the `devices=8` run was
+trained but not shipped (its mode decode is 31% worse than BRKGA 5K on held-out graphs).
 
 Derived from train_base.py: the PPO-only fields are removed and `algorithm = "regal"` selects
 the trainer (go_jax/training/trainers.py -> go_jax/regal/trainer.py). Fields beyond the base's:

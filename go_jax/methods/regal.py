@@ -6,8 +6,10 @@
 Both (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkpoint`: a
 shipped name of go_jax.pretrained or a folder holding the run's config.json and params.msgpack,
 e.g. a training workdir; by default "auto", the shipped checkpoint of the method with the fewest
-device slots that serve the topology: `regal` (2 devices), `regal_d4`, `regal_d8`; `gas`), read
-the graph once with its policy,
+device slots that serve the topology: `regal` (2 devices) or `regal_d4` (4); `gas` (2). No
+8-device checkpoint is shipped: the one trained was 31% worse than BRKGA 5K on held-out graphs
+with the mode decode, BENCHMARKS.md "REGAL at 4 and 8 devices"), read the graph once with its
+policy,
 take the most likely choice per op and key (`decode="mode"`; "sample": one draw, seeded by the
 problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the checkpoint's
 population, elite / mutant fractions and elite_bias, the problem's seed and `budget`
@@ -32,7 +34,8 @@ import numpy as np
 from go_jax.methods import Problem, Proposal, register
 
 DECODES = ("mode", "sample")
-# The shipped checkpoints "auto" chooses from, per method (each serves its policy's max_devices).
+# The checkpoints "auto" chooses from, per method, where shipped (each serves its policy's
+# max_devices; regal_d8 is not shipped at present).
 SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas",)}
 _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtime) -> loaded
 
