@@ -69,8 +69,8 @@ def time_simulate(graph: CompGraph, topology: Topology, batch: int, repeats: int
   run_s = float(np.median(runs))
   # An accelerator's own peak (XLA's allocator); None on backends without memory stats (CPU).
   stats = jax.local_devices()[0].memory_stats() or {}
-  return {"batch": batch, "devices": len(jax.local_devices()), "compile_s": compile_s, "run_s": run_s, "runs_s": runs,
-          "device_peak_bytes": stats.get("peak_bytes_in_use"),
+  return {"batch": batch, "devices": len(jax.local_devices()), "compile_s": compile_s,
+          "run_s": run_s, "runs_s": runs, "device_peak_bytes": stats.get("peak_bytes_in_use"),
           "placements_per_s": batch / run_s,
           "node_commits_per_s": batch * graph.num_nodes / run_s,
           "chunk": pg.chunk, "loop_iterations": int(pg.num_iters),

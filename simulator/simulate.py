@@ -366,7 +366,7 @@ def _peak_memory_segments(ev: _Events):
            | jnp.arange(m, dtype=jnp.uint64))
     key = jax.lax.sort(key, dimension=-1)
     order = (key & ((1 << idx_bits) - 1)).astype(jnp.int32)
-    instant = (key >> idx_bits).astype(jnp.uint64)  # (device, time): equal within an instant
+    instant = key >> idx_bits  # (device, time): equal within an instant
     dev = (key >> (32 + idx_bits)).astype(jnp.int32)
     last = jnp.concatenate([instant[:, 1:] != instant[:, :-1],
                             jnp.ones_like(instant[:, :1], bool)], -1)

@@ -5,13 +5,9 @@
 
 Both (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkpoint`: a
 shipped name of go_jax.pretrained or a folder holding the run's config.json and params.msgpack,
-e.g. a training workdir; by default "auto", the shipped checkpoint of the method with the fewest
-device slots that serve the topology: `regal` (2 devices) or `regal_d4` (4); `gas` (2). No
-8-device checkpoint is shipped: the one trained was 31% worse than BRKGA 5K on held-out graphs
-with the mode decode, BENCHMARKS.md "REGAL at 4 and 8 devices"), read the graph once with its
-policy,
-take the most likely choice per op and key (`decode="mode"`; "sample": one draw, seeded by the
-problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the checkpoint's
+e.g. a training workdir; by default "auto": `shipped_checkpoint`), read the graph once with its
+policy, take the most likely choice per op and key (`decode="mode"`; "sample": one draw,
+seeded by the problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the checkpoint's
 population, elite / mutant fractions and elite_bias, the problem's seed and `budget`
 evaluations (default `evaluations` = 5000, REGAL's "BRKGA 5K" budget). `info` holds the
 checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
@@ -75,10 +71,14 @@ def load_checkpoint(method: str, checkpoint: str):
   return _CACHE[cache_key]
 
 
+@functools.lru_cache(maxsize=None)
 def shipped_checkpoint(method: str, devices: int) -> str:
-  """The shipped checkpoint of `method` with the fewest device slots >= `devices`."""
+  """The shipped checkpoint of `method` with the fewest device slots >= `devices`: `regal`
+  (2 devices) or `regal_d4` (4); `gas` (2). No 8-device checkpoint is shipped: the one trained
+  was 31% worse than BRKGA 5K on held-out graphs with the mode decode (BENCHMARKS.md "REGAL at
+  4 and 8 devices")."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
-  known = pretrained.available()
+  known = pretrained.available()  # package data: read once per (method, devices), then cached
   slots = sorted((int(pretrained.load_config(name).policy.max_devices), name)
                  for name in SHIPPED[method] if name in known)
   for dmax, name in slots:

@@ -29,7 +29,8 @@ leader commits the group's parameters and members' output intervals, and an edge
 moves nothing. The barrier also looks ahead: the largest block from b on of the live profile
 with the node's output, group and incoming-copy intervals added. The greedy decode picks a
 block's nodes one by one, each barrier adding the block's earlier picks to an incremental live
-profile (its scores still come from the block's start state), then commits the block. docs/design.md section 7 has the rules and what they fixed.
+profile (its scores still come from the block's start state), then commits the block.
+docs/design.md section 7 has the rules and what they fixed.
 GOPolicy returns the expected logits as `placement_logits` and the greedy ones as
 `greedy_placement_logits` from one call (the encoder runs once; each mode is one cheap scan).
 
