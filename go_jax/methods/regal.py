@@ -7,8 +7,8 @@ Both (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkp
 shipped name of go_jax.pretrained or a folder holding the run's config.json and params.msgpack,
 e.g. a training workdir; by default "auto": `shipped_checkpoint`), read the graph once with its
 policy, take the most likely choice per op and key (`decode="mode"`; "sample": one draw,
-seeded by the problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the checkpoint's
-population, elite / mutant fractions and elite_bias, the problem's seed and `budget`
+seeded by the problem's seed), and run the guided BRKGA (go_jax/regal/guided.py) with the
+checkpoint's population, elite / mutant fractions and elite_bias, the problem's seed and `budget`
 evaluations (default `evaluations` = 5000, REGAL's "BRKGA 5K" budget). `info` holds the
 checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
 (`uniform_share`) and brkga's per-generation best objectives. A topology with more devices than
