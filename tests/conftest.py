@@ -1,5 +1,6 @@
-"""Shared pytest fixtures: the package data folder, small graphs with known answers, and the
-fast-compile mode of the modules marked `fast_compile`."""
+"""Shared pytest fixtures: the package data folder, small graphs with known answers, the
+fast-compile mode of the modules marked `fast_compile`, and the `full` tier (long variants of
+default tests, run with GO_JAX_FULL_TESTS=1)."""
 
 import os
 
@@ -17,6 +18,24 @@ def pytest_configure(config):
       "markers", "fast_compile: (module-wide, `pytestmark = pytest.mark.fast_compile`) XLA "
       "compiles the module's programs, and those of the launchers it starts, with most "
       "optimisations off; see _fast_compile in tests/conftest.py")
+  config.addinivalue_line(
+      "markers", f"full: a long variant of a test that also runs in a smaller form by default "
+      f"(e.g. every zoo model instead of three); skipped unless {FULL_ENV}=1")
+
+
+FULL_ENV = "GO_JAX_FULL_TESTS"
+
+
+def pytest_collection_modifyitems(config, items):
+  """Skips the `full` tier unless GO_JAX_FULL_TESTS=1: the default suite must fit the 2-core CI
+  machine's 15 minutes, and each `full` test has a default variant covering the same code."""
+  del config
+  if os.environ.get(FULL_ENV) == "1":
+    return
+  skip = pytest.mark.skip(reason=f"full tier: set {FULL_ENV}=1 to run it")
+  for item in items:
+    if item.get_closest_marker("full") is not None:
+      item.add_marker(skip)
 
 
 FAST_COMPILE_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"

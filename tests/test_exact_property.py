@@ -1,4 +1,5 @@
-"""Property test of the CP-SAT baselines over 200 small random instances (issue 10).
+"""Property test of the CP-SAT baselines over 100 small random instances (200 with
+GO_JAX_FULL_TESTS=1; issue 10).
 
 Every valid instance gets a valid CP-SAT model (never MODEL_INVALID), and when the joint model
 is solved to optimality its makespan (seconds, after unscaling) is a lower bound on the
@@ -15,6 +16,7 @@ one with a colocation group, whose shared device literals the solution hint name
 
 from __future__ import annotations
 
+import os
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -26,7 +28,9 @@ from simulator.graph import upward_rank
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
 
-NUM_INSTANCES = 200
+# 100 by default (every kind of instance occurs many times over: the bug this guards against hit
+# 130 of 200); the full tier (tests/conftest.py) runs 200.
+NUM_INSTANCES = 200 if os.environ.get("GO_JAX_FULL_TESTS") == "1" else 100
 # Tiny limits (one worker): a 14-op model is usually proved optimal in well under a second, and
 # an instance that is not simply skips the bound check (the validity check still applies).
 SOLVER = {"time_limit_s": 0.5, "num_workers": 1}

@@ -191,13 +191,18 @@ _SCRIPT = textwrap.dedent("""
                                 jax.tree_util.tree_structure(ref)}
     print(json.dumps(out))
 """)
+# By default a CNN with branches, a recurrent model and a transformer with every node on its own
+# random device (the most segments); GO_JAX_FULL_TESTS=1 adds the rest of the zoo (about 2 CPU
+# minutes more).
 _GROUPS = [
-    "amoebanet:blocks,wavenet_2x18:blocks",
-    "inception_v3:blocks",
-    "bert_base:blocks,gnmt2:blocks,gnmt4:blocks,gpt2_small:blocks",
-    "gnmt8:blocks,resnet50:blocks,transformer_nmt:blocks",
-    "transformer_xl2:blocks,transformer_xl4:blocks,transformer_xl8:blocks,wavenet_4x36:blocks",
-    "gpt2_small:nodes,bert_base:nodes",
+    "amoebanet:blocks,gnmt2:blocks",
+    "gpt2_small:nodes",
+    pytest.param("wavenet_2x18:blocks,inception_v3:blocks", marks=pytest.mark.full),
+    pytest.param("bert_base:blocks,gnmt4:blocks,gpt2_small:blocks", marks=pytest.mark.full),
+    pytest.param("gnmt8:blocks,resnet50:blocks,transformer_nmt:blocks", marks=pytest.mark.full),
+    pytest.param("transformer_xl2:blocks,transformer_xl4:blocks,transformer_xl8:blocks,"
+                 "wavenet_4x36:blocks", marks=pytest.mark.full),
+    pytest.param("bert_base:nodes", marks=pytest.mark.full),
 ]
 
 

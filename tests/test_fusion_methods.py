@@ -12,6 +12,8 @@ from simulator.costmodel import device_spec
 from simulator.costmodel.roofline import cost_reference
 from simulator.graph import upward_rank
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REF = cost_reference(device_spec("v100"))
 
 

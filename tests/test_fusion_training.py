@@ -14,6 +14,8 @@ from go_jax.training import loop, ppo, rollout
 from simulator import CompGraph, Topology, ops
 from simulator.costmodel import apply_cost_model, device_spec
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 
 def toy_chain(n=12, name="chain"):
   types = [ops.op_type_id("elementwise")] * n

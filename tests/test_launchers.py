@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -288,19 +289,55 @@ def _kill(proc):
 # --curves=off: the learning curves evaluated after training are a third of a run's time and
 # not compared here (tests/test_training.py's launcher test runs them, after a resume too).
 TRAIN_ARGS = ["--config.updates=8", "--config.updates_per_call=1", "--config.checkpoint_every=2",
-              "--config.tensorboard=False", "--noprogress", "--curves=off"]
+              "--noprogress", "--curves=off"]
 
 
-def test_train_resumes_after_sigkill_to_identical_parameters(tmp_path):
-  """The uninterrupted run goes first and fills a persistent compilation cache that the killed
+def _read_events(path):
+  """(tag, step, value) of every scalar in a TensorBoard event file (TFRecord framing)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  out = []
+  with open(path, "rb") as fh:
+    data = fh.read()
+  pos = 0
+  while pos < len(data):
+    (length,) = struct.unpack("<Q", data[pos:pos + 8])
+    event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+    pos += 12 + length + 4
+    for v in event.summary.value:
+      out.append((v.tag, event.step, v.simple_value))
+  return out
+
+
+def test_train_end_to_end_and_resumes_after_sigkill_to_identical_parameters(tmp_path):
+  """go-jax-train's outputs (metrics, summary, TensorBoard events, parameters), then a run
+  killed after its first checkpoint resumes to the uninterrupted run's parameters bit for bit.
+
+  The uninterrupted run goes first and fills a persistent compilation cache that the killed
   and the resumed run start from (the same executables, a third of the time)."""
+  pytest.importorskip("tensorboardX")
   train = script("go-jax-train")
   cache = dict(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-  rc, out, err = finish(start([train, f"--workdir={tmp_path / 'ref'}", *TRAIN_ARGS], tmp_path,
-                              **cache))
+  ref = tmp_path / "ref"
+  rc, out, err = finish(start([train, f"--workdir={ref}", *TRAIN_ARGS], tmp_path, **cache))
   assert rc == 0, err[-3000:]
+  assert "8 updates (resumed from 0)" in out + err
+  assert sorted(os.listdir(ref / "checkpoints"), key=int) == ["6", "8"]  # the last two kept
+  rows = [json.loads(line) for line in open(ref / "metrics.jsonl")]
+  assert [r["step"] for r in rows] == list(range(1, 9))
+  assert all(np.isfinite(r["loss"]) and r["ratio_mean"] > 0 for r in rows)
+  assert "placements_per_s" in rows[-1]
+  summary = json.load(open(ref / "summary.json"))
+  assert summary["updates"] == 8 and summary["resumed_from"] == 0
+  assert len(summary["instances"]) == 2
+  assert all(r["best_agrees"] and r["best_objective"] >= r["lower_bound"] * (1 - 1e-6)
+             for r in summary["instances"])
+  files = sorted((ref / "tensorboard").glob("events.out.tfevents.*"))
+  assert len(files) == 1
+  steps = sorted({step for tag, step, _ in _read_events(files[0]) if tag == "train/ratio_mean"})
+  assert steps == list(range(1, 9))
+
   work = tmp_path / "killed"
   proc = start([train, f"--workdir={work}", *TRAIN_ARGS], tmp_path, **cache)
   ckpts = work / "checkpoints"
@@ -311,10 +348,10 @@ def test_train_resumes_after_sigkill_to_identical_parameters(tmp_path):
   resumed = finish(start([train, f"--workdir={work}", *TRAIN_ARGS], tmp_path, **cache))
   assert resumed[0] == 0, resumed[2][-3000:]
   assert "resumed from 0" not in resumed[1]
-  assert (work / "params.msgpack").read_bytes() == (tmp_path / "ref" / "params.msgpack"
-                                                    ).read_bytes()
+  assert (work / "params.msgpack").read_bytes() == (ref / "params.msgpack").read_bytes()
   steps = [json.loads(l)["step"] for l in (work / "metrics.jsonl").read_text().splitlines()]
   assert steps == list(range(1, 9))
+  assert json.load(open(work / "summary.json"))["resumed_from"] > 0
 
 
 EVAL_ARGS = ["--config.seeds=(0,1,2)", "--noprogress", "--cpu_devices=1"]

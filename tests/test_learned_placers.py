@@ -14,6 +14,8 @@ from experiments import placer_report as pr
 from experiments.configs import learned_placers, pretrain
 from go_jax import methods
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

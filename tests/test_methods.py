@@ -154,7 +154,8 @@ def test_every_method_handles_edge_cases(name):
   """One op, one device, and memory no placement can satisfy: a Solution, never a crash."""
   kind = methods.get(name).kind
   small = {"random": {"budget": 64}, "sa": {"budget": 64}, "brkga": {"budget": 160},
-           "local_search": {"budget": 128}, "brkga_tuned": {"budget": 200}}.get(name, {})
+           "local_search": {"budget": 128}, "brkga_tuned": {"budget": 200},
+           "hdp": {"updates": 4}}.get(name, {})
   one_op = CompGraph(cost=[1.0], senders=[], receivers=[], out_bytes=[8.0])
   g = CompGraph(cost=[1.0, 2.0, 1.0], senders=[0, 1], receivers=[1, 2],
                 out_bytes=[8.0, 8.0, 8.0], param_bytes=[100.0, 100.0, 100.0])

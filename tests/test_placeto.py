@@ -22,6 +22,8 @@ from simulator import CompGraph, Topology, preset
 from simulator.graph import upward_rank
 from simulator.sources import load_graph
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 TOPO = Topology.uniform(2, bandwidth=1e9, latency=0.0)
 OPTIMUM = 40.0
 

@@ -300,13 +300,15 @@ def test_config_errors(graphs, topo4):
                    batch_features(graphs, [preset("nvlink2")], 2))
 
 
-def test_a_20k_node_graph_runs_on_cpu():
-  g = layered_dag(20000, 64, seed=0)
+@pytest.mark.parametrize("n,bucket", [(5000, 8192),
+                                      pytest.param(20000, 32768, marks=pytest.mark.full)])
+def test_a_large_graph_runs_on_cpu(n, bucket):
+  g = layered_dag(n, 64, seed=0)
   f = graph_features(g, preset("nvlink8"))
-  assert f.node_feats.shape[0] == 32768 and isinstance(f, GraphFeatures)
+  assert f.node_feats.shape[0] == bucket and isinstance(f, GraphFeatures)
   policy = make_policy(small_config(**dict(TINY, segment_len=64)))
   out = jax.jit(policy.apply)(host_params(policy, f), f)
-  assert np.all(np.isfinite(out.placement_logits[:20000])) and np.isfinite(out.value)
+  assert np.all(np.isfinite(out.placement_logits[:n])) and np.isfinite(out.value)
 
 
 def test_hint_sets_the_greedy_action_at_init(graphs):

@@ -1,14 +1,13 @@
 """PPO training (go_jax.training): learns a toy to its optimum, never retraces, resumes bitwise,
-fine-tunes, and the launcher runs end to end (checkpoint, JSONL, TensorBoard event file, resume).
+fine-tunes from hints and pretrained parameters. The launcher end to end (checkpoints, JSONL,
+TensorBoard events, resume after SIGKILL) is tests/test_launchers.py's.
 
 Most tests share one small stand-in policy (an MLP over per-node features, defined here) and
-one config, so the jitted update compiles once for the whole file; the launcher test runs the
-real GO policy (experiments/configs/train_test.py) in subprocesses.
+one config, so the jitted update compiles once for the whole file.
 """
 
 import json
 import os
-import struct
 import subprocess
 import sys
 
@@ -23,6 +22,8 @@ from go_jax import objectives
 from go_jax.policies.types import GraphFeatures, PolicyOutput
 from go_jax.training import checkpoint, loop, ppo, rollout
 from simulator import CompGraph, Topology
+
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DMAX, LEVELS, OP_TYPES = 4, 4, 64
@@ -270,69 +271,6 @@ def test_too_many_devices_for_the_policy():
   with pytest.raises(ValueError, match="max_devices"):
     ppo.make_train(TOY_CONFIG, [four_chains()], [Topology.uniform(8, bandwidth=1.0)],
                    policy=standin())
-
-
-# ------------------------------------------------------------------ launcher end to end
-def _read_events(path):
-  """(tag, step, value) of every scalar in a TensorBoard event file (TFRecord framing)."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  out = []
-  with open(path, "rb") as fh:
-    data = fh.read()
-  pos = 0
-  while pos < len(data):
-    (length,) = struct.unpack("<Q", data[pos:pos + 8])
-    event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
-    pos += 12 + length + 4
-    for v in event.summary.value:
-      out.append((v.tag, event.step, v.simple_value))
-  return out
-
-
-def _launch(workdir, cache, *overrides):
-  # Compile for speed of compilation (the test checks the plumbing, not the run time), and
-  # share executables between the two runs through JAX's persistent cache.
-  flags = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + flags).strip(),
-             PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  cmd = [sys.executable, "-m", "experiments.train",
-         f"--config={os.path.join(REPO, 'experiments', 'configs', 'train_test.py')}",
-         f"--workdir={workdir}", "--config.updates=4", *overrides]
-  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  return proc.stdout + proc.stderr
-
-
-def test_launcher_end_to_end_and_resume(tmp_path):
-  pytest.importorskip("tensorboardX")
-  workdir, cache = tmp_path / "run", tmp_path / "jax_cache"
-  # The first run stops after its first call (2 updates) on a tiny wall-clock budget; the
-  # second, with the same static config (so it reuses the cached executables), resumes.
-  out = _launch(workdir, cache, "--config.max_seconds=1e-6")
-  assert "2 updates (resumed from 0)" in out
-  assert sorted(os.listdir(workdir / "checkpoints")) == ["2"]
-  out = _launch(workdir, cache)
-  assert "4 updates (resumed from 2)" in out
-  assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
-
-  rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-  assert [r["step"] for r in rows] == [1, 2, 3, 4]
-  assert all(np.isfinite(r["loss"]) and r["ratio_mean"] > 0 for r in rows)
-  assert "placements_per_s" in rows[-1]
-  summary = json.load(open(workdir / "summary.json"))
-  assert summary["updates"] == 4 and summary["resumed_from"] == 2
-  assert len(summary["instances"]) == 2
-  assert all(r["best_agrees"] and r["best_objective"] >= r["lower_bound"] * (1 - 1e-6)
-             for r in summary["instances"])
-  assert os.path.getsize(workdir / "params.msgpack") > 0
-
-  files = sorted((workdir / "tensorboard").glob("events.out.tfevents.*"))
-  assert len(files) == 2  # one per run
-  scalars = [s for f in files for s in _read_events(f)]
-  steps = sorted({step for tag, step, _ in scalars if tag == "train/ratio_mean"})
-  assert steps == [1, 2, 3, 4]
 
 
 # ------------------------------------------------------------------ hints, zero-shot, pretrained

@@ -21,6 +21,8 @@ from simulator import ops, zoo
 from simulator.frontends import from_jax, hlo_to_graph
 from simulator.zoo.transformer_xl import rel_shift
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 # Model -> minimum pre-optimisation node count at size "tiny": about 60% of the counts measured
 # with jax 0.10.2 (forward + backward + Adam; GNMT at seq 2, Transformer-XL over 2 segments).
 MIN_NODES = {
