@@ -214,7 +214,87 @@ def test_config_device_count_option():
   assert c.topologies == ("nvlink8",) and c.policy.max_devices == 8 and c.policy.graph_aware
   c = regal_config.get_config("gas")
   assert c.topologies == ("nvlink2",) and c.policy.max_devices == 2 and not c.policy.graph_aware
+  assert not c.policy.hints
+  c = regal_config.get_config("regal_hint,devices=4")
+  assert c.policy.hints and c.policy.graph_aware and c.policy.max_devices == 4
   for arg in ("regal,devices=3", "regal,device=4", "placeto"):
     with pytest.raises(ValueError, match="regal.py"):
       regal_config.get_config(arg)
 
+
+
+# ------------------------------------------------------------------ regal_hint (hints.py)
+def test_fifths_split_the_order_from_strongly_high_to_strongly_low():
+  from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
+  assert hints.fifths(np.arange(10.0)).tolist() == [4, 4, 2, 2, 0, 0, 1, 1, 3, 3]
+  assert hints.fifths(np.zeros(3)).tolist() == [3, 1, 2]  # ties: lower op id first
+  # the choices are what their names say in BETA_CHOICES
+  assert policy.BETA_CHOICES[hints.STRONG_HIGH] == (12.0, 1.0)
+  assert policy.BETA_CHOICES[hints.MILD_LOW] == (1.0, 3.0)
+
+
+def test_hint_choices_follow_gp_and_xla_memory():
+  from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
+  g = HELD_OUT[0]
+  np_ = padded(g).num_nodes_padded
+  h = hints.hint_choices(g, TOPO, "peak_memory", 3, np_)
+  assert h.shape == (np_, 4) and h.dtype == np.int32
+  n = g.num_nodes
+  gp = methods.solve("gp_dfs", g, TOPO, objective="peak_memory")
+  assert np.array_equal(np.argmax(h[:n, :2] == hints.MILD_HIGH, -1), gp.placement)
+  assert np.all(np.sum(h[:n, :3] == hints.MILD_HIGH, -1) == 1)  # one slot per op, slot 2 unused
+  xm = methods.solve("xla_memory", g, TOPO, placement=gp.placement, objective="peak_memory")
+  assert np.array_equal(h[:n, 3], hints.fifths(xm.priority))
+  counts = np.bincount(h[:n, 3], minlength=5)
+  assert counts.sum() == n and counts.max() - counts.min() <= 1  # fifths of the order
+  assert not h[n:].any()  # padding: uniform
+  # makespan: the critical-path order
+  from simulator.graph import upward_rank  # pylint: disable=g-import-not-at-top
+  hm = hints.hint_choices(g, TOPO, "makespan", 2, np_)
+  assert np.array_equal(hm[:n, 2], hints.fifths(upward_rank(g)))
+  with pytest.raises(ValueError, match="hint_choices"):
+    hints.hint_choices(g, Topology.uniform(4, bandwidth=1e9), "peak_memory", 2, np_)
+
+
+def test_hinted_policy_starts_at_the_hint_and_trains():
+  """At initialisation the hinted policy's most likely guide IS the hint (and the default
+  bias); a policy with hints refuses to run without them and one without refuses them; the
+  trainer carries the hints through an update."""
+  from go_jax.policies.features import graph_features  # pylint: disable=g-import-not-at-top
+  from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
+  c = config(updates=1)
+  c.updates_per_call = 1
+  c.policy.hints = True
+  t = trainer.make_train(c, *instances()[:2])
+  assert t.data.hint.shape == (len(TRAIN), 32, 3)
+  state = t.init(0)
+  g = TRAIN[0]
+  feats = graph_features(g, TOPO, 32, int(padded(g).senders.shape[0]), 2)
+  h = hints.hint_choices(g, TOPO, "peak_memory", 2, 32)
+  np.testing.assert_array_equal(np.asarray(t.data.hint[0]), h)
+  kl, bl = t.module.apply(state.params, feats, h)
+  kc, bc = policy.mode(policy.used_logits(kl, 2), bl)
+  assert np.array_equal(np.asarray(kc)[:g.num_nodes], h[:g.num_nodes])
+  assert np.all(np.asarray(bc)[:g.num_nodes] == policy.DEFAULT_BIAS)
+  with pytest.raises(ValueError, match="needs the hint choices"):
+    t.module.apply(state.params, feats)
+  with pytest.raises(ValueError, match=r"hint must be \(Np, Dmax \+ 1\)"):
+    t.module.apply(state.params, feats, h[:, :2])
+  state, metrics = t.update_chunk(state)
+  assert int(state.step) == 1 and np.all(np.isfinite(np.asarray(metrics["loss"])))
+  with pytest.raises(ValueError, match="hint_init"):
+    policy.make_policy(dict(policy.default_config(), hints=True, hint_init=-1.0))
+
+
+def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
+  g = HELD_OUT[1]
+  # the checkpoint's BRKGA has population 100 (80 evaluations per generation): 2 generations
+  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=160)
+  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 160
+  again = evaluate(g, TOPO, sol.placement, sol.priority, "peak_memory")
+  assert again["objective"] == sol.objective
+  cfg, module, _ = regal_method.load_checkpoint("regal_hint", "regal_hint")
+  assert module.hints and module.graph_aware and cfg.objective == "peak_memory"
+  with pytest.raises(ValueError, match="regal_hint: no shipped checkpoint serves 4 devices"):
+    methods.solve("regal_hint", g, Topology.uniform(4, bandwidth=1e9), objective="peak_memory",
+                  budget=160)

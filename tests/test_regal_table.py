@@ -41,7 +41,7 @@ def test_shipped_config_is_valid():
   assert cfg["reference"] == "brkga" and cfg["budget"] == 5000
   assert cfg["objective"] == "peak_memory" and list(cfg["device_counts"]) == [2, 4, 8]
   assert set(cfg["methods"]) == {"brkga", "brkga_tuned", "gp_dfs", "local_search", "cpsat",
-                                 "gas", "xla_memory", "regal"}
+                                 "gas", "xla_memory", "regal", "regal_hint"}
 
 
 def test_table_numbers(table):

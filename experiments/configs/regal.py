@@ -3,10 +3,14 @@
   go-jax-train --config=experiments/configs/regal.py --workdir=runs/regal
   go-jax-train --config=experiments/configs/regal.py:gas --workdir=runs/gas
   go-jax-train --config=experiments/configs/regal.py:regal,devices=8 --workdir=runs/regal_d8
+  go-jax-train --config=experiments/configs/regal.py:regal_hint --workdir=runs/regal_hint
 
-The argument is the variant ("regal" or "gas") and optionally the device count ("devices=N",
-default 2): the run trains on `nvlinkN` with a policy of `max_devices = N`. The shipped
-checkpoints are `regal` / `gas` (2 devices) and `regal_d4` (4 devices;
+The argument is the variant ("regal", "gas" or "regal_hint": REGAL's policy that also reads
+the heuristic guide of go_jax/regal/hints.py, policy.hints = True) and optionally the device
+count ("devices=N", default 2): the run trains on `nvlinkN` with a policy of `max_devices = N`. The shipped
+checkpoints are `regal` / `gas` (2 devices), `regal_hint` (2 devices; its variant overrides
+brkga.evaluations = 5000, policy.hint_init = 5, entropy_coef = 0 and updates = 200, the run
+that was shipped) and `regal_d4` (4 devices;
 go_jax/methods/regal.py picks the one for a topology's device count); the `devices=8` run was
 trained but not shipped (its mode decode is 31% worse than BRKGA 5K on held-out graphs).
 
@@ -36,6 +40,7 @@ from go_jax.regal import policy
 
 PPO_ONLY = ("task", "reference", "fixed_placement", "epochs", "minibatches", "clip_eps",
             "value_coef", "advantage", "normalize_advantages", "init_params", "imitation")
+VARIANTS = ("regal", "gas", "regal_hint")
 SIZES = (80, 96, 112, 128)  # one padded bucket (128 ops): one compiled update
 
 
@@ -44,11 +49,11 @@ def regal_graphs(seeds):
 
 
 def parse_arg(arg: str):
-  """"regal", "gas", "regal,devices=8" -> (variant, device count)."""
+  """"regal", "gas", "regal_hint", "regal,devices=8" -> (variant, device count)."""
   variant, *opts = [a.strip() for a in arg.split(",")]
-  if variant not in ("regal", "gas"):
-    raise ValueError(f"experiments/configs/regal.py: variant must be regal or gas, got "
-                     f"{variant!r}")
+  if variant not in VARIANTS:
+    raise ValueError(f"experiments/configs/regal.py: variant must be one of {list(VARIANTS)}, "
+                     f"got {variant!r}")
   devices = 2
   for opt in opts:
     key, sep, value = opt.partition("=")
@@ -88,6 +93,13 @@ def get_config(arg: str = "regal") -> ml_collections.ConfigDict:
                                                 mutant_frac=0.1, elite_bias=0.7,
                                                 evaluations=480))
   config.policy = policy.default_config()
-  config.policy.graph_aware = variant == "regal"
+  config.policy.graph_aware = variant != "gas"
+  config.policy.hints = variant == "regal_hint"
+  if variant == "regal_hint":  # the shipped regal_hint's run (docs/regal.md section 4.1)
+    config.brkga.evaluations = 5000  # the inference budget: 480 made the mode decode worse
+    config.policy.hint_init = 5.0  # samples stay near the hint (probability about 0.9 each)
+    config.entropy_coef = 0.0
+    config.updates = 200
+    config.max_seconds = 1800.0
   config.policy.max_devices = devices
   return config

@@ -44,7 +44,7 @@ from experiments.configs import evaluate_base
 
 # REGAL's table (its order), with XLA's memory scheduler added as the issue asks.
 METHODS = ("brkga", "brkga_tuned", "gp_dfs", "local_search", "cpsat", "gas", "xla_memory",
-           "regal")
+           "regal", "regal_hint")
 
 
 def get_config() -> ml_collections.ConfigDict:

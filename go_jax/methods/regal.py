@@ -2,8 +2,13 @@
 
   sol = methods.solve("regal", graph, topology, objective="peak_memory", budget=5000)
   sol = methods.solve("gas", graph, topology, objective="peak_memory")
+  sol = methods.solve("regal_hint", graph, topology, objective="peak_memory")
 
-Both (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkpoint`: a
+`regal_hint` is REGAL whose policy also reads a heuristic key choice per op (GP's device and
+XLA's memory order, go_jax/regal/hints.py; computed here for every problem, inside the timed
+search) and starts from that guide (docs/regal.md section 4.1).
+
+All (kind "joint") load a checkpoint of go_jax/regal/trainer.py (option `checkpoint`: a
 shipped name of go_jax.pretrained or a folder holding the run's config.json and params.msgpack,
 e.g. a training workdir; by default "auto": `shipped_checkpoint`), read the graph once with its
 policy, take the most likely choice per op and key (`decode="mode"`; "sample": one draw,
@@ -32,7 +37,8 @@ from go_jax.methods import Problem, Proposal, register
 DECODES = ("mode", "sample")
 # The checkpoints "auto" chooses from, per method, where shipped (each serves its policy's
 # max_devices; regal_d8 is not shipped at present).
-SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas",)}
+SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas",),
+           "regal_hint": ("regal_hint",)}
 _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtime) -> loaded
 
 
@@ -62,7 +68,9 @@ def load_checkpoint(method: str, checkpoint: str):
     except ValueError as e:
       raise ValueError(f"{method}: checkpoint {checkpoint!r}: {e}") from e
     feats = _template_features(module.max_devices)
-    shapes = jax.eval_shape(module.init, jax.random.key(0), feats)
+    hint = (np.zeros((feats.node_mask.shape[0], module.max_devices + 1), np.int32)
+            if module.hints else None)
+    shapes = jax.eval_shape(module.init, jax.random.key(0), feats, hint)
     try:
       params = ckpt_lib.load_params(path, shapes)
     except ValueError as e:
@@ -99,9 +107,9 @@ def _template_features(max_devices: int):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _apply(module, params, feats):
+def _apply(module, params, feats, hint=None):
   """The policy's logits of one graph (one compile per module and padded size)."""
-  return module.apply(params, feats)
+  return module.apply(params, feats, hint)
 
 
 def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Proposal:
@@ -129,7 +137,12 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   pg = padded(problem.graph)
   feats = graph_features(problem.graph, problem.topology, pg.num_nodes_padded,
                          int(pg.senders.shape[0]), module.max_devices)
-  key_logits, bias_logits = _apply(module, params, feats)
+  hint = None
+  if module.hints:  # the heuristic key choices the policy reads (go_jax/regal/hints.py)
+    from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
+    hint = hints.hint_choices(problem.graph, problem.topology, problem.objective,
+                              module.max_devices, pg.num_nodes_padded)
+  key_logits, bias_logits = _apply(module, params, feats, hint)
   key_logits = pol.used_logits(key_logits, d)
   if config["decode"] == "mode":
     kc, bc = pol.mode(key_logits, bias_logits)
@@ -160,3 +173,10 @@ def regal(problem: Problem, config) -> Proposal:
           checkpoint="auto", evaluations=5000, decode="mode")
 def gas(problem: Problem, config) -> Proposal:
   return solve_regal("gas", problem, config)
+
+
+@register("regal_hint", "joint", "REGAL whose policy also reads a heuristic guide (GP's device "
+          "and XLA's memory order per op, go_jax/regal/hints.py) and starts from it",
+          checkpoint="auto", evaluations=5000, decode="mode")
+def regal_hint(problem: Problem, config) -> Proposal:
+  return solve_regal("regal_hint", problem, config)

@@ -87,12 +87,16 @@ def main(argv=None) -> None:
   parser.add_argument("--budget", type=int, default=5000)
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--decode", default="mode", help="the methods' decode option")
+  parser.add_argument("--checkpoint", default="auto",
+                      help="the methods' checkpoint option: 'auto' (the shipped one), a shipped "
+                           "name or a training workdir")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
   args = parser.parse_args(argv)
   config = _config(args.config)
   result = compare([m for m in args.methods.split(",") if m], list(config.held_out),
                    config.topologies[0], config.objective, args.budget,
-                   [int(s) for s in args.seeds.split(",")], decode=args.decode)
+                   [int(s) for s in args.seeds.split(",")], decode=args.decode,
+                   checkpoint=args.checkpoint)
   print(json.dumps(result["summary"], indent=1))
   if args.out:
     fileio.write_json(args.out, result)

@@ -20,11 +20,14 @@ the project's GraphSAGE encoder (go_jax.policies.sage) -> MLP head -> logits (Np
 and (Np, NB). The key slots used on a D-device topology are the first D and the last (priority).
 `graph_aware=False` is GAS ("graph-agnostic search"): the head is fed a constant input, so
 every op gets the same learned distribution (learned BRKGA hyper-distributions).
+`hints=True` (the `regal_hint` method): the policy also reads a heuristic key choice per op
+and slot (go_jax/regal/hints.py), embedded into the node states and given a learned logit bonus
+that starts at `hint_init`, so that training starts from the hinted guide instead.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -55,6 +58,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.max_devices = 2  # Dmax: device-affinity key slots of the head
   c.graph_aware = True  # False: GAS, one distribution shared by all ops
   c.init_uniform_prob = 0.6  # initial probability of the uniform pair and default bias
+  c.hints = False  # True: reads a heuristic key choice per op and slot (go_jax/regal/hints.py)
+  c.hint_init = 3.0  # initial logit bonus of the hinted choice (3: the hint is the mode at init)
   return c
 
 
@@ -72,25 +77,43 @@ class RegalPolicy(nn.Module):
   max_devices: int = 2
   graph_aware: bool = True
   init_uniform_prob: float = 0.6
+  hints: bool = False
+  hint_init: float = 3.0
 
   @nn.compact
-  def __call__(self, feats: GraphFeatures):
-    """(key logits (Np, Dmax + 1, C), bias logits (Np, NB)) float32."""
+  def __call__(self, feats: GraphFeatures, hint: Optional[jnp.ndarray] = None):
+    """(key logits (Np, Dmax + 1, C), bias logits (Np, NB)) float32.
+
+    hint: (Np, Dmax + 1) int32 hinted choice per op and key slot (hints.hint_choices); required
+    by, and only by, a policy with `hints`. It is embedded into the node states and its choice
+    gets a learned logit bonus (`hint_scale`, initially `hint_init`)."""
     np_ = feats.node_mask.shape[0]
+    slots, c, nb = self.max_devices + 1, len(BETA_CHOICES), len(BIAS_CHOICES)
+    if self.hints != (hint is not None):
+      raise ValueError("a REGAL policy with hints needs the hint choices, and one without "
+                       "takes none (config.policy.hints)")
+    if hint is not None and tuple(hint.shape) != (np_, slots):
+      raise ValueError(f"hint must be (Np, Dmax + 1) = {(np_, slots)}, got {tuple(hint.shape)}")
+    onehot = None if hint is None else jax.nn.one_hot(hint, c, dtype=jnp.float32)
     if self.graph_aware:
       h = nn.Dense(self.hidden, name="embed")(feats.node_feats)
       h = h + nn.Embed(NUM_OP_TYPES, self.hidden, name="op_type")(feats.op_type)
+      if onehot is not None:
+        h = h + nn.Dense(self.hidden, name="hint_embed")(onehot.reshape(np_, slots * c))
       h = GraphSAGE(self.gnn_layers, self.hidden, name="gnn")(
           h, feats.senders, feats.receivers, feats.edge_mask, feats.node_mask)
     else:  # GAS: the same constant input for every op
       h = jnp.ones((np_, self.hidden), jnp.float32)
     h = nn.relu(nn.Dense(self.hidden, name="head_hidden")(h))
-    slots, c, nb = self.max_devices + 1, len(BETA_CHOICES), len(BIAS_CHOICES)
     init = np.concatenate([np.tile(_init_logits(c, UNIFORM, self.init_uniform_prob), slots),
                            _init_logits(nb, DEFAULT_BIAS, self.init_uniform_prob)])
     out = nn.Dense(slots * c + nb, name="head_out", kernel_init=nn.initializers.zeros,
                    bias_init=lambda *_: jnp.asarray(init))(h)
-    return out[:, :slots * c].reshape(np_, slots, c), out[:, slots * c:]
+    key_logits = out[:, :slots * c].reshape(np_, slots, c)
+    if onehot is not None:
+      scale = self.param("hint_scale", lambda *_: jnp.float32(self.hint_init))
+      key_logits = key_logits + scale * onehot
+    return key_logits, out[:, slots * c:]
 
 
 def make_policy(config) -> RegalPolicy:
@@ -106,6 +129,8 @@ def make_policy(config) -> RegalPolicy:
       raise ValueError(f"regal policy config: {k} must be >= 1, got {cfg[k]}")
   if int(cfg.get("gnn_layers", 3)) < 0:
     raise ValueError(f"regal policy config: gnn_layers must be >= 0, got {cfg['gnn_layers']}")
+  if float(cfg.get("hint_init", 3.0)) < 0:
+    raise ValueError(f"regal policy config: hint_init must be >= 0, got {cfg['hint_init']}")
   if not 0.0 < float(cfg.get("init_uniform_prob", 0.6)) < 1.0:
     raise ValueError("regal policy config: init_uniform_prob must be in (0, 1), got "
                      f"{cfg['init_uniform_prob']}")

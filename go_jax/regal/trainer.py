@@ -37,6 +37,7 @@ from go_jax import distributed, objectives
 from go_jax.methods import evolution
 from go_jax.policies.features import graph_features
 from go_jax.regal import guided
+from go_jax.regal import hints as hint_lib
 from go_jax.regal import policy as pol
 from go_jax.training import logging as train_logging
 from go_jax.training import loop, runner
@@ -76,6 +77,8 @@ class RegalData:
   topology: Any  # Topology, fields (I, D) / (I, D, D)
   feats: Any  # GraphFeatures, fields (I, Np, ...) / (I, Ep) / (I, Dmax, ...)
   upper_bound: jnp.ndarray  # (I,) float32 objective no feasible action exceeds
+  # (I, Np, Dmax + 1) int32 hinted key choice per op and slot (hints.py); None without hints
+  hint: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,9 +152,10 @@ def check_config(config) -> Hyper:
                elites=e, mutants=mu, elite_bias=bias, generations=gens, num_devices=0)
 
 
-def build_data(graphs, topologies, max_devices: int, objective: str) -> RegalData:
-  """Pads and stacks the instances; ValueError when device counts differ or exceed the
-  policy's max_devices."""
+def build_data(graphs, topologies, max_devices: int, objective: str,
+               hints: bool = False) -> RegalData:
+  """Pads and stacks the instances (with their hint choices when `hints`); ValueError when
+  device counts differ or exceed the policy's max_devices."""
   if not graphs or len(graphs) != len(topologies):
     raise ValueError(f"need matching, non-empty graphs and topologies, got {len(graphs)} and "
                      f"{len(topologies)}")
@@ -170,7 +174,10 @@ def build_data(graphs, topologies, max_devices: int, objective: str) -> RegalDat
                    feats=stack([graph_features(g, t, np_, ep, max_devices)
                                 for g, t in zip(graphs, topologies)]),
                    upper_bound=jnp.asarray([obj.upper_bound(g, t) for g, t in
-                                            zip(graphs, topologies)], jnp.float32))
+                                            zip(graphs, topologies)], jnp.float32),
+                   hint=None if not hints else jnp.asarray(np.stack([
+                       hint_lib.hint_choices(g, t, objective, max_devices, np_)
+                       for g, t in zip(graphs, topologies)])))
 
 
 def _optimizer(hp: Hyper):
@@ -178,8 +185,11 @@ def _optimizer(hp: Hyper):
   return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(schedule))
 
 
-def _forward(module, params, feats, d: int):
-  keys, bias = jax.vmap(module.apply, (None, 0))(params, feats)
+def _forward(module, params, feats, d: int, hint=None):
+  if hint is None:
+    keys, bias = jax.vmap(module.apply, (None, 0))(params, feats)
+  else:
+    keys, bias = jax.vmap(module.apply, (None, 0, 0))(params, feats, hint)
   return pol.used_logits(keys, d), bias  # (G, Np, D + 1, C), (G, Np, NB)
 
 
@@ -193,7 +203,7 @@ def _update(state: RegalState, data: RegalData, module, hp: Hyper):
          jax.random.choice(k_pick, num_instances, (g,), replace=False))
   batch = jax.tree_util.tree_map(lambda x: x[idx], data)
   mask = batch.feats.node_mask  # (G, Np)
-  key_logits, bias_logits = _forward(module, state.params, batch.feats, d)
+  key_logits, bias_logits = _forward(module, state.params, batch.feats, d, batch.hint)
   kc, bc = jax.vmap(lambda kk, a, b: pol.sample(kk, a, b, k))(
       jax.random.split(k_sample, g), key_logits, bias_logits)  # (G, K, Np, D + 1), (G, K, Np)
   sampled = pol.guide_of(kc, bc, mask[:, None])
@@ -216,7 +226,7 @@ def _update(state: RegalState, data: RegalData, module, hp: Hyper):
   adv = jax.lax.stop_gradient(reward - base)
 
   def loss_fn(params):
-    kl, bl = _forward(module, params, batch.feats, d)
+    kl, bl = _forward(module, params, batch.feats, d, batch.hint)
     logp = jax.vmap(pol.log_prob, (None, None, 1, 1, None), 1)(kl, bl, kc, bc, mask)  # (G, K)
     ent = jnp.mean(jax.vmap(pol.entropy)(kl, bl, mask))
     return -jnp.mean(adv * logp) - hp.entropy_coef * ent, ent
@@ -267,8 +277,9 @@ class Trainer:
     key = jax.random.key(seed, impl=self.hp.prng_impl)
     key, k_init = jax.random.split(key)
     feats = jax.tree_util.tree_map(lambda x: x[0], self.data.feats)
+    hint = None if self.data.hint is None else self.data.hint[0]
     if params is None:
-      params = jax.jit(self.module.init)(k_init, feats)
+      params = jax.jit(self.module.init)(k_init, feats, hint)
     n = int(self.data.upper_bound.shape[0])
     return sharding_lib.put_replicated(RegalState(  # on every device: simulator.sharding
         params=params, opt_state=_optimizer(self.hp).init(params),
@@ -286,7 +297,7 @@ def make_train(config, graphs, topologies, names: Optional[Sequence[str]] = None
   if hp.graphs_per_update > len(graphs):
     raise ValueError(f"config.graphs_per_update ({hp.graphs_per_update}) exceeds the number "
                      f"of instances ({len(graphs)})")
-  data = build_data(graphs, topologies, module.max_devices, hp.objective)
+  data = build_data(graphs, topologies, module.max_devices, hp.objective, module.hints)
   hp = dataclasses.replace(hp, num_devices=int(topologies[0].num_devices))
   names = list(names) if names is not None else [g.name for g in graphs]
   return Trainer(module, hp, data, names)
