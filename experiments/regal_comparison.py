@@ -299,7 +299,8 @@ def plot(cfg, table: Mapping[str, Any], path: str) -> str:
       ax.set_xticks(range(len(others)))
       ax.set_xticklabels(others, rotation=35, ha="right", fontsize=8)
       ax.set_xlim(-0.6, len(others) - 0.4)
-      ax.set_title(f"{ds}, {block['topology']} ({block['graphs']} graphs)", fontsize=9)
+      ax.set_title(f"{ds}, {block['topology']} ({block['graphs']} instances: graphs x seeds)",
+                   fontsize=9)
       if c == 0:
         ax.set_ylabel(f"% improvement over {cfg['reference']}", fontsize=8)
       ax.grid(axis="y", color="0.9", lw=0.5)
