@@ -1,6 +1,7 @@
 """Heuristic hints for REGAL's policy (`policy.hints = True`, the `regal_hint` method).
 
-  choice = hint_choices(graph, topology, max_devices, num_nodes_padded)   # (Np, Dmax + 1) int32
+  choice = hint_choices(graph, topology, objective, max_devices, num_nodes_padded)
+  # (Np, Dmax + 1) int32
 
 A hint is one key choice per op and key slot, in policy.BETA_CHOICES' indices, built from two
 millisecond-cheap baselines of REGAL's own table:
@@ -8,17 +9,18 @@ millisecond-cheap baselines of REGAL's own table:
   method: a METIS partition balancing bytes for peak memory, compute for makespan), uniform on
   the other slots;
 * the priority slot: the op's place in a memory-friendly order, in fifths: "strongly high"
-  (Beta(12, 1)), "mildly high", uniform, "mildly low" (Beta(1, 3)), "strongly low". The order is XLA's
-  memory scheduler's (`xla_memory` on GP's placement) for `peak_memory`, and the critical-path
-  order (upward rank) for `makespan`.
+  (Beta(12, 1)), "mildly high", uniform, "mildly low" (Beta(1, 3)), "strongly low". The order
+  is XLA's memory scheduler's (`xla_memory` on GP's placement) for `peak_memory`, and the
+  critical-path order (upward rank) for `makespan`.
 Padded ops and unused slots: uniform.
 
-Why these: of six such fixed guides tried on REGAL's 32 *training* graphs (BENCHMARKS.md "REGAL
+Why these: of nine such fixed guides tried on REGAL's 32 *training* graphs (BENCHMARKS.md "REGAL
 with hints"), this one made BRKGA 5K's peak memory lowest (2.9% lower on average, 27 of 32
-graphs), while each baseline alone is 20-35% worse than BRKGA. A hinted policy reads the hint (an embedding and a learned
-logit bonus, policy.RegalPolicy) and starts from it (its greedy guide at initialisation is the
-hint's); REINFORCE then learns where to follow and where to deviate. The hint is computed on
-the host for every graph, in training (trainer.build_data) and at inference (methods/regal.py).
+graphs), while each baseline alone is 20-35% worse than BRKGA. A hinted policy reads the hint
+(an embedding and a learned logit bonus, policy.RegalPolicy) and starts from it (its most
+likely guide at initialisation is the hint); REINFORCE is to learn where to deviate (so far it
+has not: docs/regal.md section 4.1). The hint is computed on the host for every graph, in
+training (trainer.build_data) and at inference (methods/regal.py).
 """
 
 from __future__ import annotations
