@@ -295,6 +295,10 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   assert again["objective"] == sol.objective
   cfg, module, _ = regal_method.load_checkpoint("regal_hint", "regal_hint")
   assert module.hints and module.graph_aware and cfg.objective == "peak_memory"
-  with pytest.raises(ValueError, match="regal_hint: no shipped checkpoint serves 4 devices"):
-    methods.solve("regal_hint", g, Topology.uniform(4, bandwidth=1e9), objective="peak_memory",
+  assert [regal_method.shipped_checkpoint("regal_hint", d) for d in (2, 3, 4)] == [
+      "regal_hint", "regal_hint_d4", "regal_hint_d4"]
+  _, module4, _ = regal_method.load_checkpoint("regal_hint", "regal_hint_d4")
+  assert module4.hints and module4.max_devices == 4
+  with pytest.raises(ValueError, match="regal_hint: no shipped checkpoint serves 8 devices"):
+    methods.solve("regal_hint", g, Topology.uniform(8, bandwidth=1e9), objective="peak_memory",
                   budget=160)

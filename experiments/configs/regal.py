@@ -8,8 +8,8 @@
 The argument is the variant ("regal", "gas" or "regal_hint": REGAL's policy that also reads
 the heuristic guide of go_jax/regal/hints.py, policy.hints = True) and optionally the device
 count ("devices=N", default 2): the run trains on `nvlinkN` with a policy of
-`max_devices = N`. The shipped checkpoints are `regal` / `gas` (2 devices), `regal_hint`
-(2 devices; its variant overrides brkga.evaluations = 5000, policy.hint_init = 5,
+`max_devices = N`. The shipped checkpoints are `regal` / `gas` (2 devices), `regal_hint` and
+`regal_hint_d4` (2 and 4 devices; its variant overrides brkga.evaluations = 5000, policy.hint_init = 5,
 entropy_coef = 0 and updates = 200: the shipped run) and `regal_d4` (4 devices;
 go_jax/methods/regal.py picks the one for a topology's device count); the `devices=8` run was
 trained but not shipped (its mode decode is 31% worse than BRKGA 5K on held-out graphs).

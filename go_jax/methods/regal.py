@@ -38,7 +38,7 @@ DECODES = ("mode", "sample")
 # The checkpoints "auto" chooses from, per method, where shipped (each serves its policy's
 # max_devices; regal_d8 is not shipped at present).
 SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas",),
-           "regal_hint": ("regal_hint",)}
+           "regal_hint": ("regal_hint", "regal_hint_d4")}
 _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtime) -> loaded
 
 
@@ -82,9 +82,9 @@ def load_checkpoint(method: str, checkpoint: str):
 @functools.lru_cache(maxsize=None)
 def shipped_checkpoint(method: str, devices: int) -> str:
   """The shipped checkpoint of `method` with the fewest device slots >= `devices`: `regal`
-  (2 devices) or `regal_d4` (4); `gas` (2). No 8-device checkpoint is shipped: the one trained
-  was 31% worse than BRKGA 5K on held-out graphs with the mode decode (BENCHMARKS.md "REGAL at
-  4 and 8 devices")."""
+  (2 devices) or `regal_d4` (4); `gas` (2); `regal_hint` (2) or `regal_hint_d4` (4). No 8-device
+  checkpoint is shipped: the `regal` one trained was 31% worse than BRKGA 5K on held-out graphs
+  with the mode decode (BENCHMARKS.md "REGAL at 4 and 8 devices")."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
   known = pretrained.available()  # package data: read once per (method, devices), then cached
   slots = sorted((int(pretrained.load_config(name).policy.max_devices), name)
