@@ -19,7 +19,7 @@ def pytest_configure(config):
       "compiles the module's programs, and those of the launchers it starts, with most "
       "optimisations off; see _fast_compile in tests/conftest.py")
   config.addinivalue_line(
-      "markers", f"full: a long variant of a test that also runs in a smaller form by default "
+      "markers", "full: a long variant of a test that also runs in a smaller form by default "
       f"(e.g. every zoo model instead of three); skipped unless {FULL_ENV}=1")
 
 

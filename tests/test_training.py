@@ -290,7 +290,7 @@ def test_hint_zero_shot_reproduces_the_hint_and_finetune_keeps_it():
   """A fresh go_hint policy's greedy action IS the hint's solution (placement and order), so
   zero-shot starts at the best list scheduler; the best of K and fine-tuning never end above."""
   from go_jax import harness  # pylint: disable=g-import-not-at-top
-  from go_jax.training import hints, problems  # pylint: disable=g-import-not-at-top
+  from go_jax.training import hints  # pylint: disable=g-import-not-at-top
   from simulator import sources  # pylint: disable=g-import-not-at-top
   graph = sources.load_graph("layered:n=40,width=6,seed=3")
   topo = harness.make_topology(harness.parse_topology("nvlink4@mem=0.6x"), graph)[0]
