@@ -48,15 +48,19 @@ def fifths(priority: np.ndarray) -> np.ndarray:
 def hint_choices(graph: CompGraph, topology: Topology, objective: str, max_devices: int,
                  num_nodes_padded: int) -> np.ndarray:
   """(Np, Dmax + 1) int32 hinted key choice per op and slot (module docstring)."""
-  from go_jax import methods  # pylint: disable=g-import-not-at-top  (methods import regal)
+  # The registered functions' proposals, not methods.solve: no re-simulation or bound of the
+  # baselines inside regal_hint's timed search. (Imported here: the methods import regal.)
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
   n, d = graph.num_nodes, topology.num_devices
   if d > max_devices or num_nodes_padded < n:
     raise ValueError(f"hint_choices: {d} devices for {max_devices} slots, or {n} ops padded "
                      f"to {num_nodes_padded}")
-  gp = methods.solve("gp_dfs", graph, topology, objective=objective)
+  gp_spec = methods.get("gp_dfs")
+  gp = gp_spec.fn(methods.Problem(graph, topology, objective, 0, None, None),
+                  dict(gp_spec.defaults))
   if objective == "peak_memory":
-    prio = methods.solve("xla_memory", graph, topology, placement=gp.placement,
-                         objective=objective).priority
+    prio = methods.get("xla_memory").fn(
+        methods.Problem(graph, topology, objective, 0, None, gp.placement), {}).priority
   else:
     prio = upward_rank(graph)
   out = np.zeros((num_nodes_padded, max_devices + 1), np.int32)

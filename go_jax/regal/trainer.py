@@ -186,10 +186,7 @@ def _optimizer(hp: Hyper):
 
 
 def _forward(module, params, feats, d: int, hint=None):
-  if hint is None:
-    keys, bias = jax.vmap(module.apply, (None, 0))(params, feats)
-  else:
-    keys, bias = jax.vmap(module.apply, (None, 0, 0))(params, feats, hint)
+  keys, bias = jax.vmap(module.apply, (None, 0, 0))(params, feats, hint)  # hint None: no axis
   return pol.used_logits(keys, d), bias  # (G, Np, D + 1, C), (G, Np, NB)
 
 
