@@ -333,7 +333,7 @@ class CellTask:
                                           lambda: {"data": {}, "topos": {}, "warmed": set()})
 
   def __call__(self, item) -> Dict[str, Any]:
-    from simulator import topology_spec  # pylint: disable=g-import-not-at-top
+    from simulator import runtime, topology_spec  # pylint: disable=g-import-not-at-top
     cfg, cache = self.cfg, self._cache
     ds, devices, gi, seed, m = item
     if ds not in cache["data"]:
@@ -343,7 +343,8 @@ class CellTask:
       tspec = topology_spec.parse_topology(topology_spec_for(cfg, devices))
       cache["topos"][(ds, devices, gi)] = topology_spec.make_topology(tspec, graph)[0]
     topo = cache["topos"][(ds, devices, gi)]
-    shape = (m,) + _shape(graph, topo.num_devices)
+    shape = (runtime.releases(), m) + _shape(graph, topo.num_devices)  # compiled since the
+    # executor last dropped JAX's caches (go_jax.executors.release_compiled_code)
     if cfg["warmup"] and m not in cfg["no_warmup"] and shape not in cache["warmed"]:
       cache["warmed"].add(shape)
       try:

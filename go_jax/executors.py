@@ -82,7 +82,17 @@ class LocalExecutor(Executor):
       except Exception as exc:  # pylint: disable=broad-except
         on_done(item, None, exc)
         continue
+      finally:
+        release_compiled_code()
       on_done(item, result, None)
+
+
+def release_compiled_code() -> None:
+  """After every cell, in the process that ran it: JAX's caches are dropped when the process
+  nears the kernel's memory-mapping limit (`simulator.runtime.release_compiled_code_if_needed`),
+  so that a sweep of hundreds of shapes does not fail with "Cannot allocate memory"."""
+  from simulator import runtime  # pylint: disable=g-import-not-at-top
+  runtime.release_compiled_code_if_needed()
 
 
 _PROCESS_CACHES: Dict[Tuple[str, str], Any] = {}
@@ -162,6 +172,8 @@ def _guarded(task, item, cpus_per_cell):
     except Exception:  # pylint: disable=broad-except
       exc = RuntimeError(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     return "error", exc
+  finally:
+    release_compiled_code()  # a Ray worker process runs many cells too
 
 
 class RayExecutor(Executor):

@@ -155,6 +155,23 @@ def test_executor_registry_and_bad_options():
   assert "JAX_PLATFORMS" not in executors.worker_env(cpus_per_cell=4, gpus_per_cell=1)
 
 
+def test_local_executor_checks_the_mapping_limit_after_every_cell(monkeypatch):
+  """After each cell, failed or not, the executor gives the process the chance to drop JAX's
+  caches (simulator.runtime.release_compiled_code_if_needed)."""
+  from simulator import runtime
+  calls = []
+  monkeypatch.setattr(runtime, "release_compiled_code_if_needed", lambda: calls.append(1))
+
+  def task(x):
+    if x == 2:
+      raise ValueError("bad cell")
+    return x * x
+
+  done = []
+  executors.make("local").run(task, [1, 2, 3], lambda i, r, e: done.append((i, r, e)))
+  assert len(calls) == 3 and [d[1] for d in done] == [1, None, 9]
+
+
 def test_workers_share_the_drivers_compilation_cache(monkeypatch, tmp_path):
   import jax
   monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)

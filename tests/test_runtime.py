@@ -54,3 +54,24 @@ def test_configure_after_backend_start_is_a_no_op(monkeypatch):
 def test_bad_count():
   with pytest.raises(ValueError, match="count"):
     runtime.configure_cpu_devices(0)
+
+
+def test_compiled_code_is_released_near_the_mapping_limit():
+  """A sweep's executables hold memory mappings; past `vm.max_map_count` XLA fails with "Cannot
+  allocate memory". Above the fraction the caches are dropped, the mappings fall, the release
+  count moves on, and a dropped function still computes the same thing."""
+  import jax
+  import jax.numpy as jnp
+  counts = runtime.memory_mappings()
+  if counts is None:
+    pytest.skip("no /proc memory-mapping counts on this system")
+  assert counts[0] > 0 and counts[1] > counts[0]
+  assert not runtime.release_compiled_code_if_needed(fraction=1.0)  # under the limit: kept
+  fns = [jax.jit(lambda x, k=k: jnp.cumsum(x) * k) for k in range(40)]
+  before_values = [float(f(jnp.ones(5 + k))[-1]) for k, f in enumerate(fns)]
+  with_code = runtime.memory_mappings()[0]
+  released = runtime.releases()
+  assert runtime.release_compiled_code_if_needed(fraction=0.0)
+  assert runtime.releases() == released + 1
+  assert runtime.memory_mappings()[0] < with_code
+  assert [float(f(jnp.ones(5 + k))[-1]) for k, f in enumerate(fns)] == before_values
