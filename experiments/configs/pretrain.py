@@ -73,20 +73,30 @@ def small_policy(row: str):
 # Options of "row,opt=value,...": the seed, and a fixed step budget in place of the wall-clock
 # one (the ablation table, experiments/configs/ablation.py: every row gets the same number of
 # cloning steps and PPO updates whatever the machine's load).
-OPTIONS = ("seed", "updates", "imitation_steps")
+# "self_imitation=C" sets PPO's self-imitation weight (go_jax/training/ppo.py; a float).
+OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation")
+
+
+def _number(key: str, value: str):
+  """The option's value (float for self_imitation, else int), or None where it is not one."""
+  try:
+    return float(value) if key == "self_imitation" else int(value)
+  except ValueError:
+    return None
 
 
 def parse_arg(arg: str):
-  """"row" or "row,seed=N,updates=U,imitation_steps=S" -> (row, {option: int})."""
+  """"row" or "row,seed=N,updates=U,imitation_steps=S,self_imitation=C" -> (row, {option:
+  number})."""
   row, *opts = [a.strip() for a in (arg or "go").split(",")]
   values = {}
   for opt in opts:
     key, _, value = opt.partition("=")
-    if key not in OPTIONS or not value.lstrip("-").isdigit():
+    if key not in OPTIONS or _number(key, value) is None:
       raise ValueError(f"pretrain.py: bad option {opt!r} in {arg!r}; options: "
                        f"{', '.join(k + '=N' for k in OPTIONS)} (e.g. "
                        "--config=experiments/configs/pretrain.py:go,seed=1)")
-    values[key] = int(value)
+    values[key] = _number(key, value)
   for key in ("updates", "imitation_steps"):
     if key in values and values[key] < 1:
       raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
@@ -112,6 +122,8 @@ def get_config(arg: str = "go"):
   config.entropy_coef = 0.01
   config.checkpoint_every = 200
   config.keep_checkpoints = 40  # the learning curves evaluate them (experiments/learning_curves.py)
+  if "self_imitation" in opts:
+    config.self_imitation_coef = opts["self_imitation"]
   config.imitation.enabled = row not in transfer.NO_IMITATION
   config.imitation.seed = seed
   config.imitation.steps = 3000  # about what the wall-clock budget below allows on a 2-core CPU

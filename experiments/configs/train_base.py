@@ -24,6 +24,8 @@ Derived configs import this one and override fields. Fields:
   advantage: baseline subtracted from the reward ("leave_one_out", "sample_mean", "value",
     "running_mean"); normalize_advantages: standardise over the batch.
   ema_decay: decay of the running mean reward per instance (TrainState.reward_ema).
+  self_imitation_coef: weight of the cross-entropy of each instance's best action so far
+    (self-imitation, go_jax/training/ppo.py); 0 turns it off.
   seed, prng_impl: PRNG seed and implementation ("rbg" compiles fastest).
   checkpoint_every, keep_checkpoints: in updates (a multiple of updates_per_call); newest kept.
   tensorboard: also write TensorBoard event files (needs tensorboardX).
@@ -67,6 +69,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.advantage = "leave_one_out"
   config.normalize_advantages = True
   config.ema_decay = 0.9
+  config.self_imitation_coef = 0.0
   config.seed = 0
   config.prng_impl = "rbg"
   config.checkpoint_every = 100
