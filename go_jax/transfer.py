@@ -174,6 +174,8 @@ def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
         budget = float(cfg["finetune_seconds"].get(row, cfg["finetune_seconds"]["default"]))
         opts = dict(checkpoint=checkpoint_of(row, cfg), finetune_seconds=budget,
                     samples=int(cfg["samples"]), learning_rate=float(cfg["finetune_lr"]))
+        if cfg.get("finetune_self_imitation") is not None:
+          opts["self_imitation"] = float(cfg["finetune_self_imitation"])
         if cfg.get("finetune_updates"):  # a fixed number of updates, not a wall-clock budget
           opts.update(finetune_seconds=0.0, max_updates=int(cfg["finetune_updates"]))
         cells.append(harness.Cell(method_of(row), *common, label=row,

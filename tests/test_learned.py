@@ -93,6 +93,7 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(samples=0), "samples must be an integer >= 1"),
     (dict(max_updates=1.5), "max_updates must be an integer >= 1"),
     (dict(learning_rate=0.0), "learning_rate must be > 0"),
+    (dict(self_imitation=-1.0), "self_imitation must be a number >= 0 or None"),
     (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
     (dict(checkpoint="none"), "only fine-tuning uses"),
     (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
@@ -115,8 +116,9 @@ def test_registered_kinds_and_defaults():
     assert spec.kind == {"gdp": "placement", "go_fusion": "fusion"}.get(name, "joint")
     shipped = learned.FUSION_CHECKPOINT if name == "go_joint3" else name
     assert spec.defaults["checkpoint"] == shipped and spec.defaults["finetune_seconds"] == 0
+    assert spec.defaults["self_imitation"] == learned.FINETUNE_SELF_IMITATION.get(name)
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
-                                  "max_updates", "max_nodes", "coarse_nodes",
+                                  "self_imitation", "max_updates", "max_nodes", "coarse_nodes",
                                   "coarse_max_group_weight", "coarse_temp_bound",
                                   "coarse_out_bound", "coarse_memory_scale",
                                   "coarse_critical_order"}

@@ -131,6 +131,10 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert not no_im.imitation.enabled and no_im.updates == 60
   full = pretrain.get_config("go")
   assert full.max_seconds == 1080.0 and full.imitation.max_seconds == 420.0
+  assert full.self_imitation_coef == 0.0
+  assert pretrain.get_config("go,self_imitation=2.5").self_imitation_coef == 2.5
+  with pytest.raises(ValueError, match="bad option"):
+    pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,epochs=2")
   with pytest.raises(ValueError, match="updates must be >= 1"):
@@ -139,6 +143,13 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   cells = [c for c in transfer.plan(transfer.settings(abl)) if c.label == "go_s1"]
   assert cells and all(dict(c.options)["max_updates"] == 100 and
                        dict(c.options)["finetune_seconds"] == 0.0 for c in cells)
+  # fine-tuning's self-imitation weight: the methods' default unless the config sets one
+  opts = [dict(c.options) for c in transfer.plan(transfer.settings(tiny_config(tmp_path)))
+          if c.label == "go_hint"]
+  assert opts and all("self_imitation" not in o for o in opts)
+  opts = [dict(c.options) for c in transfer.plan(transfer.settings(dict(
+      tiny_config(tmp_path), finetune_self_imitation=0.0))) if c.label == "go_hint"]
+  assert opts and all(o["self_imitation"] == 0.0 for o in opts)
   with pytest.raises(ValueError, match="finetune_updates"):
     transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))  # every row of the ablation table is a valid (seeded) row
   assert {transfer.parse_row(r)[0] for r in abl.rows} == {

@@ -31,6 +31,9 @@ def get_config():
   c.samples = 64  # K of zero-shot best-of-K and of each fine-tuning update
   c.finetune_seconds = {"default": 120.0}
   c.finetune_lr = 1e-3
+  # Fine-tuning's PPO self-imitation weight (go_jax/training/ppo.py); None: each method's
+  # default (go_jax/methods/learned.py FINETUNE_SELF_IMITATION).
+  c.finetune_self_imitation = ml_collections.config_dict.placeholder(float)
   # An int: fine-tune every row for this many PPO updates instead of finetune_seconds (a
   # budget that does not depend on the machine's load; configs/ablation.py).
   c.finetune_updates = ml_collections.config_dict.placeholder(int)

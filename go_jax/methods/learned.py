@@ -19,8 +19,10 @@ Overrides: `checkpoint` (a shipped name or a folder of `pretrained.export`; "non
 parameters of the method's own policy, fine-tuning only), `finetune_seconds` (0: zero-shot, the
 best of the greedy action and K samples of one forward pass; > 0: PPO fine-tuning from the
 checkpoint for that wall-clock budget, setup and compilation included), `samples` (K; None: the
-checkpoint's), `learning_rate` of fine-tuning and `max_updates` (a cap on fine-tuning updates;
-given alone it fine-tunes for that many updates without a time limit).
+checkpoint's), `learning_rate` of fine-tuning, `self_imitation` (fine-tuning's PPO
+self-imitation weight, go_jax/training/ppo.py; None: the checkpoint's training config's) and
+`max_updates` (a cap on fine-tuning updates; given alone it fine-tunes for that many updates
+without a time limit).
 
 Both run `training.finetune` on the instance with the one-instance config of `go_config`:
 zero-shot stops after its first update, whose K samples and greedy action come from the
@@ -75,6 +77,11 @@ DEFAULT_LEARNING_RATE = 1e-3
 # so fine-tuning also yields the zero-shot stages and one compiled update serves all three.
 FINETUNE_UPDATES_PER_CALL = 1
 FINETUNE_MAX_UPDATES = 1_000_000  # "unbounded": the wall-clock budget ends fine-tuning
+# Fine-tuning's default PPO self-imitation weight per method (its `self_imitation` option; a
+# method not listed uses its checkpoint's training config's, 0 for every shipped one). Chosen
+# on validation instances that share no family with the held-out sets (BENCHMARKS.md, "Self-
+# imitation"): 120 s of fine-tuning with weight 2 against 0.
+FINETUNE_SELF_IMITATION = {"go": 2.0}
 NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-transfer comparison
 STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
 METHOD_NAMES = ("go", "go_hint", "gdp", "go_fusion", "go_joint3")  # registered below
@@ -107,10 +114,12 @@ def _is_count(x) -> bool:
 
 def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING_RATE,
               samples: Optional[int] = None, task: Optional[str] = None,
-              reference: Optional[str] = None) -> ml_collections.ConfigDict:
+              reference: Optional[str] = None,
+              self_imitation: Optional[float] = None) -> ml_collections.ConfigDict:
   """A copy of a training config set up to fine-tune on one instance for a time budget: one
   graph per update, one update per call, a constant learning rate, K = `samples` (None: the
-  config's), and the `task` / reward `reference` method given (None: the config's)."""
+  config's), the `task` / reward `reference` method and the self-imitation weight given (None:
+  the config's)."""
   cfg = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict")
                                   else dict(config))
   if not learning_rate > 0:
@@ -122,6 +131,11 @@ def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING
     cfg.task = task
   if reference is not None:
     cfg.reference = reference
+  if self_imitation is not None:
+    if isinstance(self_imitation, bool) or not isinstance(self_imitation, (int, float)) or \
+        not self_imitation >= 0:
+      raise ValueError(f"self_imitation must be a number >= 0 or None, got {self_imitation!r}")
+    cfg.self_imitation_coef = float(self_imitation)
   if samples is not None:
     if not _is_count(samples):
       raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
@@ -204,7 +218,8 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   try:
     cfg = go_config(train_config, objective=problem.objective,
                     learning_rate=config["learning_rate"], samples=config["samples"],
-                    task=task, reference="no_fusion" if fusing else None)
+                    task=task, reference="no_fusion" if fusing else None,
+                    self_imitation=config["self_imitation"])
   except ValueError as e:
     raise ValueError(f"{method}: {e}") from e
   if task is not None and not train_config.policy.get("fusion_head", False):
@@ -393,7 +408,8 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
 def _defaults(name: str) -> Dict[str, Any]:
   """Options of a learned method starting from the shipped checkpoint `name`."""
   return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
-              learning_rate=DEFAULT_LEARNING_RATE, max_updates=None,
+              learning_rate=DEFAULT_LEARNING_RATE,
+              self_imitation=FINETUNE_SELF_IMITATION.get(name), max_updates=None,
               max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES,
               coarse_max_group_weight=COARSE_MAX_GROUP_WEIGHT,
               coarse_temp_bound=COARSE_TEMP_BOUND, coarse_out_bound=COARSE_OUT_BOUND,
