@@ -15,6 +15,7 @@ drops JAX's caches before that point.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Optional, Tuple
@@ -68,15 +69,26 @@ def releases() -> int:
   return _RELEASES[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _mapping_limit() -> Optional[int]:
+  """The kernel's per-process mapping limit (read once), or None where /proc does not say."""
+  try:
+    with open("/proc/sys/vm/max_map_count") as fh:
+      return int(fh.read().split()[0])
+  except (OSError, ValueError, IndexError):
+    return None
+
+
 def memory_mappings() -> Optional[Tuple[int, int]]:
   """(mappings this process has, the kernel's per-process limit), or None where the system
   does not say (not Linux, or /proc unreadable)."""
+  limit = _mapping_limit()
+  if limit is None:
+    return None
   try:
-    with open("/proc/sys/vm/max_map_count") as fh:
-      limit = int(fh.read().split()[0])
     with open("/proc/self/maps", "rb") as fh:
       count = sum(1 for _ in fh)
-  except (OSError, ValueError, IndexError):
+  except OSError:
     return None
   return count, limit
 

@@ -59,8 +59,9 @@ def hint_choices(graph: CompGraph, topology: Topology, objective: str, max_devic
   gp = gp_spec.fn(methods.Problem(graph, topology, objective, 0, None, None),
                   dict(gp_spec.defaults))
   if objective == "peak_memory":
-    prio = methods.get("xla_memory").fn(
-        methods.Problem(graph, topology, objective, 0, None, gp.placement), {}).priority
+    xla_spec = methods.get("xla_memory")
+    prio = xla_spec.fn(methods.Problem(graph, topology, objective, 0, None, gp.placement),
+                       dict(xla_spec.defaults)).priority
   else:
     prio = upward_rank(graph)
   out = np.zeros((num_nodes_padded, max_devices + 1), np.int32)
