@@ -244,3 +244,58 @@ def test_colocation_group_is_decided_and_counted_at_its_leader():
     np.testing.assert_allclose(est[0], est[1], atol=1e-6)
   res = simulate(g, topo, place, -np.asarray(f.topo_position[:8], np.float64))
   assert not bool(res.oom)
+
+
+def _comm_chain(n=12):
+  """A chain on 2 devices with room for all of it, and decoder arguments where node 0 prefers
+  device 0 by 5 logits and every node prefers device 1 by 0.5 (device bias)."""
+  s = np.arange(n - 1)
+  g = CompGraph(cost=np.ones(n), senders=s, receivers=s + 1, out_bytes=np.ones(n),
+                param_bytes=np.ones(n), name="comm_chain")
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.0, mem_capacity=1e9)
+  f = features.graph_features(g, topo, max_devices=2)
+  q = jnp.zeros((f.node_mask.size, 4)).at[0, 0].set(10.0)
+  k = jnp.zeros((2, 4)).at[0, 0].set(1.0)
+  args = (q, k, jnp.array([0.0, 0.5]), f.node_load, f.node_end, f.device_capacity,
+          f.device_mask, f.topo_order, f.topo_position, f.node_mask, f.senders, f.receivers,
+          f.edge_mask)
+  return g, f, args
+
+
+def test_copy_term_lowers_the_devices_away_from_a_nodes_inputs():
+  """Forced decode with blocks of 2: a node whose input sits in an earlier block loses
+  `comm_init` (w_i at zero queries) on every device but its input's; a node whose input is in
+  its own block (not yet placed) loses nothing."""
+  g, f, args = _comm_chain()
+  n = g.num_nodes
+  args = (jnp.zeros_like(args[0]),) + args[1:]
+  place = jnp.asarray(np.pad([0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 0, 0], (0, f.node_mask.size - n)))
+  off = load.LoadDecoder(hidden=4, block=2, guard=False)
+  on = load.LoadDecoder(hidden=4, block=2, guard=False, comm=True, comm_init=1.5)
+  p_on = on.init(jax.random.PRNGKey(0), *args)
+  p_off = {"params": {k: v for k, v in p_on["params"].items() if not k.startswith("comm")}}
+  diff = np.asarray(on.apply(p_on, *args, mode="forced", placement=place)
+                    - off.apply(p_off, *args, mode="forced", placement=place))[:n]
+  want = np.zeros((n, 2))
+  for i in range(2, n, 2):  # first node of each block: its input is the previous block's last
+    want[i] = -1.5 * (1.0 - np.eye(2)[int(place[i - 1])])
+  np.testing.assert_allclose(diff, want, atol=1e-5)
+
+
+def test_greedy_copy_term_keeps_a_chain_with_its_input():
+  """One block of 12: without the copy term the greedy chain follows the 0.5-logit device bias
+  after node 0 (0 then 1, 1, ...); with it (weight 1 per input away) each pick sees the earlier
+  pick it reads from and the chain stays on device 0. The expected logits of a single block
+  see no placed input, so they equal the term-free ones."""
+  g, f, args = _comm_chain()
+  n = g.num_nodes
+  off = load.LoadDecoder(hidden=4, block=12)
+  on = load.LoadDecoder(hidden=4, block=12, comm=True, comm_init=1.0)
+  p_on = on.init(jax.random.PRNGKey(0), *args)
+  p_off = {"params": {k: v for k, v in p_on["params"].items() if not k.startswith("comm")}}
+  greedy = lambda dec, p: np.asarray(jnp.argmax(dec.apply(
+      p, *args, mode="greedy", leader=f.node_leader)[:n], -1))
+  assert list(greedy(off, p_off)) == [0] + [1] * (n - 1)
+  assert list(greedy(on, p_on)) == [0] * n
+  np.testing.assert_allclose(on.apply(p_on, *args, leader=f.node_leader)[:n],
+                             off.apply(p_off, *args, leader=f.node_leader)[:n], atol=1e-5)

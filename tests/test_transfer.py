@@ -133,6 +133,9 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert full.max_seconds == 1080.0 and full.imitation.max_seconds == 420.0
   assert full.self_imitation_coef == 0.0
   assert pretrain.get_config("go,self_imitation=2.5").self_imitation_coef == 2.5
+  assert not full.policy.load_comm and pretrain.get_config("go,comm=1").policy.load_comm
+  with pytest.raises(ValueError, match="comm must be 0 or 1"):
+    pretrain.get_config("go,comm=2")
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):

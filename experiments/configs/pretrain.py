@@ -74,7 +74,8 @@ def small_policy(row: str):
 # one (the ablation table, experiments/configs/ablation.py: every row gets the same number of
 # cloning steps and PPO updates whatever the machine's load).
 # "self_imitation=C" sets PPO's self-imitation weight (go_jax/training/ppo.py; a float).
-OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation")
+# "comm=1" turns on the load state's copy term (policy.load_comm, go_jax/policies/load.py).
+OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm")
 
 
 def _number(key: str, value: str):
@@ -86,7 +87,7 @@ def _number(key: str, value: str):
 
 
 def parse_arg(arg: str):
-  """"row" or "row,seed=N,updates=U,imitation_steps=S,self_imitation=C" -> (row, {option:
+  """"row" or "row,seed=N,updates=U,imitation_steps=S,self_imitation=C,comm=1" -> (row, {option:
   number})."""
   row, *opts = [a.strip() for a in (arg or "go").split(",")]
   values = {}
@@ -100,6 +101,8 @@ def parse_arg(arg: str):
   for key in ("updates", "imitation_steps"):
     if key in values and values[key] < 1:
       raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
+  if values.get("comm", 0) not in (0, 1):
+    raise ValueError(f"pretrain.py: comm must be 0 or 1 in {arg!r}")
   return row, values
 
 
@@ -124,6 +127,8 @@ def get_config(arg: str = "go"):
   config.keep_checkpoints = 40  # the learning curves evaluate them (experiments/learning_curves.py)
   if "self_imitation" in opts:
     config.self_imitation_coef = opts["self_imitation"]
+  if opts.get("comm"):
+    config.policy.load_comm = True
   config.imitation.enabled = row not in transfer.NO_IMITATION
   config.imitation.seed = seed
   config.imitation.steps = 3000  # about what the wall-clock budget below allows on a 2-core CPU

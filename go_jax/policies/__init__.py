@@ -78,6 +78,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_margin = 0.1  # memory share the greedy decode keeps free (load.py)
   c.load_greedy_block = 0  # nodes per block of the greedy decode (0: load_block; 1: node by node)
   c.load_exact = True  # colocation groups decided at their leader, exact barrier (load.py)
+  c.load_comm = False  # the copy term: input bytes away from a device lower its logit (load.py)
   c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
   return c
 

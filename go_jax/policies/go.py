@@ -119,6 +119,9 @@ class GOPolicy(nn.Module):
   # goes (rule 1), every interval's future counted by the barrier, the greedy barrier node by
   # node; False: the estimate the checkpoints before 2026-11-26 were trained with
   load_exact: bool = True
+  # the load state's copy term (load.py "Copy term"): each node's logit of a device drops with
+  # the share of its input bytes known to be away from it, by a learned per-node weight
+  load_comm: bool = False
   fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
@@ -182,7 +185,8 @@ class GOPolicy(nn.Module):
                          "and device_capacity (built by policies.graph_features)")
       decoder = LoadDecoder(hdim, self.load_block, MASKED_LOGIT, self.load_guard,
                             greedy_margin=self.load_margin,
-                            greedy_block=self.load_greedy_block, name="load")
+                            greedy_block=self.load_greedy_block, comm=self.load_comm,
+                            name="load")
       args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,
               feats.topo_position, mask, feats.senders, feats.receivers,

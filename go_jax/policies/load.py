@@ -34,6 +34,17 @@ docs/design.md section 7 has the rules and what they fixed.
 GOPolicy returns the expected logits as `placement_logits` and the greedy ones as
 `greedy_placement_logits` from one call (the encoder runs once; each mode is one cheap scan).
 
+Copy term (`comm`, off in the checkpoints before 2026-11-26 afternoon): a placement that
+spreads a model to fit memory pays in copies, which the memory state does not see. With it,
+node i's logit of device d also drops by
+  w_i x (bytes of i's inputs known to be away from d) / (all of i's input bytes),
+w_i = softplus(v . q_i + c) >= 0 learned per node from its query (c initially giving
+`comm_init`), so the policy can weigh a copy against the compute and memory balance per node.
+"Known": the inputs from earlier blocks, counted with the state's distribution (expected,
+greedy or forced, as the load); the block's own inputs count on no device, except in the greedy
+decode, which adds those of the block's earlier picks. The share is 0 for a node without
+inputs (its term is the same on every device: no effect).
+
 Memory follows rule 7 of design.md section 4 with the topological order standing in for the
 schedule (on the baselines' solutions of the PipeDream graphs this estimate equals the
 simulator's peak; on random DAGs it is within ~30%). All sizes are shares of T, the graph's
@@ -229,6 +240,28 @@ def _intervals(lay: _Layout, b):
   return grp + lay.shares[b][:, 1:2] * span
 
 
+def _copy_terms(state: LoadState, lay: _Layout, b):
+  """The copy term's inputs for block b, given the state before it:
+    away (S, Dmax): for each node i of the block, the bytes of its inputs from earlier blocks
+      that are not (expected) on device d, over all of i's input bytes (0 for a node without
+      inputs; inputs from block b itself are not yet placed and count on no device);
+    inner (S, S): inner[i, j] the share of i's input bytes that comes from block b's node j
+      (the greedy decode adds those of its earlier picks).
+  Edges inside a colocation group move nothing (e_out 0) and count nowhere."""
+  s = lay.free_blk.shape[1]
+  into = lay.e_blk == b
+  dst = jnp.clip(lay.e_dst - b * s, 0, s - 1)
+  total = jnp.zeros(s, jnp.float32).at[dst].add(jnp.where(into, lay.e_out, 0.0))
+  norm = 1.0 / jnp.maximum(total, 1e-12)
+  known = into & (lay.e_src < b * s)
+  away = jnp.where(known[:, None], lay.e_out[:, None] * (1.0 - state.probs[lay.e_src]), 0.0)
+  away = jnp.zeros((s, state.params.shape[0]), jnp.float32).at[dst].add(away)
+  src = jnp.clip(lay.e_src - b * s, 0, s - 1)
+  inner = jnp.zeros((s, s), jnp.float32).at[dst, src].add(
+      jnp.where(into & ~known, lay.e_out, 0.0))
+  return away * norm[:, None], inner * norm[:, None]
+
+
 def _follow_leaders(state: LoadState, lay: _Layout, b, p):
   """Block b's distribution (S, Dmax) with every colocation member given its leader's (rule 1:
   the group runs where its root goes): from this block's rows where the leader is in block b,
@@ -292,6 +325,11 @@ class LoadDecoder(nn.Module):
   # the shipped `go` (BENCHMARKS.md, issue 11): 1 is better on the training set as a whole but
   # worse on 4 of its 7 families, so the default stays the training block.
   greedy_block: int = 0
+  # the copy term (`comm`): each node's logit of device d drops by w_i x the share of its input
+  # bytes known to be away from d (module docstring, "Copy term"); w_i = softplus of a learned
+  # function of the node's query, initially `comm_init`
+  comm: bool = False
+  comm_init: float = 1.0
 
   @nn.compact
   def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
@@ -318,6 +356,12 @@ class LoadDecoder(nn.Module):
       raw = self.param("guard_scale", nn.initializers.constant(
           math.log(math.expm1(self.guard_init))), (), jnp.float32)
       guard = jax.nn.softplus(raw)
+
+    comm_v = comm_c = None
+    if self.comm:
+      comm_v = self.param("comm_w", small, (h,), jnp.float32)
+      comm_c = self.param("comm_b", nn.initializers.constant(
+          math.log(math.expm1(self.comm_init))), (), jnp.float32)
 
     n, dmax = q.shape[0], k.shape[0]
     s = self.greedy_block if (mode == "greedy" and self.greedy_block) else self.block
@@ -354,6 +398,10 @@ class LoadDecoder(nn.Module):
       le = jax.nn.gelu(feats @ w1 + b1) @ w2  # (Dmax, H)
       logits = qb @ (k + le).T * scale + (bias + le @ wb)[None, :]
       logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
+      if self.comm:
+        away, inner = _copy_terms(state, lay, b)
+        w = jax.nn.softplus(qb @ comm_v + comm_c)  # (S,) per-node weight of the copy term
+        logits = logits - w[:, None] * away
       if lay.group is not None and self.guard and mode == "greedy":
         # The exact greedy decode: the block's scores come from the state at the block's start
         # (as in training), but its nodes are picked one by one, each node's barrier adding
@@ -370,7 +418,10 @@ class LoadDecoder(nn.Module):
           top = jnp.maximum(now[j] + inc[b], (ahead[j] + inc).max(0))
           peak = state.params + extra + sb[j, 0] + top
           over = jnp.maximum(peak / cap - limit, 0.0)
-          row = jnp.where(dev_mask, logits[j] - scale_b * over, self.masked_logit)
+          row = logits[j] - scale_b * over
+          if self.comm:  # the block's earlier picks are known too: their copies count
+            row = row - w[j] * (inner[j] * (jnp.arange(s) < j)) @ (1.0 - picks)
+          row = jnp.where(dev_mask, row, self.masked_logit)
           pick = jax.nn.one_hot(jnp.argmax(row), dmax, dtype=jnp.float32)
           local = lead[j] - b * s
           follow = jnp.where(local >= 0, picks[jnp.clip(local, 0, s - 1)],
