@@ -288,11 +288,17 @@ def test_hinted_policy_starts_at_the_hint_and_trains():
 
 def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   g = HELD_OUT[1]
-  # the checkpoint's BRKGA has population 100 (80 evaluations per generation): 2 generations
-  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=160)
-  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 160
+  # the shipped checkpoint's tuned search (SEARCH_PARAMS): population 160, 32 elites, no
+  # mutants, so 128 evaluations per generation: 2 generations
+  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=256)
+  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 256
+  assert (sol.info["population"], sol.info["elites"], sol.info["mutants"]) == (160, 32, 0)
   again = evaluate(g, TOPO, sol.placement, sol.priority, "peak_memory")
   assert again["objective"] == sol.objective
+  # the options override it: the checkpoint's training search (80 evaluations a generation)
+  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=160,
+                      population=100, elite_frac=0.2, mutant_frac=0.1)
+  assert sol.evaluations == 160 and (sol.info["population"], sol.info["mutants"]) == (100, 10)
   cfg, module, _ = regal_method.load_checkpoint("regal_hint", "regal_hint")
   assert module.hints and module.graph_aware and cfg.objective == "peak_memory"
   assert [regal_method.shipped_checkpoint("regal_hint", d) for d in (2, 3, 4)] == [
