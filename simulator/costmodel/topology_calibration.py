@@ -19,8 +19,9 @@ as a topology"):
 - `latency`, `bandwidth` per ordered pair (i, j): `jax.device_put` of a device-i array to device
   j, timed at several sizes (the sizes sampled round-robin, each size's fastest of `repeats`
   rounds; measured again with twice the rounds, up to LINK_ATTEMPTS times, when the times do
-  not grow with the size, as a busy shared machine can make them), then the line time = latency + bytes /
-  bandwidth through the smallest copy's time with the least-squares slope (`fit_link`).
+  not grow with the size, as a busy shared machine can make them), then the line time =
+  latency + bytes / bandwidth through the smallest copy's time with the least-squares slope
+  (`fit_link`).
   Written by hand: a one-parameter least-squares slope. The report keeps each size's
   relative error: copies between CPU devices are far from one line (cache-sized arrays copy at
   tens of GB/s, fresh arrays of tens of MB at about 2 GB/s here), which the simulator's
