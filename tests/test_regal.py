@@ -220,6 +220,12 @@ def test_config_device_count_option():
   for arg in ("regal,devices=3", "regal,device=4", "placeto"):
     with pytest.raises(ValueError, match="regal.py"):
       regal_config.get_config(arg)
+  # Every variant passes the trainer's own check, whatever fields the PPO base gains (a PPO
+  # field left in once made go-jax-train refuse every REGAL config).
+  for variant in regal_config.VARIANTS:
+    for devices in (2, 4, 8):
+      hyper = trainer.check_config(regal_config.get_config(f"{variant},devices={devices}"))
+      assert hyper.objective == "peak_memory" and hyper.population == 100
 
 
 

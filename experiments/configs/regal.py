@@ -14,7 +14,8 @@ entropy_coef = 0 and updates = 200: the shipped run) and `regal_d4` (4 devices;
 go_jax/methods/regal.py picks the one for a topology's device count); the `devices=8` run was
 trained but not shipped (its mode decode is 31% worse than BRKGA 5K on held-out graphs).
 
-Derived from train_base.py: the PPO-only fields are removed and `algorithm = "regal"` selects
+Derived from train_base.py: the fields the REGAL trainer does not read (PPO's) are removed, so a
+field added to the base for PPO never breaks this config, and `algorithm = "regal"` selects
 the trainer (go_jax/training/trainers.py -> go_jax/regal/trainer.py). Fields beyond the base's:
   algorithm: "regal" (the trainer registry key; GAS is the same trainer).
   held_out: graph specs never trained on (different seeds), for the held-out comparison
@@ -37,9 +38,8 @@ import ml_collections
 
 from experiments.configs import train_base
 from go_jax.regal import policy
+from go_jax.regal import trainer
 
-PPO_ONLY = ("task", "reference", "fixed_placement", "epochs", "minibatches", "clip_eps",
-            "value_coef", "advantage", "normalize_advantages", "init_params", "imitation")
 VARIANTS = ("regal", "gas", "regal_hint")
 SIZES = (80, 96, 112, 128)  # one padded bucket (128 ops): one compiled update
 
@@ -67,8 +67,8 @@ def parse_arg(arg: str):
 def get_config(arg: str = "regal") -> ml_collections.ConfigDict:
   variant, devices = parse_arg(arg)
   config = train_base.get_config()
-  for field in PPO_ONLY:
-    del config[field]
+  for field in [f for f in config.keys() if f not in trainer.FIELDS]:
+    del config[field]  # PPO's (task, clip_eps, imitation, self_imitation_coef, ...)
   config.algorithm = "regal"
   config.graphs = regal_graphs(range(32))
   config.held_out = regal_graphs(range(1000, 1020))
