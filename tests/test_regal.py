@@ -307,10 +307,11 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   assert sol.evaluations == 160 and (sol.info["population"], sol.info["mutants"]) == (100, 10)
   cfg, module, _ = regal_method.load_checkpoint("regal_hint", "regal_hint")
   assert module.hints and module.graph_aware and cfg.objective == "peak_memory"
-  assert [regal_method.shipped_checkpoint("regal_hint", d) for d in (2, 3, 4)] == [
-      "regal_hint", "regal_hint_d4", "regal_hint_d4"]
-  _, module4, _ = regal_method.load_checkpoint("regal_hint", "regal_hint_d4")
-  assert module4.hints and module4.max_devices == 4
-  with pytest.raises(ValueError, match="regal_hint: no shipped checkpoint serves 8 devices"):
-    methods.solve("regal_hint", g, Topology.uniform(8, bandwidth=1e9), objective="peak_memory",
+  assert [regal_method.shipped_checkpoint("regal_hint", d) for d in (2, 3, 4, 5, 8)] == [
+      "regal_hint", "regal_hint_d4", "regal_hint_d4", "regal_hint_d8", "regal_hint_d8"]
+  for name, slots in (("regal_hint_d4", 4), ("regal_hint_d8", 8)):
+    _, module, _ = regal_method.load_checkpoint("regal_hint", name)
+    assert module.hints and module.max_devices == slots
+  with pytest.raises(ValueError, match="regal_hint: no shipped checkpoint serves 9 devices"):
+    methods.solve("regal_hint", g, Topology.uniform(9, bandwidth=1e9), objective="peak_memory",
                   budget=160)
