@@ -193,19 +193,30 @@ def test_bad_checkpoint_and_config_raise_value_errors(trained, tmp_path):
 
 
 def test_shipped_checkpoints_load():
-  for name, dmax in (("regal", 2), ("gas", 2), ("regal_d4", 4)):
+  for name, dmax in (("regal", 2), ("gas", 2), ("regal_d4", 4), ("gas_d4", 4), ("regal_d8", 8),
+                     ("gas_d8", 8)):
     assert name in pretrained.available()
     cfg, module, _ = regal_method.load_checkpoint(name, name)
     assert cfg.objective == "peak_memory" and module.max_devices == dmax
     assert module.graph_aware == name.startswith("regal")
+    assert list(cfg.topologies) == [f"nvlink{dmax}"]
   # "auto": the fewest device slots that serve the topology
-  assert [regal_method.shipped_checkpoint("regal", d) for d in (1, 2, 3, 4)] == [
-      "regal", "regal", "regal_d4", "regal_d4"]
-  assert regal_method.shipped_checkpoint("gas", 2) == "gas"
-  with pytest.raises(ValueError, match="no shipped checkpoint serves 4 devices.*gas,devices=4"):
-    regal_method.shipped_checkpoint("gas", 4)
-  with pytest.raises(ValueError, match="serves 8 devices .*regal_d4 \\(4\\)"):
-    regal_method.shipped_checkpoint("regal", 8)
+  assert [regal_method.shipped_checkpoint("regal", d) for d in (1, 2, 3, 4, 5, 8)] == [
+      "regal", "regal", "regal_d4", "regal_d4", "regal_d8", "regal_d8"]
+  assert [regal_method.shipped_checkpoint("gas", d) for d in (2, 3, 4, 8)] == [
+      "gas", "gas_d4", "gas_d4", "gas_d8"]
+  with pytest.raises(ValueError, match="no shipped checkpoint serves 9 devices.*gas,devices=9"):
+    regal_method.shipped_checkpoint("gas", 9)
+  with pytest.raises(ValueError, match="serves 9 devices .*regal_d8 \\(8\\)"):
+    regal_method.shipped_checkpoint("regal", 9)
+  # the shipped runs' settings are the config's defaults
+  from experiments.configs import regal as regal_config  # pylint: disable=g-import-not-at-top
+  for name, arg in (("gas_d4", "gas,devices=4"), ("regal_d8", "regal,devices=8"),
+                    ("gas_d8", "gas,devices=8")):
+    cfg = pretrained.load_config(name)
+    want = regal_config.get_config(arg)
+    assert (cfg.learning_rate, cfg.updates, cfg.max_seconds) == (
+        want.learning_rate, want.updates, want.max_seconds)
 
 
 def test_config_device_count_option():

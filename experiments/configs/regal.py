@@ -8,13 +8,16 @@
 The argument is the variant ("regal", "gas" or "regal_hint": REGAL's policy that also reads
 the heuristic guide of go_jax/regal/hints.py, policy.hints = True) and optionally the device
 count ("devices=N", default 2): the run trains on `nvlinkN` with a policy of
-`max_devices = N`. The shipped checkpoints are `regal` / `gas` (2 devices), `regal_hint`,
-`regal_hint_d4` and `regal_hint_d8` (2, 4 and 8 devices; its variant overrides
-brkga.evaluations = 5000, policy.hint_init = 5, entropy_coef = 0 and updates = 200: the shipped
-runs; at 8 devices learning_rate = 3e-4 and updates = 30, the shipped `regal_hint_d8`'s run) and
-`regal_d4` (4 devices; go_jax/methods/regal.py picks the one for a topology's device count); the
-`regal,devices=8` run was trained but not shipped (its mode decode is 31% worse than BRKGA 5K
-on held-out graphs).
+`max_devices = N`. The shipped checkpoints (go_jax/methods/regal.py picks the one for a
+topology's device count) are the runs of these settings:
+  regal, gas: `regal` / `gas` (2 devices), `regal_d4` / `gas_d4` (4) and `regal_d8` / `gas_d8`
+    (8). Above 2 devices the shipped runs went all 300 updates (max_seconds = 7200); at 8
+    devices learning_rate = 3e-4 (at 3e-3 the mode decodes were 31% (regal) and 1.8% (gas)
+    worse than BRKGA 5K on the validation graphs; docs/regal.md section 4).
+  regal_hint: `regal_hint`, `regal_hint_d4` and `regal_hint_d8` (2, 4 and 8 devices; the
+    variant overrides brkga.evaluations = 5000, policy.hint_init = 5, entropy_coef = 0 and
+    updates = 200; at 8 devices learning_rate = 3e-4 and updates = 30, the shipped
+    `regal_hint_d8`'s run).
 
 Derived from train_base.py: the fields the REGAL trainer does not read (PPO's) are removed, so a
 field added to the base for PPO never breaks this config, and `algorithm = "regal"` selects
@@ -28,11 +31,11 @@ the trainer (go_jax/training/trainers.py -> go_jax/regal/trainer.py). Fields bey
     defaults; evaluations per run).
   policy: go_jax.regal.policy.default_config(); graph_aware=False is GAS.
 
-Honest budget note: the shipped checkpoints were trained on a shared 2-core CPU in at most ~13
-minutes each (max_seconds = 720 stops a run early, checkpointed), so every training run here
-uses BRKGA with 480 evaluations (6 generations of population 100), not the 5000 of inference,
-on 80-128-op synthetic REGAL graphs on 2 devices, with K = 4 samples + 1 plain run on 2 graphs
-per update. `graphs` is a list of graph specs, so
+Honest budget note: the shipped checkpoints were trained on a shared 2-core CPU in at most ~30
+minutes each (2 devices: max_seconds = 720 stops a run early, checkpointed), so every training
+run of `regal` / `gas` uses BRKGA with 480 evaluations (6 generations of population 100), not
+the 5000 of inference, on 80-128-op synthetic REGAL graphs, with K = 4 samples + 1 plain run on
+2 graphs per update. `graphs` is a list of graph specs, so
 it can take any source of simulator.sources (e.g. a CostGraphDef dataset loader's specs).
 """
 
@@ -107,5 +110,9 @@ def get_config(arg: str = "regal") -> ml_collections.ConfigDict:
       config.learning_rate = 3e-4
       config.updates = 30
       config.checkpoint_every = 10
+  elif devices > 2:  # the shipped regal_d4 / gas_d4 / regal_d8 / gas_d8 runs: all 300 updates
+    config.max_seconds = 7200.0
+    if devices == 8:  # at 3e-3 the mode decodes were worse than BRKGA 5K (module docstring)
+      config.learning_rate = 3e-4
   config.policy.max_devices = devices
   return config

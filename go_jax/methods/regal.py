@@ -38,8 +38,8 @@ from go_jax.methods import Problem, Proposal, register
 
 DECODES = ("mode", "sample")
 # The checkpoints "auto" chooses from, per method, where shipped (each serves its policy's
-# max_devices; regal_d8 is not shipped at present).
-SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas",),
+# max_devices).
+SHIPPED = {"regal": ("regal", "regal_d4", "regal_d8"), "gas": ("gas", "gas_d4", "gas_d8"),
            "regal_hint": ("regal_hint", "regal_hint_d4", "regal_hint_d8")}
 _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtime) -> loaded
 # The guided BRKGA's population and elite / mutant fractions where a SHIPPED checkpoint's search
@@ -94,9 +94,10 @@ def load_checkpoint(method: str, checkpoint: str):
 @functools.lru_cache(maxsize=None)
 def shipped_checkpoint(method: str, devices: int) -> str:
   """The shipped checkpoint of `method` with the fewest device slots >= `devices`: `regal`
-  (2 devices) or `regal_d4` (4); `gas` (2); `regal_hint` (2), `regal_hint_d4` (4) or
-  `regal_hint_d8` (8). No 8-device `regal` is shipped: the one trained was 31% worse than BRKGA
-  5K on held-out graphs with the mode decode (BENCHMARKS.md "REGAL at 4 and 8 devices")."""
+  (2 devices), `regal_d4` (4) or `regal_d8` (8); `gas`, `gas_d4` or `gas_d8`; `regal_hint`,
+  `regal_hint_d4` or `regal_hint_d8`. The 8-device `regal` and `gas` are runs at a tenth of the
+  learning rate: at 3e-3 `regal`'s mode decode was 31% worse than BRKGA 5K and `gas`'s 1.8%
+  (docs/regal.md section 4)."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
   known = pretrained.available()  # package data: read once per (method, devices), then cached
   slots = sorted((int(pretrained.load_config(name).policy.max_devices), name)
