@@ -33,9 +33,9 @@ the CPU time of the measured table (docs/regal.md section 5), and `max_ops` is r
 method's default 40 to 1024 so that it runs on every graph of the datasets (above ~100 ops it
 mostly returns its fallback within 10 s, which the table shows). `xla_memory` is a schedule: it
 orders the placement of `schedule_placement` (gp_dfs: REGAL's partition), and its running time
-includes that placement's. `regal` and `gas` use the shipped checkpoints ("auto"): `regal` serves
-2 and 4 devices (`regal`, `regal_d4`), `gas` 2; a cell no shipped checkpoint serves (gas at 4
-and 8 devices, regal at 8) is an error, shown as "n/a" in the table.
+includes that placement's. `regal`, `gas` and `regal_hint` use the shipped checkpoints
+("auto": 2, 4 and 8 devices each, go_jax/methods/regal.py); a cell no shipped checkpoint serves
+(more than 8 devices) is an error, shown as "n/a" in the table.
 """
 
 import ml_collections
