@@ -18,6 +18,7 @@ topology, objective and rows) and <out>/regal_headroom.md. Bad input is a one-li
 
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
 from absl import app, flags
@@ -40,9 +41,9 @@ flags.DEFINE_string("compilation_cache", None, "folder for JAX's persistent comp
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  from experiments import headroom  # pylint: disable=g-import-not-at-top
   from experiments.regal_comparison import load_dataset  # pylint: disable=g-import-not-at-top
   from go_jax import objectives  # pylint: disable=g-import-not-at-top
-  from experiments import headroom  # pylint: disable=g-import-not-at-top
   out = cli.check_out(FLAGS.out)
   try:
     objectives.get_objective(FLAGS.objective)
@@ -54,7 +55,6 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.compilation_cache:
     import jax  # pylint: disable=g-import-not-at-top
     jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
-  import sys  # pylint: disable=g-import-not-at-top
   try:
     result = headroom.run(graphs, names, FLAGS.topology, rows, out, objective=FLAGS.objective,
                           seeds=seeds, log=lambda s: print(s, file=sys.stderr, flush=True))

@@ -12,8 +12,8 @@ count ("devices=N", default 2): the run trains on `nvlinkN` with a policy of
 topology's device count) are the runs of these settings:
   regal, gas: `regal` / `gas` (2 devices), `regal_d4` / `gas_d4` (4) and `regal_d8` / `gas_d8`
     (8). Above 2 devices the shipped runs went all 300 updates (max_seconds = 7200); at 8
-    devices learning_rate = 3e-4 (at 3e-3 the mode decodes were 31% (regal) and 1.8% (gas)
-    worse than BRKGA 5K on the validation graphs; docs/regal.md section 4).
+    devices learning_rate = 3e-4 (at 3e-3 the mode decodes were 31% (regal, held-out graphs)
+    and 1.8% (gas, validation graphs) worse than BRKGA 5K; docs/regal.md section 3).
   regal_hint: `regal_hint`, `regal_hint_d4` and `regal_hint_d8` (2, 4 and 8 devices; the
     variant overrides brkga.evaluations = 5000, policy.hint_init = 5, entropy_coef = 0 and
     updates = 200; at 8 devices learning_rate = 3e-4 and updates = 30, the shipped

@@ -97,7 +97,7 @@ def shipped_checkpoint(method: str, devices: int) -> str:
   (2 devices), `regal_d4` (4) or `regal_d8` (8); `gas`, `gas_d4` or `gas_d8`; `regal_hint`,
   `regal_hint_d4` or `regal_hint_d8`. The 8-device `regal` and `gas` are runs at a tenth of the
   learning rate: at 3e-3 `regal`'s mode decode was 31% worse than BRKGA 5K and `gas`'s 1.8%
-  (docs/regal.md section 4)."""
+  (docs/regal.md section 3)."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
   known = pretrained.available()  # package data: read once per (method, devices), then cached
   slots = sorted((int(pretrained.load_config(name).policy.max_devices), name)
