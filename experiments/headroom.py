@@ -108,7 +108,7 @@ def summarize(cells: Mapping[str, Mapping[str, Any]], names: Sequence[str],
   return out
 
 
-def markdown(summary: Mapping[str, Any], title: str = "") -> str:
+def markdown(summary: Mapping[str, Any]) -> str:
   from go_jax.results import markdown_table  # pylint: disable=g-import-not-at-top
   head = ["row", "mean % improvement over " + str(summary.get("reference")), "95% interval",
           "median %", "better / worse", "best known on", "share of the room",
@@ -122,7 +122,7 @@ def markdown(summary: Mapping[str, Any], title: str = "") -> str:
                  "-" if r["room_share"] is None else f"{100 * r['room_share']:.0f}%",
                  f"{r['mean_seconds']:.2f}",
                  "-" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}x"])
-  text = (f"{title}\n\n" if title else "") + markdown_table(head, body)
+  text = markdown_table(head, body)
   if "best_known_improvement" in summary:
     lo, hi = summary["best_known_interval"]
     text += (f"\n\nBest known per graph (lowest of all rows), {summary['instances']} instances: "
@@ -141,10 +141,9 @@ def run(graphs: Sequence[Any], names: Sequence[str], topology: str,
         save_seconds: float = 5.0) -> Dict[str, Any]:
   """Runs (or resumes) every (graph, seed, row) cell in folder `out`; returns the JSON written
   (settings, cells, summary, markdown). The first row is the reference (REGAL's BRKGA 5K)."""
+  from experiments.regal_comparison import padded_shape  # pylint: disable=g-import-not-at-top
   from go_jax import methods  # pylint: disable=g-import-not-at-top
   from simulator import fileio, topology_spec  # pylint: disable=g-import-not-at-top
-  from simulator.padding import bucket  # pylint: disable=g-import-not-at-top
-  from simulator.simulate import padded  # pylint: disable=g-import-not-at-top
   if len(graphs) != len(names) or not graphs:
     raise ValueError(f"give one name per graph and at least one graph (got {len(graphs)} "
                      f"graphs, {len(names)} names)")
@@ -172,8 +171,7 @@ def run(graphs: Sequence[Any], names: Sequence[str], topology: str,
       if gi not in topos:
         topos[gi] = topology_spec.make_topology(tspec, g)[0]
       t = topos[gi]
-      shape = (name, budget, bucket(g.num_nodes), bucket(g.num_edges), padded(g).chunk,
-               t.num_devices)
+      shape = (name, budget) + padded_shape(g, t.num_devices)
       if shape not in warmed:  # compile outside the timed call
         warmed.add(shape)
         methods.solve(name, g, t, objective=objective, budget=budget, seed=seed)

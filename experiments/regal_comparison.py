@@ -131,7 +131,8 @@ def cell_key(dataset: str, devices: int, graph: str, seed: int, method: str) -> 
   return f"{dataset}|{devices}|{graph}|{seed}|{method}"
 
 
-def _shape(graph, devices: int) -> Tuple[int, int, int, int]:
+def padded_shape(graph, devices: int) -> Tuple[int, int, int, int]:
+  """(ops bucket, edges bucket, edge chunk, devices): what one compile of a search serves."""
   from simulator.padding import bucket  # pylint: disable=g-import-not-at-top
   from simulator.simulate import padded  # pylint: disable=g-import-not-at-top
   return (bucket(graph.num_nodes), bucket(graph.num_edges), padded(graph).chunk, devices)
@@ -343,7 +344,7 @@ class CellTask:
       tspec = topology_spec.parse_topology(topology_spec_for(cfg, devices))
       cache["topos"][(ds, devices, gi)] = topology_spec.make_topology(tspec, graph)[0]
     topo = cache["topos"][(ds, devices, gi)]
-    shape = (runtime.releases(), m) + _shape(graph, topo.num_devices)  # compiled since the
+    shape = (runtime.releases(), m) + padded_shape(graph, topo.num_devices)  # compiled since the
     # executor last dropped JAX's caches (go_jax.executors.release_compiled_code)
     if cfg["warmup"] and m not in cfg["no_warmup"] and shape not in cache["warmed"]:
       cache["warmed"].add(shape)
