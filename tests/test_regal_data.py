@@ -112,6 +112,25 @@ def test_tiny_build_resumes_after_interruption(tmp_path):
     regal.build_regal_dataset(out, solve=solve, **dict(TINY, max_nodes=20))
 
 
+def test_a_training_config_takes_a_split(tmp_path):
+  """config.graphs may name a built split: every graph of it becomes an instance."""
+  from go_jax.training import loop  # pylint: disable=g-import-not-at-top
+  out = str(tmp_path / "regal")
+  regal.build_regal_dataset(out, solve=_fake_solve(_keep_even), **TINY)
+  names, split = datasets.load_split("train", out)
+  config = types.SimpleNamespace(graphs=(f"regal_data:train,dir={out},limit=3", "regal:n=20"),
+                                 topologies=("nvlink2", "nvlink4"))
+  graphs, topos, labels = loop.build_instances(config)
+  assert len(graphs) == 2 * 4 and [t.num_devices for t in topos[:2]] == [2, 4]
+  assert labels[0] == f"regal_data:train,dir={out},limit=3/{names[0]} @ nvlink2"
+  assert all(a.num_nodes == b.num_nodes for a, b in zip(graphs[::2], split[:3]))
+  assert labels[-1] == "regal:n=20 @ nvlink4"
+  for bad, match in ((f"regal_data:train,dir={tmp_path}/none", "regal_data:train"),
+                     (f"regal_data:train,dir={out},size=2", "bad item")):
+    with pytest.raises(ValueError, match=r"config\.graphs: .*" + match):
+      loop.build_instances(types.SimpleNamespace(graphs=(bad,), topologies=("nvlink2",)))
+
+
 def test_duplicate_topology_is_rejected(tmp_path, monkeypatch):
   base = regal_dag(10, seed=5)
   make = lambda index, **kw: base if index % 2 == 0 else _permuted(base, index)

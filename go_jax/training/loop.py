@@ -37,6 +37,7 @@ import tqdm
 from absl import logging
 
 from go_jax import distributed, methods
+from go_jax.datasets import store
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import imitation
 from go_jax.training import logging as train_logging
@@ -53,22 +54,36 @@ RESUMABLE_CHANGES = ("updates", "checkpoint_every", "keep_checkpoints", "tensorb
                      "max_seconds", "init_params")
 
 
+def _load_specs(spec: str) -> List[Tuple[str, CompGraph]]:
+  """(name, graph) pairs of one entry of config.graphs: a graph spec of
+  `simulator.sources.load_graph`, or a data spec of `go_jax.datasets`
+  ('regal_data:train[,dir=FOLDER][,limit=N]', 'xla_data:...'), which stands for every graph of
+  that split (named '<data spec>/graph_<hash>'), so a run can train on a built dataset."""
+  try:
+    if str(spec).partition(":")[0] in store.DATA_KINDS:
+      names, graphs = store.load_split(spec)
+      if not graphs:
+        raise ValueError("the split has no graphs")
+      return [(f"{spec}/{n}", g) for n, g in zip(names, graphs)]
+    return [(spec, sources.load_graph(spec))]
+  except ValueError as e:
+    raise ValueError(f"config.graphs: {spec!r}: {e}") from e
+
+
 def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]:
-  """(graphs, topologies, names) of every (graph spec, topology spec) pair of the config."""
+  """(graphs, topologies, names) of every (graph, topology spec) pair of the config; an entry
+  of config.graphs is a graph spec or a dataset split's data spec (`_load_specs`)."""
   graph_specs, topo_specs = list(config.graphs), list(config.topologies)
   if not graph_specs or not topo_specs:
     raise ValueError("config.graphs and config.topologies must be non-empty tuples of specs")
   parsed = [topology_spec.parse_topology(t) for t in topo_specs]
   graphs, topos, names = [], [], []
   for spec in graph_specs:
-    try:
-      graph = sources.load_graph(spec)
-    except ValueError as e:
-      raise ValueError(f"config.graphs: {spec!r}: {e}") from e
-    for tspec in parsed:
-      graphs.append(graph)
-      topos.append(topology_spec.make_topology(tspec, graph)[0])
-      names.append(f"{spec} @ {tspec.spec}")
+    for name, graph in _load_specs(spec):
+      for tspec in parsed:
+        graphs.append(graph)
+        topos.append(topology_spec.make_topology(tspec, graph)[0])
+        names.append(f"{name} @ {tspec.spec}")
   return graphs, topos, names
 
 
