@@ -131,6 +131,28 @@ def test_a_training_config_takes_a_split(tmp_path):
       loop.build_instances(types.SimpleNamespace(graphs=(bad,), topologies=("nvlink2",)))
 
 
+def test_heldout_comparison_on_a_split(tmp_path, capsys):
+  """go_jax.regal.heldout validates on a built split (--graphs takes a data spec)."""
+  from go_jax.regal import heldout  # pylint: disable=g-import-not-at-top
+  out = str(tmp_path / "regal")
+  regal.build_regal_dataset(out, solve=_fake_solve(_keep_even), **TINY)
+  result_file = str(tmp_path / "valid.json")
+  heldout.main(["--methods=gp_dfs", f"--graphs=regal_data:valid,dir={out}", "--budget=100",
+                "--topology=nvlink2", f"--out={result_file}"])
+  result = json.load(open(result_file))
+  names, _ = datasets.load_split("valid", out)
+  assert [r["graph"] for r in result["rows"]] == [f"regal_data:valid,dir={out}/{n}"
+                                                  for n in names]
+  for row in result["rows"]:  # improvement over BRKGA of the same budget and seed
+    assert row["gp_dfs_improvement"] == pytest.approx(
+        (row["brkga"] - row["gp_dfs"]) / row["brkga"])
+  assert result["summary"]["gp_dfs"]["wins"] + result["summary"]["gp_dfs"]["losses"] <= 2
+  capsys.readouterr()
+  with pytest.raises(SystemExit):
+    heldout.main(["--methods=gp_dfs", f"--graphs=regal_data:valid,dir={tmp_path}/none"])
+  assert "go_jax.regal.heldout: " in capsys.readouterr().err
+
+
 def test_duplicate_topology_is_rejected(tmp_path, monkeypatch):
   base = regal_dag(10, seed=5)
   make = lambda index, **kw: base if index % 2 == 0 else _permuted(base, index)

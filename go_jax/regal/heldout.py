@@ -2,8 +2,11 @@
 
   python -m go_jax.regal.heldout --methods=regal,gas --budget=5000 \
       --config=experiments/configs/regal.py --out=runs/regal_heldout.json
+  python -m go_jax.regal.heldout --methods=regal_hint --checkpoint=runs/regal_hint \
+      --graphs="regal_data:valid,dir=data/regal,limit=300"   # validation on a built split
 
-For every held-out graph (the config's `held_out` specs, never trained on) and seed, solves
+For every held-out graph (the config's `held_out` specs, never trained on, or --graphs; a data
+spec such as 'regal_data:valid,dir=...' stands for every graph of that split) and seed, solves
 "brkga" and each method with the same objective, seed and budget (every objective is the
 registry's re-simulation). improvement = (brkga - method) / brkga, per instance; time ratio =
 method search seconds / brkga search seconds, both measured after a warm-up (compilation
@@ -16,24 +19,29 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
+import time
 from typing import Dict, List, Sequence
 
 import numpy as np
 
 from go_jax import methods
-from simulator import fileio, sources, topology_spec
+from go_jax.training import loop
+from simulator import fileio, topology_spec
 from simulator.padding import bucket
 from simulator.simulate import padded
 
 
 def compare(method_names: Sequence[str], graph_specs: Sequence[str], topology: str,
             objective: str = "peak_memory", budget: int = 5000, seeds: Sequence[int] = (0,),
-            **overrides) -> Dict[str, object]:
-  """Rows per (graph, seed) and the mean improvement / time ratio per method."""
+            progress: bool = False, **overrides) -> Dict[str, object]:
+  """Rows per (graph, seed) and the mean improvement / time ratio per method (with `progress`,
+  a line with the rate and ETA every 10 s)."""
   if not graph_specs or not method_names:
     raise ValueError("compare needs at least one graph spec and one method")
   tspec = topology_spec.parse_topology(topology)
-  graphs = [sources.load_graph(s) for s in graph_specs]
+  named = [pair for spec in graph_specs for pair in loop.load_specs(spec)]
+  graph_specs, graphs = [n for n, _ in named], [g for _, g in named]
   topos = [topology_spec.make_topology(tspec, g)[0] for g in graphs]
   warmed = set()
   for g, t in zip(graphs, topos):  # warm-up per padded shape: compile outside the timings
@@ -45,7 +53,13 @@ def compare(method_names: Sequence[str], graph_specs: Sequence[str], topology: s
       methods.solve(name, g, t, objective=objective, budget=budget, seed=seeds[0],
                     **(overrides if name != "brkga" else {}))
   rows: List[Dict[str, object]] = []
+  total, t0, shown = len(graphs) * len(seeds), time.perf_counter(), 0.0
   for spec, g, t in zip(graph_specs, graphs, topos):
+    now = time.perf_counter() - t0
+    if progress and rows and now - shown >= 10.0:  # a line every 10 s: rate and ETA
+      shown = now
+      print(f"[heldout] {len(rows)}/{total} instances, {len(rows) / now:.2f}/s, "
+            f"ETA {(total - len(rows)) * now / len(rows) / 60:.1f} min", flush=True)
     for seed in seeds:
       base = methods.solve("brkga", g, t, objective=objective, budget=budget, seed=seed)
       row = {"graph": spec, "seed": int(seed), "brkga": base.objective,
@@ -84,19 +98,31 @@ def main(argv=None) -> None:
   parser.add_argument("--methods", default="regal,gas")
   parser.add_argument("--config", default="experiments/configs/regal.py",
                       help="a regal config whose held_out, topologies and objective are used")
+  parser.add_argument("--graphs", default=None,
+                      help="';'-separated graph or data specs instead of the config's held_out")
+  parser.add_argument("--topology", default=None,
+                      help="a topology spec instead of the config's first")
   parser.add_argument("--budget", type=int, default=5000)
   parser.add_argument("--seeds", default="0")
-  parser.add_argument("--decode", default="mode", help="the methods' decode option")
-  parser.add_argument("--checkpoint", default="auto",
-                      help="the methods' checkpoint option: 'auto' (the shipped one), a shipped "
-                           "name or a training workdir")
+  parser.add_argument("--decode", default=None,
+                      help="the methods' decode option (unset: their default, 'mode')")
+  parser.add_argument("--checkpoint", default=None,
+                      help="the methods' checkpoint option (unset: their default, 'auto': the "
+                           "shipped one), a shipped name or a training workdir")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
   args = parser.parse_args(argv)
-  config = _config(args.config)
-  result = compare([m for m in args.methods.split(",") if m], list(config.held_out),
-                   config.topologies[0], config.objective, args.budget,
-                   [int(s) for s in args.seeds.split(",")], decode=args.decode,
-                   checkpoint=args.checkpoint)
+  try:
+    config = _config(args.config)
+    specs = ([s for s in args.graphs.split(";") if s.strip()] if args.graphs
+             else list(config.held_out))
+    result = compare([m for m in args.methods.split(",") if m], specs,
+                     args.topology or config.topologies[0], config.objective, args.budget,
+                     [int(s) for s in args.seeds.split(",")], progress=True,
+                     **{k: v for k, v in (("decode", args.decode),
+                                          ("checkpoint", args.checkpoint)) if v is not None})
+  except (ValueError, OSError) as e:  # bad input: one line, exit 1 (no traceback)
+    print(f"go_jax.regal.heldout: {e}", file=sys.stderr)
+    raise SystemExit(1) from None
   print(json.dumps(result["summary"], indent=1))
   if args.out:
     fileio.write_json(args.out, result)

@@ -54,7 +54,7 @@ RESUMABLE_CHANGES = ("updates", "checkpoint_every", "keep_checkpoints", "tensorb
                      "max_seconds", "init_params")
 
 
-def _load_specs(spec: str) -> List[Tuple[str, CompGraph]]:
+def load_specs(spec: str) -> List[Tuple[str, CompGraph]]:
   """(name, graph) pairs of one entry of config.graphs: a graph spec of
   `simulator.sources.load_graph`, or a data spec of `go_jax.datasets`
   ('regal_data:train[,dir=FOLDER][,limit=N]', 'xla_data:...'), which stands for every graph of
@@ -72,14 +72,14 @@ def _load_specs(spec: str) -> List[Tuple[str, CompGraph]]:
 
 def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]:
   """(graphs, topologies, names) of every (graph, topology spec) pair of the config; an entry
-  of config.graphs is a graph spec or a dataset split's data spec (`_load_specs`)."""
+  of config.graphs is a graph spec or a dataset split's data spec (`load_specs`)."""
   graph_specs, topo_specs = list(config.graphs), list(config.topologies)
   if not graph_specs or not topo_specs:
     raise ValueError("config.graphs and config.topologies must be non-empty tuples of specs")
   parsed = [topology_spec.parse_topology(t) for t in topo_specs]
   graphs, topos, names = [], [], []
   for spec in graph_specs:
-    for name, graph in _load_specs(spec):
+    for name, graph in load_specs(spec):
       for tspec in parsed:
         graphs.append(graph)
         topos.append(topology_spec.make_topology(tspec, graph)[0])
@@ -550,4 +550,5 @@ def load_pretrained(workdir: str, template) -> Any:
 
 
 __all__: Sequence[str] = ("train", "finetune", "zero_shot", "summarize", "build_instances",
+                          "load_specs",
                           "load_pretrained", "TrainResult", "FinetuneResult", "ZeroShotResult")
