@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.graph import CompGraph
 from simulator.reference import reference_simulate
-from simulator.simulate import _simulate_jit, prepare_batch
+from simulator.simulate import lower as lower_simulate, prepare_batch
 from simulator.topology import Topology
 
 
@@ -57,7 +57,7 @@ def time_simulate(graph: CompGraph, topology: Topology, batch: int, repeats: int
   place, prio = random_actions(graph, topology, batch, seed)
   pg, pl, pr = prepare_batch(graph, place, prio)
   t0 = time.perf_counter()
-  compiled = _simulate_jit.lower(pg, topology, pl, pr).compile()
+  compiled = lower_simulate(pg, topology, pl, pr).compile()
   compile_s = time.perf_counter() - t0
   res = compiled(pg, topology, pl, pr)
   jax.block_until_ready(res)
@@ -83,10 +83,11 @@ def profile_simulate(graph: CompGraph, topology: Topology, batch: int, top: int 
   """Per-XLA-op wall time of one jitted run (jax.profiler trace), largest first."""
   place, prio = random_actions(graph, topology, batch, seed)
   pg, pl, pr = prepare_batch(graph, place, prio)
-  jax.block_until_ready(_simulate_jit(pg, topology, pl, pr))
+  compiled = lower_simulate(pg, topology, pl, pr).compile()
+  jax.block_until_ready(compiled(pg, topology, pl, pr))
   with tempfile.TemporaryDirectory() as folder:
     jax.profiler.start_trace(folder, create_perfetto_trace=True)
-    jax.block_until_ready(_simulate_jit(pg, topology, pl, pr))
+    jax.block_until_ready(compiled(pg, topology, pl, pr))
     jax.profiler.stop_trace()
     files = glob.glob(os.path.join(folder, "**", "*.trace.json.gz"), recursive=True)
     if not files:

@@ -16,12 +16,14 @@ N ops:
   and the vmapped loop wastes no iterations.
 * Newly known ops are inserted with scatter-min on their leaf-to-root path (commutative, so
   several insertions into one tree in one iteration cannot conflict).
-* Memory peaks are computed after the loop from alloc/free events, sampled after all events of
-  an instant (with half-open intervals that is the peak, whatever the order of events within the
-  instant), in one of two equivalent ways chosen by backend (`_peak_memory`): on a CPU, one
-  packed integer sort by time (`rank_order`) and one sequential pass with a running sum per
-  device; on an accelerator, where that pass of M tiny steps is launch-bound, one packed sort by
-  (device, time) and a cumulative sum per device segment.
+* On a CPU the batch runs as sequential sub-batches (`block_size`: a few MB of loop state
+  each, e.g. 64 actions at N = 1000, D = 8) through `lax.map`, each a vmapped loop: the loop's
+  state of a whole batch does not fit the cache, a sub-batch's does. The state is kept small
+  for the same reason: per op, the loop records only when its send channel starts
+  (`send_t0`); each transfer's start is recomputed after the loop.
+* Memory peaks are computed after the loop, for the whole batch at once, from the alloc/free
+  events each schedule makes (`simulator.memory_peaks`: one packed sort and a running sum per
+  device).
 
 Times are float32 (float64 when jax_enable_x64 is on). `simulate` is the host API (validation,
 padding, caching); `simulate_padded` is the pure function to call inside other jitted code.
@@ -29,6 +31,7 @@ padding, caching); `simulate_padded` is the pure function to call inside other j
 
 from __future__ import annotations
 
+import functools
 import weakref
 from typing import Optional
 
@@ -41,6 +44,7 @@ from simulator.graph import CompGraph
 from simulator import sharding as sharding_lib
 from simulator import fusion, padding
 from simulator.padding import PaddedGraph, pad_graph, tree_shape
+from simulator.memory_peaks import Events, peak_memory, rank_order, resident_base
 from simulator.reference import check_actions
 from simulator.topology import Topology
 
@@ -50,6 +54,16 @@ INF = float("inf")
 # B = 2 took 0.47 s; N = 10,000: 226 vs 74 ms; N = 300: 1.2 ms both), so one action is
 # simulated as two (the copy is discarded).
 MIN_BATCH = 2
+# Sub-batching of the commit loop on a CPU (`simulate_padded(block=...)`). The loop's state is
+# tens of KB per action (N = 1000, D = 8: the D min-trees over all op positions, about 36 KB,
+# plus the per-op arrays, about 60 KB in all), so a vmapped batch of 1024 (60 MB) works out of
+# main memory, each commit a few cache misses per action. The default block keeps a sub-batch's
+# state near CPU_BLOCK_BYTES (a share of a server core's L3), as a power of two in
+# [CPU_BLOCK_MIN, CPU_BLOCK_MAX]: smaller sub-batches pay the loop's per-iteration overhead more
+# often. Elsewhere (GPU/TPU) the whole batch runs as one loop: there the batch is the
+# parallelism.
+CPU_BLOCK_BYTES = 4 << 20
+CPU_BLOCK_MIN, CPU_BLOCK_MAX = 8, 128
 
 
 @flax.struct.dataclass
@@ -73,8 +87,10 @@ class _Carry:
   pending: jnp.ndarray  # (Np,) int32 uncommitted predecessors
   start: jnp.ndarray  # (Np,)
   finish: jnp.ndarray  # (Np,)
-  send_start: jnp.ndarray  # (Np, D) start of the op's transfer to each device (where it sends)
-  send_end: jnp.ndarray  # (Np,) arrival of the op's last transfer; -inf if it sends none
+  # (Np,) when the op's send channel starts its transfers (max(finish, channel free)); each
+  # destination's start and the last arrival are recomputed from it after the loop
+  # (`_transfer_times`), so the carry holds one number per op instead of D + 1
+  send_t0: jnp.ndarray
   cur: jnp.ndarray  # () int32 op whose successor edges are being processed
   ptr: jnp.ndarray  # () int32 next edge of `cur` to process
   end: jnp.ndarray  # () int32 one past the last edge of `cur`
@@ -147,7 +163,7 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
   carry = _Carry(
       it=jnp.int32(0), levels=levels, free=jnp.zeros(d, dt), chan=jnp.zeros(d, dt),
       ready=zeros, pending=pg.num_preds.astype(jnp.int32), start=zeros, finish=zeros,
-      send_start=jnp.zeros((np_, d), dt), send_end=zeros, cur=jnp.int32(0),
+      send_t0=zeros, cur=jnp.int32(0),
       ptr=jnp.int32(0), end=jnp.int32(0),
       cur_avail=jnp.zeros(d, dt))
 
@@ -193,7 +209,7 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
     mask = cons[op] & (dev_ids != dstar)  # rule 3
     times = lat[dstar] + out_bytes[op] / bw[dstar]
     t0 = jnp.maximum(fin, c.chan[dstar])
-    starts, arrival = _sequential_transfers(t0, times, mask)
+    _, arrival = _sequential_transfers(t0, times, mask)
     chan_new = jnp.where(mask.any(), arrival[-1], c.chan[dstar])
     on_d = do & (dev_ids == dstar)
     drop_op = jnp.where(do, op, np_)
@@ -203,9 +219,7 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
         ready=ready, pending=pending,
         start=c.start.at[drop_op].set(s, mode="drop"),
         finish=c.finish.at[drop_op].set(fin, mode="drop"),
-        send_start=c.send_start.at[drop_op].set(starts, mode="drop"),
-        send_end=c.send_end.at[drop_op].set(jnp.where(mask.any(), arrival[-1], -INF),
-                                            mode="drop"),
+        send_t0=c.send_t0.at[drop_op].set(t0, mode="drop"),
         cur=jnp.where(do, op, c.cur),
         ptr=jnp.where(do, pg.succ_ptr[op], ptr),
         end=jnp.where(do, pg.succ_ptr[op + 1], c.end),
@@ -213,13 +227,26 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
 
   c = jax.lax.while_loop(lambda c: c.it < pg.num_iters, body, carry)
   makespan, start, finish, events = _schedule_events(pg, topo, place, cons, c.start, c.finish,
-                                                     c.send_start, c.send_end, dt)
+                                                     c.send_t0, dt)
   if root is not None:  # members report their group's times
     start, finish = start[root], finish[root]
   return makespan, start, finish, events
 
 
-def _schedule_events(pg, topo, place, cons, start, finish, tstart, send_end, dt):
+def _transfer_times(pg, topo, place, cons, send_t0, dt):
+  """(tstart (Np, D), send_end (Np,)) of every op as the loop made them: the start of u's
+  transfer to each device e it sends to, and the arrival of its last transfer (-inf if it sends
+  none). The same additions, in the same order, as the loop's `_sequential_transfers` from the
+  channel start it recorded, so the times are bit-identical to the loop's."""
+  d = topo.speed.shape[0]
+  tmask = cons & (jnp.arange(d)[None, :] != place[:, None])  # (Np, D)
+  times = (jnp.asarray(topo.latency, dt)[place]
+           + pg.out_bytes.astype(dt)[:, None] / jnp.asarray(topo.bandwidth, dt)[place])
+  tstart, arrival = _sequential_transfers(send_t0, times, tmask)
+  return tstart, jnp.where(tmask.any(-1), arrival[:, -1], -INF)
+
+
+def _schedule_events(pg, topo, place, cons, start, finish, send_t0, dt):
   """Makespan (rule 6) and the memory events of rule 7 from the committed schedule."""
   np_ = pg.cost.shape[0]
   d = topo.speed.shape[0]
@@ -231,6 +258,7 @@ def _schedule_events(pg, topo, place, cons, start, finish, tstart, send_end, dt)
   # Transfers of every op as the loop made them: tstart[u, e] where u sends to e, and the
   # arrival of u's last transfer (its latest: one channel, back to back) in send_end.
   tmask = cons & (dev_ids[None, :] != place[:, None])  # (Np, D)
+  tstart, send_end = _transfer_times(pg, topo, place, cons, send_t0, dt)
   # last_use[u, e]: latest finish of u's consumers on device e.
   recv_dev = place[pg.receivers]
   last_use = jnp.full((np_, d), -INF, dt).at[pg.senders, recv_dev].max(
@@ -255,134 +283,63 @@ def _schedule_events(pg, topo, place, cons, start, finish, tstart, send_end, dt)
   c_t1 = last_use[pg.senders, recv_dev]
   copy_b = sized(out_b[pg.senders], c_t0, c_t1, rep)
 
-  # Memory events (+bytes at alloc, -bytes at free); peaks are taken in `_peak_memory`.
+  # Memory events (+bytes at alloc, -bytes at free); peaks are taken in `peak_memory`.
   ev_dev = jnp.concatenate([place, place, recv_dev, place, recv_dev])
   ev_time = jnp.concatenate([out_end, finish, c_t1, start, c_t0])
   ev_delta = jnp.concatenate([-own_out, -own_tmp, -copy_b, own_out + own_tmp, copy_b])
   ev_time = jnp.where(ev_delta != 0, ev_time, 0.0)  # weightless events: keep times finite
-  base = jax.ops.segment_sum(jnp.where(real, pg.param_bytes.astype(dt), 0.0), place,
-                             num_segments=d)
-  return makespan, start, finish, _Events(time=ev_time, dev=ev_dev, delta=ev_delta, base=base)
+  # Resident parameter bytes per op; summed per device by `simulate_padded` over the whole
+  # batch (`resident_base`), outside any sub-batching, so the float sum is the same whatever
+  # the block size.
+  resident = jnp.where(real, pg.param_bytes.astype(dt), 0.0)
+  return makespan, start, finish, Events(time=ev_time, dev=ev_dev, delta=ev_delta,
+                                          base=(resident, place))
 
 
-@flax.struct.dataclass
-class _Events:
-  """Memory alloc/free events of a batch of schedules (rule 7)."""
-  time: jnp.ndarray  # (B, M) seconds, >= 0
-  dev: jnp.ndarray  # (B, M) int32 device
-  delta: jnp.ndarray  # (B, M) bytes: + alloc, - free; 0 for empty intervals and padding
-  base: jnp.ndarray  # (B, D) parameter bytes resident for the whole step
+def loop_state_bytes(num_nodes_padded: int, num_devices: int, itemsize: int = 4) -> int:
+  """Estimated bytes of the commit loop's state per action: the D min-trees (every level)
+  and the per-op arrays (ready, pending, start, finish, send_t0, priority position)."""
+  levels, arity = tree_shape(num_nodes_padded)
+  tree = num_devices * sum(arity ** l for l in range(levels + 1))
+  return itemsize * (tree + 6 * num_nodes_padded)
 
 
-def _sortable_bits(x):
-  """Unsigned integers that order like the floats `x` (-0.0 == 0.0): uint32, or uint64."""
-  itype, utype = ((jnp.int64, jnp.uint64) if x.dtype == jnp.float64 else
-                  (jnp.int32, jnp.uint32))
-  # -0.0 -> 0.0 by a select: XLA's simplifier drops `x + 0.0`.
-  bits = jax.lax.bitcast_convert_type(jnp.where(x == 0, jnp.zeros_like(x), x), itype)
-  bits = jnp.where(bits < 0, bits ^ jnp.iinfo(itype).max, bits)  # negatives: reverse order
-  return (bits ^ jnp.iinfo(itype).min).astype(utype)  # flip the sign bit: unsigned order
+def block_size(block: Optional[int], batch: int, num_nodes_padded: int = 1024,
+               num_devices: int = 8, itemsize: int = 4) -> int:
+  """Actions per sequential sub-batch of the commit loop for a batch of `batch` (0: the whole
+  batch in one loop): the batch split into equal sub-batches of at most `block` (so at most
+  one row per sub-batch is padding). None picks `block` by backend: on a CPU the power of two
+  in [CPU_BLOCK_MIN, CPU_BLOCK_MAX] nearest below CPU_BLOCK_BYTES / `loop_state_bytes`;
+  elsewhere 0."""
+  if block is None:
+    block = 0
+    if jax.default_backend() == "cpu":
+      fit = CPU_BLOCK_BYTES // loop_state_bytes(num_nodes_padded, num_devices, itemsize)
+      block = min(max(1 << max(int(fit).bit_length() - 1, 0), CPU_BLOCK_MIN), CPU_BLOCK_MAX)
+  if block < 0:
+    raise ValueError(f"simulate_padded: block must be >= 0, got {block}")
+  if not 0 < block < batch:
+    return 0
+  parts = -(-batch // block)  # equal sub-batches of at most `block`: little padding
+  return -(-batch // parts)
 
 
-def rank_order(x):
-  """Stable ascending order of each row of `x` (B, M), and a key of each sorted element.
-
-  Returns (order, key): `x[b, order[b]]` is sorted with ties in index order, and key[b, k] is
-  an integer equal for two sorted elements exactly when their values are equal. XLA's CPU sort
-  is fast only for a single integer operand (about 8x faster than a sort with a payload or with
-  float keys, measured here), so instead of sorting (value, index) pairs it sorts
-  `value_bits << index_bits | index` packed into one uint64 (64-bit integers are enabled for
-  this sort alone). float64 values leave no room for the index: they are first replaced by
-  their exact rank (a sort of the bits and a binary search).
-  """
-  m = x.shape[-1]
-  idx_bits = max(1, (m - 1).bit_length())
-  bits = _sortable_bits(x)
-  with jax.enable_x64(True):
-    idx = jnp.arange(m, dtype=jnp.uint64)
-    if bits.dtype == jnp.uint64:  # float64: exact ranks fit in idx_bits
-      ranks = jax.vmap(lambda s, q: jnp.searchsorted(s, q, side="left", method="scan"))(
-          jax.lax.sort(bits, dimension=-1), bits)
-      bits = ranks.astype(jnp.uint32)
-    key = jax.lax.sort((bits.astype(jnp.uint64) << idx_bits) | idx, dimension=-1)
-    order = (key & ((1 << idx_bits) - 1)).astype(jnp.int32)
-    return order, (key >> idx_bits).astype(jnp.uint32)  # float32 bits or a rank: 32 bits
-
-
-def _peak_memory(ev: _Events, method: Optional[str] = None):
-  """(B, D) peak bytes: the running sum per device, sampled after all events of an instant.
-
-  Half-open intervals make a free and an alloc at the same instant not overlap, so the live
-  bytes that count at instant t are those after every event at t; the order of events within
-  an instant is irrelevant. `method` "scan" (the default on a CPU) makes one sequential pass over
-  the events in time order; "segments" (the default elsewhere) sorts by (device, time) and takes
-  cumulative sums. Both give the same peaks up to float rounding (the order of the additions).
-  """
-  if method is None:
-    method = "scan" if jax.default_backend() == "cpu" else "segments"
-  if method not in ("scan", "segments"):
-    raise ValueError(f"_peak_memory: method must be 'scan' or 'segments', got {method!r}")
-  if method == "segments" and _segment_key_bits(ev) <= 64:
-    return _peak_memory_segments(ev)
-  order, key = rank_order(ev.time)
-  dev = jnp.take_along_axis(ev.dev, order, -1)
-  delta = jnp.take_along_axis(ev.delta, order, -1)
-  last = jnp.concatenate([key[:, 1:] != key[:, :-1], jnp.ones_like(key[:, :1], bool)], -1)
-  d = ev.base.shape[-1]
-  dev_ids = jnp.arange(d)
-
-  def step(carry, x):
-    running, peak = carry
-    dv, dl, end = x
-    running = running + jnp.where(dv[:, None] == dev_ids, dl[:, None], 0.0)
-    peak = jnp.where(end[:, None], jnp.maximum(peak, running), peak)
-    return (running, peak), None
-
-  zero = jnp.zeros_like(ev.base)
-  (_, peak), _ = jax.lax.scan(step, (zero, zero), (dev.T, delta.T, last.T))
-  return ev.base + peak
-
-
-def _segment_key_bits(ev: _Events) -> int:
-  """Bits of the packed (device, float32 time, index) key; float64 times do not fit (> 64)."""
-  m, d = ev.time.shape[-1], ev.base.shape[-1]
-  time_bits = 32 if ev.time.dtype == jnp.float32 else 64
-  return max(1, (d - 1).bit_length()) + time_bits + max(1, (m - 1).bit_length())
-
-
-def _peak_memory_segments(ev: _Events):
-  """`_peak_memory` without a sequential pass: on a GPU the scan's M steps of (B, D) work each
-  cost a kernel launch (N = 1000, B = 1024 on an H200: 59 ms against 2 ms for this).
-
-  One packed uint64 sort by (device, time, index) makes each device's events a contiguous
-  segment in time order; a cumulative sum minus its value before the segment is the device's
-  running sum; sampled at the last event of each (device, instant) and maxed per device.
-  """
-  m, d = ev.time.shape[-1], ev.base.shape[-1]
-  idx_bits = max(1, (m - 1).bit_length())
-  with jax.enable_x64(True):
-    key = ((ev.dev.astype(jnp.uint64) << (32 + idx_bits))
-           | (_sortable_bits(ev.time).astype(jnp.uint64) << idx_bits)
-           | jnp.arange(m, dtype=jnp.uint64))
-    key = jax.lax.sort(key, dimension=-1)
-    order = (key & ((1 << idx_bits) - 1)).astype(jnp.int32)
-    instant = key >> idx_bits  # (device, time): equal within an instant
-    dev = (key >> (32 + idx_bits)).astype(jnp.int32)
-    last = jnp.concatenate([instant[:, 1:] != instant[:, :-1],
-                            jnp.ones_like(instant[:, :1], bool)], -1)
-  delta = jnp.take_along_axis(ev.delta, order, -1)
-  total = jnp.cumsum(delta, -1)
-  first = jnp.concatenate([jnp.ones_like(dev[:, :1], bool), dev[:, 1:] != dev[:, :-1]], -1)
-  # The cumulative sum just before each event's segment began (its start index, carried along).
-  start = jax.lax.cummax(jnp.where(first, jnp.arange(m, dtype=jnp.int32), 0), axis=1)
-  before = jnp.take_along_axis(total - delta, start, -1)
-  sampled = jnp.where(last, total - before, 0.0)
-  peak = jax.vmap(lambda v, g: jax.ops.segment_max(v, g, num_segments=d))(sampled, dev)
-  return ev.base + jnp.maximum(peak, 0.0)  # devices without events: the scan's zero start
+def _blocked(fn, block: int, *xs):
+  """fn over the rows of xs (pytrees with the batch first) in sequential sub-batches of
+  `block` (`lax.map`'s batch_size: vmapped within a sub-batch). The batch is first padded to a
+  multiple of `block` with copies of its first row (sliced off after), so the loop is compiled
+  for one sub-batch shape only."""
+  b = jax.tree_util.tree_leaves(xs)[0].shape[0]
+  pad = -b % block
+  padded_xs = jax.tree_util.tree_map(
+      lambda x: jnp.concatenate([x, jnp.repeat(x[:1], pad, 0)]) if pad else x, xs)
+  out = jax.lax.map(lambda row: fn(*row), padded_xs, batch_size=block)
+  return jax.tree_util.tree_map(lambda x: x[:b], out)
 
 
 def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
-                    fuse=None, peak_method: Optional[str] = None) -> SimResult:
+                    fuse=None, peak_method: Optional[str] = None,
+                    block: Optional[int] = None) -> SimResult:
   """Pure, traceable simulator: placement (B, Np) int, priority (B, Np) float.
 
   Results keep the padded node axis. Padded nodes must carry a valid device id (e.g. 0); their
@@ -390,7 +347,10 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   `fuse` (B, Np) bool applies design.md section 4.1 (the graph must be padded with
   `fusion=True`; padded entries must be False); a fused member reports its group's times.
   `peak_method` ("scan" or "segments"; None: by backend) picks how memory peaks are summed
-  (`_peak_memory`); a static argument under jit.
+  (`memory_peaks.peak_memory`); a static argument under jit. `block` (static; None: `block_size`'s
+  default for the backend) runs the commit loop over sequential sub-batches of that many
+  actions: the same results, bit for bit, but on a CPU each sub-batch's loop state stays in
+  the core's cache (module docstring).
   """
   if fuse is not None and pg.fusion is None:
     raise ValueError("simulate_padded(fuse=...) needs a graph padded with fusion tables "
@@ -398,16 +358,48 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   # Ops by priority descending, ties by lowest id; padding last.
   key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
   pos2op, _ = rank_order(key)
-  makespan, start, finish, events = jax.vmap(
-      _simulate_one, in_axes=(None, None, 0, 0, None if fuse is None else 0))(
-          pg, topology, placement, pos2op, fuse)
-  peak = _peak_memory(events, peak_method)
+  one = lambda pl, po, fu: _simulate_one(pg, topology, pl, po, fu)
+  blk = block_size(block, placement.shape[0], pg.cost.shape[-1], topology.speed.shape[-1],
+                   jnp.dtype(_dtype()).itemsize)
+  if blk:
+    makespan, start, finish, events = _blocked(one, blk, placement, pos2op, fuse)
+  else:
+    makespan, start, finish, events = jax.vmap(
+        one, in_axes=(0, 0, None if fuse is None else 0))(placement, pos2op, fuse)
+  events = resident_base(events, topology.speed.shape[-1])
+  peak = peak_memory(events, peak_method)  # the whole batch at once: one sort
   oom = jnp.any(peak > jnp.asarray(topology.mem_capacity, peak.dtype), -1)
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)
 
 
-_simulate_jit = jax.jit(simulate_padded, static_argnames=("peak_method",))
+_simulate_jit = jax.jit(simulate_padded, static_argnames=("peak_method", "block"))
 _PAD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@functools.partial(jax.jit, static_argnames=("sharding",))
+def _simulate_split(pg, topology, *batch, sharding):
+  """`simulate_padded` with the batch split across the sharding's devices, each device
+  simulating its own part (`sharding.map_batch`: its own loop, sub-batched on a CPU)."""
+  return sharding_lib.map_batch(lambda g, t, *x: simulate_padded(g, t, *x), sharding,
+                                (pg, topology), batch)
+
+
+def _jitted_for(placement):
+  """The jitted simulator `simulate` runs for a prepared placement batch (`prepare_batch`):
+  split per device where the batch is split across devices, else `_simulate_jit`."""
+  sharding = getattr(placement, "sharding", None)
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    return functools.partial(_simulate_split, sharding=sharding)
+  return _simulate_jit
+
+
+def lower(pg: PaddedGraph, topology: Topology, *batch):
+  """The lowered computation `simulate` runs on a prepared batch (`prepare_batch`'s placement,
+  priority[, fuse]); `.compile()` it to time compilation apart (simulator.benchmark)."""
+  sharding = getattr(batch[0], "sharding", None)
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    return _simulate_split.lower(pg, topology, *batch, sharding=sharding)
+  return _simulate_jit.lower(pg, topology, *batch)
 
 
 def padded(graph: CompGraph, fusion: bool = False) -> PaddedGraph:
@@ -494,9 +486,10 @@ def simulate(graph: CompGraph, topology: Topology, placement, priority,
   b, n = placement.shape
   if fuse is None:
     pg, pl, pr = prepare_batch(graph, placement, priority, batch_bucket, shard)
-    res = _simulate_jit(pg, topology, pl, pr)
+    batch = (pl, pr)
   else:
     pg, pl, pr, fu = prepare_batch(graph, placement, priority, batch_bucket, shard, fuse)
-    res = _simulate_jit(pg, topology, pl, pr, fu)
+    batch = (pl, pr, fu)
+  res = _jitted_for(batch[0])(pg, topology, *batch)
   return SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
                    finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])
