@@ -21,9 +21,9 @@ N ops:
   state of a whole batch does not fit the cache, a sub-batch's does. The state is kept small
   for the same reason: per op, the loop records only when its send channel starts
   (`send_t0`); each transfer's start is recomputed after the loop.
-* Memory peaks are computed after the loop, for the whole batch at once, from the alloc/free
-  events each schedule makes (`simulator.memory_peaks`: one packed sort and a running sum per
-  device).
+* Memory peaks are computed after the loop (per sub-batch where there are sub-batches, while
+  its events are in the cache; else for the whole batch at once) from the alloc/free events
+  each schedule makes (`simulator.memory_peaks`: one packed sort and a running sum per device).
 
 Times are float32 (float64 when jax_enable_x64 is on). `simulate` is the host API (validation,
 padding, caching); `simulate_padded` is the pure function to call inside other jitted code.
@@ -288,9 +288,10 @@ def _schedule_events(pg, topo, place, cons, start, finish, send_t0, dt):
   ev_time = jnp.concatenate([out_end, finish, c_t1, start, c_t0])
   ev_delta = jnp.concatenate([-own_out, -own_tmp, -copy_b, own_out + own_tmp, copy_b])
   ev_time = jnp.where(ev_delta != 0, ev_time, 0.0)  # weightless events: keep times finite
-  # Resident parameter bytes per op; summed per device by `simulate_padded` over the whole
-  # batch (`resident_base`), outside any sub-batching, so the float sum is the same whatever
-  # the block size.
+  # Resident parameter bytes per op, summed per device by `simulate_padded`
+  # (`memory_peaks.resident_base`) outside this function: summed here, inside the vmapped
+  # loop's program, XLA:CPU added them in another order in sub-batches than in one batch
+  # (peaks differed in the last bits); there the sum is the same for every block size.
   resident = jnp.where(real, pg.param_bytes.astype(dt), 0.0)
   return makespan, start, finish, Events(time=ev_time, dev=ev_dev, delta=ev_delta,
                                           base=(resident, place))
@@ -358,16 +359,21 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   # Ops by priority descending, ties by lowest id; padding last.
   key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
   pos2op, _ = rank_order(key)
+  d = topology.speed.shape[-1]
   one = lambda pl, po, fu: _simulate_one(pg, topology, pl, po, fu)
-  blk = block_size(block, placement.shape[0], pg.cost.shape[-1], topology.speed.shape[-1],
+  blk = block_size(block, placement.shape[0], pg.cost.shape[-1], d,
                    jnp.dtype(_dtype()).itemsize)
   if blk:
-    makespan, start, finish, events = _blocked(one, blk, placement, pos2op, fuse)
+    def row(pl, po, fu):  # one action through the loop and its memory peaks (a batch of 1)
+      makespan, start, finish, events = one(pl, po, fu)
+      events = jax.tree_util.tree_map(lambda x: x[None], events)
+      return makespan, start, finish, peak_memory(resident_base(events, d), peak_method)[0]
+    # each sub-batch's events are summed while they are in the cache
+    makespan, start, finish, peak = _blocked(row, blk, placement, pos2op, fuse)
   else:
     makespan, start, finish, events = jax.vmap(
         one, in_axes=(0, 0, None if fuse is None else 0))(placement, pos2op, fuse)
-  events = resident_base(events, topology.speed.shape[-1])
-  peak = peak_memory(events, peak_method)  # the whole batch at once: one sort
+    peak = peak_memory(resident_base(events, d), peak_method)  # the whole batch: one sort
   oom = jnp.any(peak > jnp.asarray(topology.mem_capacity, peak.dtype), -1)
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)
 

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import CompGraph, Topology, reference_simulate, simulate
+from simulator import CompGraph, Topology, preset, reference_simulate, simulate
 from simulator.padding import pad_graph
 from simulator.simulate import simulate_padded
+from simulator.sources import load_graph
 
 NP, EP = 64, 256  # one bucket for every random graph: one compile per device count
 
@@ -239,6 +240,43 @@ def test_public_simulate_reuses_its_compilation():
   simulate(g2, topo, place2, prio2)
   simulate(g2, topo, place2[:3], prio2[:3])  # B=3 pads to the same batch bucket of 4
   assert sim._simulate_jit._cache_size() == before
+
+
+def test_sub_batches_are_bit_identical():
+  """simulate_padded(block=k): the batch in sequential sub-batches of at most k (padded with
+  copies of row 0), each with its own memory peaks, gives every field bit for bit as one batch
+  does, plain and fused (float32 times, large byte counts: any change in the order of the float
+  sums would show)."""
+  from tests.test_fusion import random_fusion_instance  # pylint: disable=g-import-not-at-top
+  from simulator.simulate import block_size  # pylint: disable=g-import-not-at-top
+  g = load_graph("layered:n=120,width=11,seed=3")
+  topo = preset("nvlink4")
+  rng = np.random.default_rng(0)
+  place, prio = rng.integers(0, 4, (10, g.num_nodes)), rng.random((10, g.num_nodes))
+  fg, ftopo, fplace, fprio, fuse = random_fusion_instance(7, 30, 3)
+  fuse = np.concatenate([fuse, fuse, fuse[:2]])
+  fplace, fprio = np.concatenate([fplace] * 2 + [fplace[:2]]), np.concatenate(
+      [fprio] * 2 + [fprio[:2]])
+  for graph, t, pl_, pr_, fu in ((g, topo, place, prio, None),
+                                 (fg, ftopo, fplace, fprio, fuse)):
+    pg = pad_graph(graph, fusion=fu is not None)
+    np_ = pg.num_nodes_padded
+    pl = np.zeros((10, np_), np.int32)
+    pr = np.zeros((10, np_), np.float32)
+    pl[:, :graph.num_nodes], pr[:, :graph.num_nodes] = pl_, pr_
+    fu = None if fu is None else np.pad(fu, ((0, 0), (0, np_ - fu.shape[1])))
+    args = (pg, t, pl, pr) + (() if fu is None else (fu,))
+    sim_jit = jax.jit(simulate_padded, static_argnames=("block",))
+    whole = jax.tree_util.tree_map(np.asarray, sim_jit(*args, block=0))
+    for block in (3, 4):  # 4 x 3 rows (2 padded); 3 x 4 (2 padded)
+      assert block_size(block, 10) == block
+      part = jax.tree_util.tree_map(np.asarray, sim_jit(*args, block=block))
+      for name in ("makespan", "start", "finish", "peak_memory", "oom"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(whole, name), err_msg=name)
+  assert block_size(None, 1024, 1024, 8) == 64 or jax.default_backend() != "cpu"
+  assert block_size(64, 100) == 50 and block_size(0, 100) == 0 and block_size(200, 100) == 0
+  with pytest.raises(ValueError, match="block must be >= 0"):
+    block_size(-1, 10)
 
 
 def test_vmap_over_topologies():
