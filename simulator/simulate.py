@@ -233,13 +233,12 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
   return makespan, start, finish, events
 
 
-def _transfer_times(pg, topo, place, cons, send_t0, dt):
+def _transfer_times(pg, topo, place, tmask, send_t0, dt):
   """(tstart (Np, D), send_end (Np,)) of every op as the loop made them: the start of u's
-  transfer to each device e it sends to, and the arrival of its last transfer (-inf if it sends
-  none). The same additions, in the same order, as the loop's `_sequential_transfers` from the
-  channel start it recorded, so the times are bit-identical to the loop's."""
-  d = topo.speed.shape[0]
-  tmask = cons & (jnp.arange(d)[None, :] != place[:, None])  # (Np, D)
+  transfer to each device e it sends to (tmask (Np, D): where it sends), and the arrival of its
+  last transfer (-inf if it sends none). The same additions, in the same order, as the loop's
+  `_sequential_transfers` from the channel start it recorded, so the times are bit-identical
+  to the loop's."""
   times = (jnp.asarray(topo.latency, dt)[place]
            + pg.out_bytes.astype(dt)[:, None] / jnp.asarray(topo.bandwidth, dt)[place])
   tstart, arrival = _sequential_transfers(send_t0, times, tmask)
@@ -258,7 +257,7 @@ def _schedule_events(pg, topo, place, cons, start, finish, send_t0, dt):
   # Transfers of every op as the loop made them: tstart[u, e] where u sends to e, and the
   # arrival of u's last transfer (its latest: one channel, back to back) in send_end.
   tmask = cons & (dev_ids[None, :] != place[:, None])  # (Np, D)
-  tstart, send_end = _transfer_times(pg, topo, place, cons, send_t0, dt)
+  tstart, send_end = _transfer_times(pg, topo, place, tmask, send_t0, dt)
   # last_use[u, e]: latest finish of u's consumers on device e.
   recv_dev = place[pg.receivers]
   last_use = jnp.full((np_, d), -INF, dt).at[pg.senders, recv_dev].max(
