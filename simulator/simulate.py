@@ -390,21 +390,20 @@ def _simulate_split(pg, topology, *batch, sharding):
 
 
 def _jitted_for(placement):
-  """The jitted simulator `simulate` runs for a prepared placement batch (`prepare_batch`):
-  split per device where the batch is split across devices, else `_simulate_jit`."""
+  """(jitted simulator, its static keyword arguments) that `simulate` runs for a prepared
+  placement batch (`prepare_batch`): split per device where the batch is split across devices,
+  else `_simulate_jit`."""
   sharding = getattr(placement, "sharding", None)
   if isinstance(sharding, jax.sharding.NamedSharding):
-    return functools.partial(_simulate_split, sharding=sharding)
-  return _simulate_jit
+    return _simulate_split, {"sharding": sharding}
+  return _simulate_jit, {}
 
 
 def lower(pg: PaddedGraph, topology: Topology, *batch):
   """The lowered computation `simulate` runs on a prepared batch (`prepare_batch`'s placement,
   priority[, fuse]); `.compile()` it to time compilation apart (simulator.benchmark)."""
-  sharding = getattr(batch[0], "sharding", None)
-  if isinstance(sharding, jax.sharding.NamedSharding):
-    return _simulate_split.lower(pg, topology, *batch, sharding=sharding)
-  return _simulate_jit.lower(pg, topology, *batch)
+  fn, static = _jitted_for(batch[0])
+  return fn.lower(pg, topology, *batch, **static)
 
 
 def padded(graph: CompGraph, fusion: bool = False) -> PaddedGraph:
@@ -495,6 +494,7 @@ def simulate(graph: CompGraph, topology: Topology, placement, priority,
   else:
     pg, pl, pr, fu = prepare_batch(graph, placement, priority, batch_bucket, shard, fuse)
     batch = (pl, pr, fu)
-  res = _jitted_for(batch[0])(pg, topology, *batch)
+  fn, static = _jitted_for(batch[0])
+  res = fn(pg, topology, *batch, **static)
   return SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
                    finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])
