@@ -30,8 +30,10 @@ import math
 import os
 import platform
 import re
+import signal
 import sys
 import tempfile
+import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from absl import app, flags
@@ -243,6 +245,9 @@ def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
   def wrapped(argv: List[str]) -> None:
     try:
       main(argv)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: one line, the shell's status for SIGINT
+      fail("interrupted (training runs and resumable sweeps keep what they finished: rerun "
+           "the command to resume)", exitcode=130)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
       os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
       sys.exit(1)
@@ -263,10 +268,23 @@ def prepare(module_name: str, doc: Optional[str] = None) -> None:
   quiet_third_party()
 
 
+def _terminate_as_interrupt() -> None:
+  """SIGTERM (`kill`, a batch scheduler's pre-emption) raises KeyboardInterrupt as Ctrl-C does,
+  so that a run stopped either way unwinds the same path: trainers checkpoint the updates done
+  (`training.loop._run_chunks`) and results files stay whole (they are written atomically)."""
+  if threading.current_thread() is not threading.main_thread():
+    return  # signal handlers can only be installed from the main thread
+
+  def handler(signum, frame):  # pylint: disable=unused-argument
+    raise KeyboardInterrupt(f"signal {signum}")
+  signal.signal(signal.SIGTERM, handler)
+
+
 def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
         argv: Optional[Sequence[str]] = None) -> None:
   """Console-script and `python -m` entry point of a launcher (module docstring)."""
   prepare(main.__module__ if main.__module__ != "__main__" else sys.argv[0], doc)
+  _terminate_as_interrupt()
   app.run(wrap_main(main), argv=list(argv) if argv is not None else None,
           flags_parser=_parse_flags)
 

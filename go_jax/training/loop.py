@@ -203,6 +203,17 @@ def open_checkpoints(workdir: str, config, state, keep: int):
   return checkpointer, state, step
 
 
+def _checkpoint_interrupted(checkpointer, state, saved: int) -> None:
+  """Saves `state` when a run is interrupted after its last checkpoint (`saved`), unless a
+  checkpoint of that step exists already (an interrupt during its own save)."""
+  step = int(state.step)
+  if checkpointer is None or step == saved or step in set(checkpointer.all_steps()):
+    return
+  checkpointer.save(step, state)
+  checkpointer.wait()
+  logging.warning("interrupted: checkpointed update %d; rerun the command to resume", step)
+
+
 def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
                 checkpoint_every: int = 0, progress=None, deadline: Optional[float] = None,
                 history: Optional[list] = None,
@@ -213,27 +224,36 @@ def _run_chunks(trainer, state, *, total: int, logger=None, checkpointer=None,
   per_call = trainer.hp.updates_per_call
   speed: Dict[str, float] = {}
   saved = int(state.step)  # a fresh run's step 0 or the checkpoint it resumed from
-  while int(state.step) < total:
-    state, metrics = trainer.update_chunk(state)
-    metrics = jax.device_get(metrics)
-    step = int(state.step)
-    if progress is not None:
-      speed = progress.update(step, {k: float(metrics[k][-1]) for k in progress_metrics})
-    for u in range(per_call):
-      row = _scalar_metrics(metrics, u)
-      if u == per_call - 1:
-        row.update(speed)
-      if history is not None:
-        history.append(dict(row, step=step - per_call + 1 + u))
+  done = state  # the newest state whose metrics are logged: what an interrupt checkpoints
+  try:
+    while int(state.step) < total:
+      state, metrics = trainer.update_chunk(state)
+      metrics = jax.device_get(metrics)
+      step = int(state.step)
+      if progress is not None:
+        speed = progress.update(step, {k: float(metrics[k][-1]) for k in progress_metrics})
+      for u in range(per_call):
+        row = _scalar_metrics(metrics, u)
+        if u == per_call - 1:
+          row.update(speed)
+        if history is not None:
+          history.append(dict(row, step=step - per_call + 1 + u))
+        if logger is not None:
+          logger.write(step - per_call + 1 + u, row)
       if logger is not None:
-        logger.write(step - per_call + 1 + u, row)
-    if logger is not None:
-      logger.flush()
-    if checkpointer is not None and (step % checkpoint_every == 0 or step >= total):
-      checkpointer.save(step, state)
-      saved = step
-    if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
-      break  # checked after each call, so at least one call runs (process 0's clock decides)
+        logger.flush()
+      done = state
+      if checkpointer is not None and (step % checkpoint_every == 0 or step >= total):
+        checkpointer.save(step, state)
+        saved = step
+      if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
+        break  # checked after each call, so at least one call runs (process 0's clock decides)
+  except KeyboardInterrupt:
+    # Ctrl-C or SIGTERM (the launchers turn it into KeyboardInterrupt, experiments/cli.py):
+    # keep the updates done so far, so that rerunning the command resumes from here rather
+    # than from the last periodic checkpoint.
+    _checkpoint_interrupted(checkpointer, done, saved)
+    raise
   if checkpointer is not None and saved != int(state.step):
     checkpointer.save(int(state.step), state)  # stopped by the deadline between checkpoints
   return state, speed

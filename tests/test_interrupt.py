@@ -1,0 +1,89 @@
+"""An interrupted run keeps its work: Ctrl-C or SIGTERM during training checkpoints the updates
+done since the last periodic checkpoint (training.loop._run_chunks), and the launchers turn
+SIGTERM into that same interrupt and end it with one line and exit status 130 (experiments/cli).
+"""
+
+import os
+import signal
+import types
+
+import flax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import cli
+from go_jax.training import checkpoint, loop
+
+
+@flax.struct.dataclass
+class _State:
+  step: jnp.ndarray   # () int32: updates done
+  value: jnp.ndarray  # (3,) float32: stands in for the parameters
+
+
+class _Trainer:
+  """update_chunk adds one update; the `interrupt_at`-th call raises KeyboardInterrupt, as
+  Ctrl-C inside a jitted call does."""
+
+  def __init__(self, interrupt_at: int):
+    self.hp = types.SimpleNamespace(updates_per_call=1)
+    self.calls, self.interrupt_at = 0, interrupt_at
+
+  def update_chunk(self, state):
+    self.calls += 1
+    if self.calls == self.interrupt_at:
+      raise KeyboardInterrupt
+    new = _State(step=state.step + 1, value=state.value + 1.0)
+    return new, {"loss": np.array([float(new.step)])}
+
+
+def _fresh():
+  return _State(step=jnp.asarray(0, jnp.int32), value=jnp.zeros(3, jnp.float32))
+
+
+@pytest.mark.parametrize("interrupt_at,expected", [
+    (8, [5, 7]),  # 7 updates done, the last periodic checkpoint at 5: 7 is kept
+    (6, [5]),     # interrupted right after a checkpoint: nothing new to save
+])
+def test_interrupt_checkpoints_the_updates_done(tmp_path, interrupt_at, expected):
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"), keep=3)
+  history = []
+  with pytest.raises(KeyboardInterrupt):
+    loop._run_chunks(_Trainer(interrupt_at), _fresh(), total=20, checkpointer=ckpt,
+                     checkpoint_every=5, history=history)
+  ckpt.close()
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"), keep=3)
+  assert ckpt.all_steps() == expected
+  restored = ckpt.restore(_fresh(), expected[-1])
+  ckpt.close()
+  assert int(restored.step) == expected[-1]
+  np.testing.assert_array_equal(np.asarray(restored.value), np.full(3, expected[-1], np.float32))
+  assert [r["step"] for r in history] == list(range(1, interrupt_at))  # metrics of every update
+
+
+def test_interrupt_without_a_workdir_just_stops():
+  with pytest.raises(KeyboardInterrupt):
+    loop._run_chunks(_Trainer(3), _fresh(), total=20)
+
+
+def test_sigterm_is_an_interrupt_and_the_launcher_exits_130(capsys):
+  previous = signal.getsignal(signal.SIGTERM)
+  try:
+    cli._terminate_as_interrupt()  # pylint: disable=protected-access
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGTERM)
+      for _ in range(1000):  # the handler runs between bytecodes of the main thread
+        pass
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+  def main(argv):
+    del argv
+    raise KeyboardInterrupt
+
+  with pytest.raises(SystemExit) as e:
+    cli.wrap_main(main)(["prog"])
+  assert e.value.code == 130
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "interrupted" in err[0] and "rerun the command" in err[0]
