@@ -217,3 +217,19 @@ def test_xla_set_split_by_family(tmp_path):
   with pytest.raises(ValueError, match="both a valid and a test family"):
     xla_set.build_xla_dataset(str(tmp_path / "y"), variants=variants, valid_families=("fam_a",),
                               test_families=("fam_a",), log=None)
+
+
+def test_heldout_passes_the_search_options(monkeypatch, capsys):
+  """--population / --elite_frac / --mutant_frac reach the methods (a trained workdir can then
+  be scored with the search the shipped checkpoint uses); unset ones are not passed."""
+  from go_jax.regal import heldout  # pylint: disable=g-import-not-at-top
+  seen = {}
+
+  def fake_compare(methods, specs, topology, objective, budget, seeds, progress, **overrides):
+    seen.update(overrides)
+    return {"summary": {}}
+  monkeypatch.setattr(heldout, "compare", fake_compare)
+  heldout.main(["--methods=regal_hint", "--graphs=regal:n=20", "--checkpoint=/w",
+                "--population=160", "--mutant_frac=0"])
+  assert seen == {"checkpoint": "/w", "population": 160, "mutant_frac": 0.0}
+  capsys.readouterr()

@@ -109,6 +109,12 @@ def main(argv=None) -> None:
   parser.add_argument("--checkpoint", default=None,
                       help="the methods' checkpoint option (unset: their default, 'auto': the "
                            "shipped one), a shipped name or a training workdir")
+  parser.add_argument("--population", type=int, default=None,
+                      help="the guided search's population (unset: the checkpoint's; "
+                           "methods/regal.py SEARCH_PARAMS for a shipped one)")
+  parser.add_argument("--elite_frac", type=float, default=None, help="... its elite fraction")
+  parser.add_argument("--mutant_frac", type=float, default=None,
+                      help="... its mutant fraction")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
   args = parser.parse_args(argv)
   try:
@@ -119,7 +125,10 @@ def main(argv=None) -> None:
                      args.topology or config.topologies[0], config.objective, args.budget,
                      [int(s) for s in args.seeds.split(",")], progress=True,
                      **{k: v for k, v in (("decode", args.decode),
-                                          ("checkpoint", args.checkpoint)) if v is not None})
+                                          ("checkpoint", args.checkpoint),
+                                          ("population", args.population),
+                                          ("elite_frac", args.elite_frac),
+                                          ("mutant_frac", args.mutant_frac)) if v is not None})
   except (ValueError, OSError) as e:  # bad input: one line, exit 1 (no traceback)
     print(f"go_jax.regal.heldout: {e}", file=sys.stderr)
     raise SystemExit(1) from None
