@@ -9,8 +9,10 @@ A sweep that compiles a new program per graph shape (the REGAL table: about 900 
 every executable in JAX's caches, and each holds its own memory mappings (about 150 per cell
 there). Linux caps a process's mappings (`vm.max_map_count`, 65,530 by default); past it every
 `mmap` fails and XLA stops with "LLVM compilation error: Cannot allocate memory" although
-memory is free. `release_compiled_code_if_needed`, called by the executors after every cell,
-drops JAX's caches before that point.
+memory is free (a learned method's solve alone holds about 4,000 mappings, so a plain loop of
+about 16 `methods.solve("go", ...)` calls gets there). `release_compiled_code_if_needed`, called
+by the executors after every cell and by `methods.solve` before every solve, drops JAX's caches
+before that point.
 """
 
 from __future__ import annotations

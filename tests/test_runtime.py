@@ -75,3 +75,16 @@ def test_compiled_code_is_released_near_the_mapping_limit():
   assert runtime.releases() == released + 1
   assert runtime.memory_mappings()[0] < with_code
   assert [float(f(jnp.ones(5 + k))[-1]) for k, f in enumerate(fns)] == before_values
+
+
+def test_every_solve_checks_the_mapping_limit_first(monkeypatch):
+  """A loop of `methods.solve` calls (not only the sweep executors) drops the caches in time."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
+  calls = []
+  monkeypatch.setattr(runtime, "release_compiled_code_if_needed", lambda: calls.append(1))
+  g = sources.load_graph("chain:n=8,seed=0")
+  t = topology_spec.load_topology("nvlink2", g)
+  methods.solve("heft", g, t)
+  methods.solve("m_sct", g, t)
+  assert calls == [1, 1]

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from go_jax import objectives
+from simulator import runtime
 from simulator.graph import CompGraph, upward_rank
 from simulator.simulate import simulate
 from simulator.topology import Topology
@@ -195,6 +196,11 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
   fusion methods.
   """
   spec = get(name)
+  # A loop of solves in one process (a script, a notebook: not only the sweep executors, which
+  # call it after every cell) keeps every compiled program; a learned method's holds about
+  # 4,000 memory mappings, so about 16 such solves reach Linux's per-process limit and XLA
+  # fails with "Cannot allocate memory". Drop JAX's caches before that (simulator/runtime.py).
+  runtime.release_compiled_code_if_needed()
   priority = overrides.pop("priority", None) if spec.kind == "fusion" else None
   objectives.get_objective(objective)
   unknown = sorted(set(overrides) - set(spec.defaults))
