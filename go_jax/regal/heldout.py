@@ -86,6 +86,10 @@ def compare(method_names: Sequence[str], graph_specs: Sequence[str], topology: s
           "instances": len(rows), "summary": summary, "rows": rows}
 
 
+# Flags passed to the methods as options when given (unset: each method's default).
+METHOD_FLAGS = ("decode", "checkpoint", "population", "elite_frac", "mutant_frac")
+
+
 def _config(path: str):
   spec = importlib.util.spec_from_file_location("regal_config", path.split(":")[0])
   module = importlib.util.module_from_spec(spec)
@@ -124,11 +128,8 @@ def main(argv=None) -> None:
     result = compare([m for m in args.methods.split(",") if m], specs,
                      args.topology or config.topologies[0], config.objective, args.budget,
                      [int(s) for s in args.seeds.split(",")], progress=True,
-                     **{k: v for k, v in (("decode", args.decode),
-                                          ("checkpoint", args.checkpoint),
-                                          ("population", args.population),
-                                          ("elite_frac", args.elite_frac),
-                                          ("mutant_frac", args.mutant_frac)) if v is not None})
+                     **{k: getattr(args, k) for k in METHOD_FLAGS
+                        if getattr(args, k) is not None})
   except (ValueError, OSError) as e:  # bad input: one line, exit 1 (no traceback)
     print(f"go_jax.regal.heldout: {e}", file=sys.stderr)
     raise SystemExit(1) from None

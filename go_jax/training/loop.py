@@ -207,7 +207,7 @@ def _checkpoint_interrupted(checkpointer, state, saved: int) -> None:
   """Saves `state` when a run is interrupted after its last checkpoint (`saved`), unless a
   checkpoint of that step exists already (an interrupt during its own save)."""
   step = int(state.step)
-  if checkpointer is None or step == saved or step in set(checkpointer.all_steps()):
+  if checkpointer is None or step == saved or step in checkpointer.all_steps():
     return
   checkpointer.save(step, state)
   checkpointer.wait()
