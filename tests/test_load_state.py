@@ -299,3 +299,45 @@ def test_greedy_copy_term_keeps_a_chain_with_its_input():
   assert list(greedy(on, p_on)) == [0] * n
   np.testing.assert_allclose(on.apply(p_on, *args, leader=f.node_leader)[:n],
                              off.apply(p_off, *args, leader=f.node_leader)[:n], atol=1e-5)
+
+
+def test_group_copies_charge_a_groups_outgoing_copy_to_the_decided_device():
+  """Groups A = {a_f, a_b} and B = {b_f, b_b} in the order a_f, b_f, b_b, a_b, with b_b -> a_b
+  the only edge between them that moves bytes. A is decided first (device 0). Placing B on
+  device 1 sends b_b's output to device 0, where A's parameters already are. Without group
+  copies the decoder counts that copy only when a_b's block comes, after B's decision, so B's
+  logit of device 1 sees nothing of it. With them, B's greedy logit of device 1 drops by the
+  greedy barrier times device 0's overflow, exactly what the final estimate of the placement
+  (0, 1, 1, 0) shows; the forced (imitation) logits, whose barrier is the learned scale times
+  the overflow beyond the capacity itself, drop by that."""
+  g = CompGraph(cost=np.ones(4), senders=[0, 1, 2], receivers=[3, 2, 3],
+                out_bytes=np.array([1.0, 0.01, 1.0, 0.1]),
+                param_bytes=np.array([4.0, 0.0, 0.0, 0.0]),
+                colocation=np.array([0, 1, 1, 0]), name="group_copies")
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.0, mem_capacity=6.0)
+  f = features.graph_features(g, topo, max_devices=2)
+  q = jnp.zeros((f.node_mask.size, 4)).at[0, 0].set(10.0).at[1, 1].set(10.0)
+  args = (q, jnp.eye(2, 4), jnp.zeros(2), f.node_load, f.node_end, f.device_capacity,
+          f.device_mask, f.topo_order, f.topo_position, f.node_mask, f.senders, f.receivers,
+          f.edge_mask)
+  off = load.LoadDecoder(hidden=4, block=1)
+  on = load.LoadDecoder(hidden=4, block=1, group_copies=True)
+  params = off.init(jax.random.PRNGKey(0), *args)
+  place = jnp.asarray(np.pad([0, 1, 1, 0], (0, f.node_mask.size - 4)))
+  est = load.estimated_peak(place, f.node_load, f.node_end, f.topo_order, f.topo_position,
+                            f.node_mask, f.senders, f.receivers, f.edge_mask, 2, 1,
+                            leader=f.node_leader)
+  over = float(est[0] / f.device_capacity[0]) - 0.9  # greedy margin 0.1
+  assert over > 0.01  # the copy overflows device 0 (and A alone does not: 5.1 of 6)
+  greedy = {name: np.asarray(dec.apply(params, *args, mode="greedy", leader=f.node_leader))
+            for name, dec in (("off", off), ("on", on))}
+  assert np.argmax(greedy["off"][0]) == 0 and np.argmax(greedy["off"][1]) == 1
+  np.testing.assert_allclose(greedy["off"][0], greedy["on"][0], atol=1e-6)
+  drop = greedy["off"][1] - greedy["on"][1]
+  np.testing.assert_allclose(drop[1], load.GREEDY_BARRIER * over, rtol=1e-3)
+  scale = float(jax.nn.softplus(params["params"]["guard_scale"]))
+  forced = [np.asarray(dec.apply(params, *args, mode="forced", placement=place,
+                                 leader=f.node_leader)) for dec in (off, on)]
+  over_exp = float(est[0] / f.device_capacity[0]) - 1.0  # the forced logits' barrier limit
+  np.testing.assert_allclose((forced[0] - forced[1])[1, 1],
+                             scale * max(over_exp, 0.0), rtol=1e-3, atol=1e-4)

@@ -136,6 +136,11 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert not full.policy.load_comm and pretrain.get_config("go,comm=1").policy.load_comm
   with pytest.raises(ValueError, match="comm must be 0 or 1"):
     pretrain.get_config("go,comm=2")
+  gc = pretrain.get_config("go,group_copies=1,greedy_block=2").policy
+  assert gc.load_group_copies and gc.load_greedy_block == 2
+  assert not full.policy.load_group_copies and full.policy.load_greedy_block == 0
+  with pytest.raises(ValueError, match="group_copies must be 0 or 1"):
+    pretrain.get_config("go,group_copies=3")
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):

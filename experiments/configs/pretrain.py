@@ -75,7 +75,10 @@ def small_policy(row: str):
 # cloning steps and PPO updates whatever the machine's load).
 # "self_imitation=C" sets PPO's self-imitation weight (go_jax/training/ppo.py; a float).
 # "comm=1" turns on the load state's copy term (policy.load_comm, go_jax/policies/load.py).
-OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm")
+# "group_copies=1" counts a colocation group's copies once both ends are decided, and
+# "greedy_block=N" sets the greedy decode's block (policy.load_group_copies / load_greedy_block).
+OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm", "group_copies",
+           "greedy_block")
 
 
 def _number(key: str, value: str):
@@ -101,8 +104,11 @@ def parse_arg(arg: str):
   for key in ("updates", "imitation_steps"):
     if key in values and values[key] < 1:
       raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
-  if values.get("comm", 0) not in (0, 1):
-    raise ValueError(f"pretrain.py: comm must be 0 or 1 in {arg!r}")
+  for key in ("comm", "group_copies"):
+    if values.get(key, 0) not in (0, 1):
+      raise ValueError(f"pretrain.py: {key} must be 0 or 1 in {arg!r}")
+  if values.get("greedy_block", 0) < 0:
+    raise ValueError(f"pretrain.py: greedy_block must be >= 0 in {arg!r}")
   return row, values
 
 
@@ -129,6 +135,10 @@ def get_config(arg: str = "go"):
     config.self_imitation_coef = opts["self_imitation"]
   if opts.get("comm"):
     config.policy.load_comm = True
+  if opts.get("group_copies"):
+    config.policy.load_group_copies = True
+  if "greedy_block" in opts:
+    config.policy.load_greedy_block = opts["greedy_block"]
   config.imitation.enabled = row not in transfer.NO_IMITATION
   config.imitation.seed = seed
   config.imitation.steps = 3000  # about what the wall-clock budget below allows on a 2-core CPU

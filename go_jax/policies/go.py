@@ -122,6 +122,8 @@ class GOPolicy(nn.Module):
   # the load state's copy term (load.py "Copy term"): each node's logit of a device drops with
   # the share of its input bytes known to be away from it, by a learned per-node weight
   load_comm: bool = False
+  # copies into and out of colocation groups counted once both groups are decided (load.py)
+  load_group_copies: bool = False
   fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
@@ -186,6 +188,7 @@ class GOPolicy(nn.Module):
       decoder = LoadDecoder(hdim, self.load_block, MASKED_LOGIT, self.load_guard,
                             greedy_margin=self.load_margin,
                             greedy_block=self.load_greedy_block, comm=self.load_comm,
+                            group_copies=self.load_group_copies,
                             name="load")
       args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,

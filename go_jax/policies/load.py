@@ -134,10 +134,16 @@ class _Layout:
   e_blk: jnp.ndarray  # (Ep,) int32 receiver's block (-1 on padding)
   e_out: jnp.ndarray  # (Ep,) float32 sender's output share (0 on padding and within a group)
   e_free: jnp.ndarray  # (Ep,) int32 block at whose start the copy is freed
+  # group copies (`group_copies`): an edge's copy is known, and committed, at the block where
+  # the later of its two ends' colocation leaders is decided (-1 on padding); else e_blk
+  e_dec: jnp.ndarray  # (Ep,) int32
+  e_lsrc: jnp.ndarray  # (Ep,) int32 topological position of the sender's leader (else e_src)
+  e_ldst: jnp.ndarray  # (Ep,) int32 ... and the receiver's (else e_dst)
+  group_copies: bool = flax.struct.field(pytree_node=False, default=False)
 
 
 def _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-            edge_mask, block: int, leader=None) -> _Layout:
+            edge_mask, block: int, leader=None, group_copies: bool = False) -> _Layout:
   n = node_load.shape[0]
   n_blk = -(-n // block)
   pad = n_blk * block - n
@@ -161,13 +167,20 @@ def _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, 
              .at[lead, slots // block].add(out).at[lead, free].add(-out))
     share = share.at[:, 1].set(jnp.where(member[:n][topo_position], 0.0, share[:, 1]))
   e_src, e_dst = topo_position[senders], topo_position[receivers]
+  e_blk = jnp.where(emask, e_dst // block, -1)
+  e_lsrc, e_ldst, e_dec = e_src, e_dst, e_blk
+  group_copies = bool(group_copies and leader is not None)
+  if group_copies:
+    e_lsrc, e_ldst = lead[e_src], lead[e_dst]
+    e_dec = jnp.where(emask, jnp.maximum(e_lsrc, e_ldst) // block, -1)
   return _Layout(
       lead=lead, group=group,
       shares=jnp.pad(share[topo_order], ((0, pad), (0, 0))).reshape(n_blk, block, 4),
       free_blk=free.reshape(n_blk, block),
-      e_src=e_src, e_dst=e_dst, e_blk=jnp.where(emask, e_dst // block, -1),
+      e_src=e_src, e_dst=e_dst, e_blk=e_blk,
       e_out=jnp.where(lead[e_src] == lead[e_dst], 0.0, e_out),  # a group shares one device
-      e_free=node_end[senders] // block + 1)
+      e_free=node_end[senders] // block + 1, e_dec=e_dec, e_lsrc=e_lsrc, e_ldst=e_ldst,
+      group_copies=group_copies)
 
 
 def _init_state(n_blk: int, block: int, dmax: int) -> LoadState:
@@ -190,8 +203,10 @@ def _commit(state: LoadState, lay: _Layout, b, p) -> LoadState:
   s = sb.shape[0]
   probs = jax.lax.dynamic_update_slice(state.probs, p, (b * s, 0))
   own = p * sb[:, 1:2]  # (S, Dmax) expected output shares per device
-  into = (lay.e_blk == b).astype(jnp.float32)[:, None]  # (Ep, 1) edges into this block
-  copies = into * lay.e_out[:, None] * probs[lay.e_dst] * (1.0 - probs[lay.e_src])
+  # the copies decided at this block: edges into it, or (group copies) edges whose later
+  # leader is decided in it, each counted where the two leaders went
+  into = (lay.e_dec == b).astype(jnp.float32)[:, None]  # (Ep, 1)
+  copies = into * lay.e_out[:, None] * probs[lay.e_ldst] * (1.0 - probs[lay.e_lsrc])
   diff = (state.diff.at[b].add(own.sum(0)).at[fb].add(-own)
           .at[lay.e_src // s].add(copies).at[lay.e_free].add(-copies))
   if lay.group is not None:  # a leader commits its group's member intervals
@@ -209,24 +224,53 @@ def _barrier_terms(state: LoadState, lay: _Layout, b):
   ((1, n_blk, Dmax); its max is H_d). Exact (a layout with colocation leaders): ahead is
   (S, n_blk, Dmax) and also adds, from b on, i's output interval, its group's member output
   intervals (a leader) and its incoming copies' intervals (each from its sender's block), so
-  that what overlaps a later, higher block is seen."""
+  that what overlaps a later, higher block is seen.
+  Returns (now, ahead, recv_iv, out_iv): recv_iv (S, n_blk, Dmax) the incoming copies'
+  intervals i brings to d if placed there (None without leaders), out_iv (S, n_blk, Dmax) the
+  outgoing copies' intervals i's group sends to device e if i is NOT on e (group copies: to
+  the members of groups decided earlier; None otherwise)."""
   s = lay.free_blk.shape[1]
   n_blk, dmax = lay.shares.shape[0], state.params.shape[0]
   sb = lay.shares[b]
   prof = _profile(state)
-  known = (lay.e_src < b * s)[:, None]
-  away = lay.e_out[:, None] * (1.0 - state.probs[lay.e_src])  # (Ep, Dmax)
-  copy = (lay.e_blk == b)[:, None] * jnp.where(known, away, lay.e_out[:, None])
-  dst = jnp.clip(lay.e_dst - b * s, 0, s - 1)
-  recv = jnp.zeros((s, dmax), jnp.float32).at[dst].add(copy)
+  base = b * s
+  in_blk = lambda pos: (pos >= base) & (pos < base + s)
+  known = (lay.e_lsrc < base)[:, None]
+  away = lay.e_out[:, None] * (1.0 - state.probs[lay.e_lsrc])  # (Ep, Dmax)
+  # incoming copies: edges whose receiver (group copies: the receiver's leader) is in block b
+  incoming = (lay.e_dec == b) & in_blk(lay.e_ldst)
+  copy = incoming[:, None] * jnp.where(known, away, lay.e_out[:, None])
+  dst = jnp.clip(lay.e_ldst - base, 0, s - 1)
+  # `now` counts the copies of the block's own receivers (a member runs later: ahead only)
+  here = (lay.e_dst >= base) & (lay.e_dst < base + s)
+  recv = jnp.zeros((s, dmax), jnp.float32).at[dst].add(copy * here[:, None])
   now = prof[b][None, :] + sb[:, 1:2] + sb[:, 2:3] + recv
   ahead = prof[None]
+  riv = out_iv = None
   if lay.group is not None:
     riv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
                      .at[dst, lay.e_src // s].add(copy)
                      .at[dst, lay.e_free].add(-copy), axis=1)[:, :n_blk]  # (S, n_blk, Dmax)
     ahead = ahead + _intervals(lay, b)[:, :, None] + riv
-  return now, ahead
+  if lay.group_copies:
+    # outgoing copies: the sender's leader is in block b, the receiver's decided before it
+    out = ((lay.e_dec == b) & in_blk(lay.e_lsrc) & (lay.e_ldst < base))[:, None] * (
+        lay.e_out[:, None] * state.probs[lay.e_ldst])
+    src = jnp.clip(lay.e_lsrc - base, 0, s - 1)
+    out_iv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
+                        .at[src, lay.e_src // s].add(out)
+                        .at[src, lay.e_free].add(-out), axis=1)[:, :n_blk]
+  return now, ahead, riv, out_iv
+
+
+def _spill(params, prof, out_iv, cap, limit):
+  """(S, Dmax) the overflow that placing each of a block's nodes on device d causes on the
+  OTHER devices through its group's outgoing copies (out_iv, _barrier_terms): device e's
+  overflow with the copies it then receives, less its overflow without them, summed over
+  e != d. params (Dmax,) and prof (n_blk, Dmax) the load before the node."""
+  over = lambda top: jnp.maximum((params + top) / cap - limit, 0.0)
+  grow = over((prof[None] + out_iv).max(1)) - over(prof.max(0))[None, :]  # (S, Dmax)
+  return grow.sum(1, keepdims=True) - grow
 
 
 def _intervals(lay: _Layout, b):
@@ -330,6 +374,9 @@ class LoadDecoder(nn.Module):
   # function of the node's query, initially `comm_init`
   comm: bool = False
   comm_init: float = 1.0
+  # group copies (module docstring): a copy into or out of a colocation group is counted when
+  # both ends' groups are decided, not when its receiver's block comes (exact decode only)
+  group_copies: bool = False
 
   @nn.compact
   def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
@@ -369,7 +416,7 @@ class LoadDecoder(nn.Module):
     dev_mask = jnp.asarray(device_mask, bool)
     cap = jnp.where(dev_mask, jnp.maximum(device_capacity, 1e-6), 1.0)
     lay = _layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-                  edge_mask, s, leader)
+                  edge_mask, s, leader, self.group_copies)
     qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
     scale = 1.0 / jnp.sqrt(jnp.float32(h))
 
@@ -386,10 +433,13 @@ class LoadDecoder(nn.Module):
       scale_b, limit = guard, 1.0
 
     def barrier(state, b):
-      now, ahead = _barrier_terms(state, lay, b)
+      now, ahead, _, out_iv = _barrier_terms(state, lay, b)
       peak = (state.params[None, :] + lay.shares[b][:, :1]
               + jnp.maximum(now, ahead.max(1)))
-      return scale_b * jnp.maximum(peak / cap[None, :] - limit, 0.0)
+      over = jnp.maximum(peak / cap[None, :] - limit, 0.0)
+      if out_iv is not None:
+        over = over + _spill(state.params, _profile(state), out_iv, cap, limit)
+      return scale_b * over
 
     def step(state: LoadState, xs):
       b, qb, fb = xs
@@ -408,8 +458,9 @@ class LoadDecoder(nn.Module):
         # what the block's earlier picks put on each device (parameters, and their output and
         # group intervals over the blocks), so that the nodes of one block cannot pile onto a
         # device unseen; the block is then committed at once.
-        now, ahead = _barrier_terms(state, lay, b)
+        now, ahead, riv, out_iv = _barrier_terms(state, lay, b)
         adds = _intervals(lay, b)  # (S, n_blk): what each pick adds to its device's profile
+        prof0 = _profile(state)
         sb = lay.shares[b]
         lead = jax.lax.dynamic_slice_in_dim(lay.lead, b * s, s)
 
@@ -418,6 +469,9 @@ class LoadDecoder(nn.Module):
           top = jnp.maximum(now[j] + inc[b], (ahead[j] + inc).max(0))
           peak = state.params + extra + sb[j, 0] + top
           over = jnp.maximum(peak / cap - limit, 0.0)
+          if out_iv is not None:  # and the copies its group sends to decided groups
+            over = over + _spill(state.params + extra, prof0 + inc, out_iv[j][None], cap,
+                                 limit)[0]
           row = logits[j] - scale_b * over
           if self.comm:  # the block's earlier picks are known too: their copies count
             row = row - w[j] * (inner[j] * (jnp.arange(s) < j)) @ (1.0 - picks)
@@ -427,8 +481,10 @@ class LoadDecoder(nn.Module):
           follow = jnp.where(local >= 0, picks[jnp.clip(local, 0, s - 1)],
                              state.probs[lead[j]])  # members follow their leader
           pick = jnp.where(local == j, pick, follow)
-          return (inc + adds[j][:, None] * pick[None, :], extra + pick * sb[j, 0],
-                  picks.at[j].set(pick)), row
+          grow = adds[j][:, None] * pick[None, :]
+          if out_iv is not None:  # the pick's copies: in on its device, out to the others
+            grow = grow + riv[j] * pick[None, :] + out_iv[j] * (1.0 - pick)[None, :]
+          return (inc + grow, extra + pick * sb[j, 0], picks.at[j].set(pick)), row
 
         init = (jnp.zeros((n_blk, dmax), jnp.float32), jnp.zeros(dmax, jnp.float32),
                 jnp.zeros((s, dmax), jnp.float32))
