@@ -45,7 +45,7 @@ greedy or forced, as the load); the block's own inputs count on no device, excep
 decode, which adds those of the block's earlier picks. The share is 0 for a node without
 inputs (its term is the same on every device: no effect).
 
-Group copies (`group_copies`, exact decode only; off in the checkpoints before 2026-11-27):
+Group copies (`group_copies`, exact decode only; off in every shipped checkpoint):
 an edge's copy is decided and committed at the block of the later of its ends' colocation
 leaders, not at its receiver's block (a late backward member's), so the decisions that cause
 it see it: a leader's barrier adds the copies into its group's members from groups decided
