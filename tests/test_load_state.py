@@ -341,3 +341,26 @@ def test_group_copies_charge_a_groups_outgoing_copy_to_the_decided_device():
   over_exp = float(est[0] / f.device_capacity[0]) - 1.0  # the forced logits' barrier limit
   np.testing.assert_allclose((forced[0] - forced[1])[1, 1],
                              scale * max(over_exp, 0.0), rtol=1e-3, atol=1e-4)
+
+
+def test_copy_to_receiver_frees_a_copy_after_its_own_receiver():
+  """a -> b, a -> c, b -> x, c -> x with a and c on device 0, b and x on device 1, order
+  a, b, c, x, and c long enough that the topological order is the schedule. a's copy on
+  device 1 is freed when b, its only consumer there, finishes (rule 7): 5 + 1 bytes at b. The
+  default estimate keeps it until a's last consumer anywhere (c), so device 1 also holds it
+  beside c's copy: 7. With `copy_to_receiver` the estimate is the simulator's peak."""
+  g = CompGraph(cost=np.array([1.0, 1.0, 10.0, 1.0]), senders=[0, 0, 1, 2],
+                receivers=[1, 2, 3, 3], out_bytes=np.array([5.0, 1.0, 1.0, 1.0]),
+                param_bytes=np.zeros(4), name="copy_to_receiver")
+  topo = Topology.uniform(2, bandwidth=1e3, latency=0.0)
+  place = np.array([0, 1, 0, 1])
+  sim = np.asarray(simulate(g, topo, place, -np.arange(4.0)).peak_memory[0])
+  f = features.graph_features(g, topo, max_devices=2)
+  total = g.param_bytes.sum() + g.out_bytes.sum()
+  est = {r: np.asarray(load.estimated_peak(
+      jnp.asarray(np.pad(place, (0, f.node_mask.size - 4))), f.node_load, f.node_end,
+      f.topo_order, f.topo_position, f.node_mask, f.senders, f.receivers, f.edge_mask, 2, 1,
+      copy_to_receiver=r)) * total for r in (False, True)}
+  np.testing.assert_allclose(sim[1], 6.0, rtol=1e-5)
+  np.testing.assert_allclose(est[True], sim, rtol=1e-5)
+  np.testing.assert_allclose(est[False][1], 7.0, rtol=1e-5)

@@ -80,6 +80,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_exact = True  # colocation groups decided at their leader, exact barrier (load.py)
   c.load_comm = False  # the copy term: input bytes away from a device lower its logit (load.py)
   c.load_group_copies = False  # copies of colocation groups counted once both are decided
+  c.load_copy_to_receiver = False  # a copy live until its receiver's block (load.py)
   c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
   return c
 

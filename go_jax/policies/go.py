@@ -124,6 +124,8 @@ class GOPolicy(nn.Module):
   load_comm: bool = False
   # copies into and out of colocation groups counted once both groups are decided (load.py)
   load_group_copies: bool = False
+  # a copy counted live until its own receiver's block, not its sender's last consumer's
+  load_copy_to_receiver: bool = False
   fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
@@ -189,6 +191,7 @@ class GOPolicy(nn.Module):
                             greedy_margin=self.load_margin,
                             greedy_block=self.load_greedy_block, comm=self.load_comm,
                             group_copies=self.load_group_copies,
+                            copy_to_receiver=self.load_copy_to_receiver,
                             name="load")
       args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,

@@ -137,6 +137,9 @@ class LoadDecoder(nn.Module):
   # group copies (module docstring): a copy into or out of a colocation group is counted when
   # both ends' groups are decided, not when its receiver's block comes (exact decode only)
   group_copies: bool = False
+  # a copy freed after its own receiver's block, not its sender's last consumer's (rule 7
+  # frees a copy on e after the last consumer ON e; this bounds it per edge)
+  copy_to_receiver: bool = False
 
   @nn.compact
   def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
@@ -176,7 +179,8 @@ class LoadDecoder(nn.Module):
     dev_mask = jnp.asarray(device_mask, bool)
     cap = jnp.where(dev_mask, jnp.maximum(device_capacity, 1e-6), 1.0)
     lay = ls.layout(node_load, node_end, topo_order, topo_position, node_mask, senders,
-                    receivers, edge_mask, s, leader, self.group_copies)
+                    receivers, edge_mask, s, leader, self.group_copies,
+                    self.copy_to_receiver)
     qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
     scale = 1.0 / jnp.sqrt(jnp.float32(h))
 

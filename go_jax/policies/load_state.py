@@ -70,11 +70,13 @@ class Layout:
 
 
 def layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-            edge_mask, block: int, leader=None, group_copies: bool = False) -> Layout:
+            edge_mask, block: int, leader=None, group_copies: bool = False,
+            copy_to_receiver: bool = False) -> Layout:
   """The graph cut into blocks of `block` nodes in topological order: per-block node shares,
   free blocks and the edges' blocks and copy sizes. With `leader` (GraphFeatures.node_leader)
   each colocation group is counted at its leader (the exact decode); `group_copies` then
-  decides each edge's copy at its later leader's block."""
+  decides each edge's copy at its later leader's block. `copy_to_receiver` frees each edge's
+  copy after its own receiver's block, not after the sender's last consumer's."""
   n = node_load.shape[0]
   n_blk = -(-n // block)
   pad = n_blk * block - n
@@ -110,8 +112,8 @@ def layout(node_load, node_end, topo_order, topo_position, node_mask, senders, r
       free_blk=free.reshape(n_blk, block),
       e_src=e_src, e_dst=e_dst, e_blk=e_blk,
       e_out=jnp.where(lead[e_src] == lead[e_dst], 0.0, e_out),  # a group shares one device
-      e_free=node_end[senders] // block + 1, e_dec=e_dec, e_lsrc=e_lsrc, e_ldst=e_ldst,
-      group_copies=group_copies)
+      e_free=(e_dst if copy_to_receiver else node_end[senders]) // block + 1,
+      e_dec=e_dec, e_lsrc=e_lsrc, e_ldst=e_ldst, group_copies=group_copies)
 
 
 def init_state(n_blk: int, block: int, dmax: int) -> LoadState:
@@ -128,8 +130,9 @@ def profile(state: LoadState) -> jnp.ndarray:
 
 def commit(state: LoadState, lay: Layout, b, p) -> LoadState:
   """Block b placed with distribution p (S, Dmax): its parameters, cost, outputs (live from b
-  to their last consumer's block) and the copies its nodes receive (live from the sender's
-  block to the sender's last consumer's block) added: rule 7 with the topological order as the
+  to their last consumer's block) and the copies decided at it (its nodes' incoming copies; with
+  group copies, every copy whose later leader is in block b), each live from the sender's block
+  to the sender's last consumer's block, added: rule 7 with the topological order as the
   schedule."""
   sb, fb = lay.shares[b], lay.free_blk[b]
   s = sb.shape[0]
@@ -254,13 +257,13 @@ def follow_leaders(state: LoadState, lay: Layout, b, p):
 
 def estimated_peak(placement, node_load, node_end, topo_order, topo_position, node_mask,
                    senders, receivers, edge_mask, num_devices: int, block: int = 32,
-                   leader=None):
+                   leader=None, copy_to_receiver: bool = False):
   """(num_devices,) the load state's peak estimate P_d + max over blocks of the live outputs
   (shares of T) of a fixed placement (Np,): what the barrier compares with the capacity once
   every node is placed. With `leader` (GraphFeatures.node_leader) every op counts on its
   colocation leader's device, as the decoder counts it."""
   lay = layout(node_load, node_end, topo_order, topo_position, node_mask, senders, receivers,
-                edge_mask, block, leader)
+                edge_mask, block, leader, copy_to_receiver=copy_to_receiver)
   n_blk = lay.shares.shape[0]
   onehot = jax.nn.one_hot(jnp.pad(placement[topo_order], (0, n_blk * block - placement.shape[0])),
                           num_devices).reshape(n_blk, block, num_devices)
