@@ -196,13 +196,13 @@ class LoadDecoder(nn.Module):
     else:
       scale_b, limit = guard, 1.0
 
-    def barrier(state, b):
-      now, ahead, _, out_iv = ls.barrier_terms(state, lay, b)
+    def barrier(state, b, prof):
+      now, ahead, _, out_iv = ls.barrier_terms(state, lay, b, prof)
       peak = (state.params[None, :] + lay.shares[b][:, :1]
               + jnp.maximum(now, ahead.max(1)))
       over = jnp.maximum(peak / cap[None, :] - limit, 0.0)
       if out_iv is not None:
-        over = over + ls.spill(state.params, ls.profile(state), out_iv, cap, limit)
+        over = over + ls.spill(state.params, prof, out_iv, cap, limit)
       return scale_b * over
 
     def step(state: ls.LoadState, xs):
@@ -222,9 +222,8 @@ class LoadDecoder(nn.Module):
         # what the block's earlier picks put on each device (parameters, and their output and
         # group intervals over the blocks), so that the nodes of one block cannot pile onto a
         # device unseen; the block is then committed at once.
-        now, ahead, riv, out_iv = ls.barrier_terms(state, lay, b)
+        now, ahead, riv, out_iv = ls.barrier_terms(state, lay, b, prof)
         adds = ls.intervals(lay, b)  # (S, n_blk): what each pick adds to its device's profile
-        prof0 = ls.profile(state)
         sb = lay.shares[b]
         lead = jax.lax.dynamic_slice_in_dim(lay.lead, b * s, s)
 
@@ -234,7 +233,7 @@ class LoadDecoder(nn.Module):
           peak = state.params + extra + sb[j, 0] + top
           over = jnp.maximum(peak / cap - limit, 0.0)
           if out_iv is not None:  # and the copies its group sends to decided groups
-            over = over + ls.spill(state.params + extra, prof0 + inc, out_iv[j][None], cap,
+            over = over + ls.spill(state.params + extra, prof + inc, out_iv[j][None], cap,
                                  limit)[0]
           row = logits[j] - scale_b * over
           if self.comm:  # the block's earlier picks are known too: their copies count
@@ -255,7 +254,7 @@ class LoadDecoder(nn.Module):
         (_, _, picks), rows = jax.lax.scan(one, init, jnp.arange(s))
         return ls.commit(state, lay, b, picks), rows
       if self.guard:
-        logits = logits - barrier(state, b)
+        logits = logits - barrier(state, b, prof)
         logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
       # the distribution the state counts (padded rows have zero shares: they add nothing)
       if mode == "expected":

@@ -150,9 +150,9 @@ def commit(state: LoadState, lay: Layout, b, p) -> LoadState:
                    work=state.work + p.T @ sb[:, 3], diff=diff)
 
 
-def barrier_terms(state: LoadState, lay: Layout, b):
+def barrier_terms(state: LoadState, lay: Layout, b, prof):
   """The memory barrier's estimate for each node i of block b on each device d (shares of T),
-  given the state before block b:
+  given the state before block b and its live profile prof (n_blk, Dmax) (`profile`):
     peak[i, d] = P_d + param_i + max(now[i, d], ahead[i, :, d].max()),
   now (S, Dmax) = L_d(b) + out_i + temp_i + the copies i would receive (its inputs not
   (expected) on d; inputs from block b itself in full), ahead the live profile over the blocks
@@ -165,9 +165,8 @@ def barrier_terms(state: LoadState, lay: Layout, b):
   outgoing copies' intervals i's group sends to device e if i is NOT on e (group copies: to
   the members of groups decided earlier; None otherwise)."""
   s = lay.free_blk.shape[1]
-  n_blk, dmax = lay.shares.shape[0], state.params.shape[0]
+  dmax = state.params.shape[0]
   sb = lay.shares[b]
-  prof = profile(state)
   base = b * s
   in_blk = lambda pos: (pos >= base) & (pos < base + s)
   known = (lay.e_lsrc < base)[:, None]
@@ -177,25 +176,30 @@ def barrier_terms(state: LoadState, lay: Layout, b):
   copy = incoming[:, None] * jnp.where(known, away, lay.e_out[:, None])
   dst = jnp.clip(lay.e_ldst - base, 0, s - 1)
   # `now` counts the copies of the block's own receivers (a member runs later: ahead only)
-  here = (lay.e_dst >= base) & (lay.e_dst < base + s)
+  here = in_blk(lay.e_dst)
   recv = jnp.zeros((s, dmax), jnp.float32).at[dst].add(copy * here[:, None])
   now = prof[b][None, :] + sb[:, 1:2] + sb[:, 2:3] + recv
   ahead = prof[None]
   riv = out_iv = None
   if lay.group is not None:
-    riv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
-                     .at[dst, lay.e_src // s].add(copy)
-                     .at[dst, lay.e_free].add(-copy), axis=1)[:, :n_blk]  # (S, n_blk, Dmax)
+    riv = _copy_intervals(lay, dst, copy)
     ahead = ahead + intervals(lay, b)[:, :, None] + riv
   if lay.group_copies:
     # outgoing copies: the sender's leader is in block b, the receiver's decided before it
     out = ((lay.e_dec == b) & in_blk(lay.e_lsrc) & (lay.e_ldst < base))[:, None] * (
         lay.e_out[:, None] * state.probs[lay.e_ldst])
-    src = jnp.clip(lay.e_lsrc - base, 0, s - 1)
-    out_iv = jnp.cumsum(jnp.zeros((s, n_blk + 2, dmax), jnp.float32)
-                        .at[src, lay.e_src // s].add(out)
-                        .at[src, lay.e_free].add(-out), axis=1)[:, :n_blk]
+    out_iv = _copy_intervals(lay, jnp.clip(lay.e_lsrc - base, 0, s - 1), out)
   return now, ahead, riv, out_iv
+
+
+def _copy_intervals(lay: Layout, row, amount):
+  """(S, n_blk, Dmax) each edge's copy `amount` (Ep, Dmax) summed into its block row `row`
+  (Ep,) over the blocks it is live: from its sender's block until `lay.e_free`."""
+  s = lay.free_blk.shape[1]
+  n_blk = lay.shares.shape[0]
+  diff = (jnp.zeros((s, n_blk + 2, amount.shape[1]), jnp.float32)
+          .at[row, lay.e_src // s].add(amount).at[row, lay.e_free].add(-amount))
+  return jnp.cumsum(diff, axis=1)[:, :n_blk]
 
 
 def spill(params, prof, out_iv, cap, limit):
