@@ -141,6 +141,7 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert not full.policy.load_group_copies and full.policy.load_greedy_block == 0
   with pytest.raises(ValueError, match="group_copies must be 0 or 1"):
     pretrain.get_config("go,group_copies=3")
+  assert pretrain.get_config("go,time=1").policy.load_time and not full.policy.load_time
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):

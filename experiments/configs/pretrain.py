@@ -77,8 +77,9 @@ def small_policy(row: str):
 # "comm=1" turns on the load state's copy term (policy.load_comm, go_jax/policies/load.py).
 # "group_copies=1" counts a colocation group's copies once both ends are decided, and
 # "greedy_block=N" sets the greedy decode's block (policy.load_group_copies / load_greedy_block).
+# "time=1" turns on the load state's time term (policy.load_time, go_jax/policies/load_time.py).
 OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm", "group_copies",
-           "greedy_block")
+           "greedy_block", "time")
 
 
 def _number(key: str, value: str):
@@ -104,7 +105,7 @@ def parse_arg(arg: str):
   for key in ("updates", "imitation_steps"):
     if key in values and values[key] < 1:
       raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
-  for key in ("comm", "group_copies"):
+  for key in ("comm", "group_copies", "time"):
     if values.get(key, 0) not in (0, 1):
       raise ValueError(f"pretrain.py: {key} must be 0 or 1 in {arg!r}")
   if values.get("greedy_block", 0) < 0:
@@ -137,6 +138,8 @@ def get_config(arg: str = "go"):
     config.policy.load_comm = True
   if opts.get("group_copies"):
     config.policy.load_group_copies = True
+  if opts.get("time"):
+    config.policy.load_time = True
   if "greedy_block" in opts:
     config.policy.load_greedy_block = opts["greedy_block"]
   config.imitation.enabled = row not in transfer.NO_IMITATION

@@ -81,6 +81,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_comm = False  # the copy term: input bytes away from a device lower its logit (load.py)
   c.load_group_copies = False  # copies of colocation groups counted once both are decided
   c.load_copy_to_receiver = False  # a copy live until its receiver's block (load.py)
+  c.load_time = False  # the time term: a later earliest finish on a device lowers its logit
   c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
   return c
 

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from go_jax.policies.attention import SegmentAttention
+from go_jax.policies.features import DEVICE_FEATURES, NODE_FEATURES
 from go_jax.policies.load import LoadDecoder
 from go_jax.policies.sage import GraphSAGE
 from go_jax.policies.types import GraphFeatures, PolicyOutput
@@ -126,6 +127,9 @@ class GOPolicy(nn.Module):
   load_group_copies: bool = False
   # a copy counted live until its own receiver's block, not its sender's last consumer's
   load_copy_to_receiver: bool = False
+  # the load state's time term (load_time.py): each node's logit of a device drops with how
+  # much later it would finish there than on its best device, by a learned per-node weight
+  load_time: bool = False
   fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
@@ -192,17 +196,18 @@ class GOPolicy(nn.Module):
                             greedy_block=self.load_greedy_block, comm=self.load_comm,
                             group_copies=self.load_group_copies,
                             copy_to_receiver=self.load_copy_to_receiver,
-                            name="load")
+                            time=self.load_time, name="load")
       args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,
               feats.topo_position, mask, feats.senders, feats.receivers,
               jnp.asarray(feats.edge_mask, bool))
       lead = feats.node_leader if self.load_exact else None
+      timing = _timing(feats, mask, dev_mask) if self.load_time else None
       if placement is not None:
-        logits = decoder(*args, mode="forced", placement=placement, leader=lead)
+        logits = decoder(*args, mode="forced", placement=placement, leader=lead, timing=timing)
       else:
-        logits = decoder(*args, mode="expected", leader=lead)
-        greedy_logits = decoder(*args, mode="greedy", leader=lead)
+        logits = decoder(*args, mode="expected", leader=lead, timing=timing)
+        greedy_logits = decoder(*args, mode="greedy", leader=lead, timing=timing)
     else:
       logits = q @ k.T * (1.0 / jnp.sqrt(jnp.float32(hdim))) + bias[None, :]
     n = h.shape[0]
@@ -248,3 +253,18 @@ class GOPolicy(nn.Module):
                          (self.max_devices, hdim), jnp.float32)
       dev = dev + slots[:d]
     return nn.LayerNorm(name="dev_norm")(nn.gelu(dev))
+
+
+def _timing(feats: GraphFeatures, mask, dev_mask):
+  """The time term's inputs (load_time.py), in shares of the graph's serial compute time, read
+  back from the scale-free features: (node_send (Np,), speed, overhead, latency (Dmax,)).
+  log_send_time, log_overhead and log_latency are log1p(x / mean op cost), and the mean op cost
+  is 1 / N of the serial time; the latency is the device's mean over its links."""
+  n = jnp.maximum(jnp.sum(mask), 1).astype(jnp.float32)
+  node = jnp.asarray(feats.node_feats, jnp.float32)
+  dev = jnp.asarray(feats.device_feats, jnp.float32)
+  share = lambda x: jnp.expm1(x) / n
+  send = jnp.where(mask, share(node[:, NODE_FEATURES.index("log_send_time")]), 0.0)
+  col = lambda name: jnp.where(dev_mask, dev[:, DEVICE_FEATURES.index(name)], 0.0)
+  return (send, col("speed"), share(col("log_overhead")), share(col("log_latency")))
+

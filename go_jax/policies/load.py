@@ -52,6 +52,12 @@ it see it: a leader's barrier adds the copies into its group's members from grou
 earlier (on its own device) and the copies out of its members to them (on their devices,
 whenever it goes elsewhere: `load_state.spill`). design.md section 7 has the worked example.
 
+Time term (`time`, off in every shipped checkpoint; load_time.py): the decoder also carries when
+each device is free and when each placed node ends (a list schedule along the topological
+order, in the state's mode), and node i's logit of device d drops by
+w_i x log1p(N x (EFT_i(d) - min_e EFT_i(e))), w_i = softplus(v . q_i + c) learned per node: with
+it, HEFT's own rule (each node where it finishes first) is one weight away from the policy.
+
 Memory follows rule 7 of design.md section 4 with the topological order standing in for the
 schedule (on the baselines' solutions of the PipeDream graphs this estimate equals the
 simulator's peak; on random DAGs it is within ~30%). All sizes are shares of T, the graph's
@@ -88,6 +94,7 @@ import jax
 import jax.numpy as jnp
 
 from go_jax.policies import load_state as ls
+from go_jax.policies import load_time as lt
 # the state's arithmetic lives in load_state; these names are this module's public API too
 from go_jax.policies.load_state import (  # pylint: disable=unused-import
     FEATURE_CAP, LOAD_FEATURES, NODE_LOAD, LoadState, estimated_peak, load_features)
@@ -112,7 +119,8 @@ class LoadDecoder(nn.Module):
   device_capacity (Dmax,), device_mask (Dmax,) bool,
   topo_order / topo_position (Np,) int32, node_mask (Np,) bool, and the edges senders /
   receivers / edge_mask (Ep,). Logits of padded devices are `masked_logit`; padded nodes and
-  edges add nothing to the state.
+  edges add nothing to the state. With `time`, `timing` = (node_send (Np,), speed, overhead,
+  latency (Dmax,)) in shares of the serial compute time (load_time.py; GOPolicy builds it).
   """
   hidden: int
   block: int = 32
@@ -140,11 +148,16 @@ class LoadDecoder(nn.Module):
   # a copy freed after its own receiver's block, not its sender's last consumer's (rule 7
   # frees a copy on e after the last consumer ON e; this bounds it per edge)
   copy_to_receiver: bool = False
+  # the time term (load_time.py): each node's logit of device d drops by w_i x log1p(N x its
+  # earliest finish time on d past its earliest on any device), w_i = softplus of a learned
+  # function of the node's query, initially `time_init`; needs the call's `timing`
+  time: bool = False
+  time_init: float = 1.0
 
   @nn.compact
   def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
                topo_position, node_mask, senders, receivers, edge_mask, mode: str = "expected",
-               placement=None, leader=None):
+               placement=None, leader=None, timing=None):
     if mode not in MODES:
       raise ValueError(f"LoadDecoder: unknown mode {mode!r}; choose from {MODES}")
     if (mode == "forced") != (placement is not None):
@@ -153,6 +166,9 @@ class LoadDecoder(nn.Module):
       raise ValueError(f"LoadDecoder: block must be >= 1, got {self.block}")
     if self.greedy_block < 0:
       raise ValueError(f"LoadDecoder: greedy_block must be >= 0, got {self.greedy_block}")
+    if self.time and timing is None:
+      raise ValueError("LoadDecoder(time=True) needs `timing` (node_send, speed, overhead, "
+                       "latency)")
     h = self.hidden
     f = len(LOAD_FEATURES)
     w1 = self.param("w1", nn.initializers.lecun_normal(), (f, h), jnp.float32)
@@ -173,6 +189,12 @@ class LoadDecoder(nn.Module):
       comm_c = self.param("comm_b", nn.initializers.constant(
           math.log(math.expm1(self.comm_init))), (), jnp.float32)
 
+    time_v = time_c = None
+    if self.time:
+      time_v = self.param("time_w", small, (h,), jnp.float32)
+      time_c = self.param("time_b", nn.initializers.constant(
+          math.log(math.expm1(self.time_init))), (), jnp.float32)
+
     n, dmax = q.shape[0], k.shape[0]
     s = self.greedy_block if (mode == "greedy" and self.greedy_block) else self.block
     n_blk = -(-n // s)
@@ -181,6 +203,11 @@ class LoadDecoder(nn.Module):
     lay = ls.layout(node_load, node_end, topo_order, topo_position, node_mask, senders,
                     receivers, edge_mask, s, leader, self.group_copies,
                     self.copy_to_receiver)
+    tl = None
+    if self.time:
+      node_send, speed, overhead, latency = timing
+      tl = lt.time_layout(lay, node_load, node_send, node_mask, topo_order, senders, edge_mask,
+                          speed, overhead, latency, device_mask)
     qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
     scale = 1.0 / jnp.sqrt(jnp.float32(h))
 
@@ -205,7 +232,8 @@ class LoadDecoder(nn.Module):
         over = over + ls.spill(state.params, prof, out_iv, cap, limit)
       return scale_b * over
 
-    def step(state: ls.LoadState, xs):
+    def step(carry, xs):
+      state, ts = carry  # ls.LoadState, lt.TimeState (None without the time term)
       b, qb, fb = xs
       prof = ls.profile(state)
       feats = ls.load_features(state.params, prof[b], prof.max(0), state.work, cap, dev_mask)
@@ -216,7 +244,13 @@ class LoadDecoder(nn.Module):
         away, inner = ls.copy_terms(state, lay, b)
         w = jax.nn.softplus(qb @ comm_v + comm_c)  # (S,) per-node weight of the copy term
         logits = logits - w[:, None] * away
-      if lay.group is not None and self.guard and mode == "greedy":
+      exact_greedy = lay.group is not None and self.guard and mode == "greedy"
+      if self.time:
+        ready = lt.ready_known(ts, tl, lay, state.probs, b)
+        wt = jax.nn.softplus(qb @ time_v + time_c)  # (S,) per-node weight of the time term
+        if not exact_greedy:  # the block's scores see the state at its start
+          logits = logits - wt[:, None] * lt.term(lt.block_eft(ts, tl, b, ready), tl)
+      if exact_greedy:
         # The exact greedy decode: the block's scores come from the state at the block's start
         # (as in training), but its nodes are picked one by one, each node's barrier adding
         # what the block's earlier picks put on each device (parameters, and their output and
@@ -228,7 +262,9 @@ class LoadDecoder(nn.Module):
         lead = jax.lax.dynamic_slice_in_dim(lay.lead, b * s, s)
 
         def one(carry, j):
-          inc, extra, picks = carry  # (n_blk, Dmax) live, (Dmax,) params of earlier picks
+          # (n_blk, Dmax) live, (Dmax,) params of earlier picks, (S, Dmax) picks, and with the
+          # time term (Dmax,) device ends and (S,) finish times after the earlier picks
+          inc, extra, picks, avail, fin = carry
           top = jnp.maximum(now[j] + inc[b], (ahead[j] + inc).max(0))
           peak = state.params + extra + sb[j, 0] + top
           over = jnp.maximum(peak / cap - limit, 0.0)
@@ -238,6 +274,9 @@ class LoadDecoder(nn.Module):
           row = logits[j] - scale_b * over
           if self.comm:  # the block's earlier picks are known too: their copies count
             row = row - w[j] * (inner[j] * (jnp.arange(s) < j)) @ (1.0 - picks)
+          if self.time:  # node by node: the earlier picks' devices and finish times are known
+            eft = lt.eft_slot(tl, b, j, avail, fin, picks, ready[j])
+            row = row - wt[j] * lt.term(eft[None], tl)[0]
           row = jnp.where(dev_mask, row, self.masked_logit)
           pick = jax.nn.one_hot(jnp.argmax(row), dmax, dtype=jnp.float32)
           local = lead[j] - b * s
@@ -247,12 +286,19 @@ class LoadDecoder(nn.Module):
           grow = adds[j][:, None] * pick[None, :]
           if out_iv is not None:  # the pick's copies: in on its device, out to the others
             grow = grow + riv[j] * pick[None, :] + out_iv[j] * (1.0 - pick)[None, :]
-          return (inc + grow, extra + pick * sb[j, 0], picks.at[j].set(pick)), row
+          if self.time:  # the pick (or its leader's device) is committed in time
+            avail, fin = lt.step_slot(avail, fin, j, eft, pick)
+          return (inc + grow, extra + pick * sb[j, 0], picks.at[j].set(pick), avail, fin), row
 
         init = (jnp.zeros((n_blk, dmax), jnp.float32), jnp.zeros(dmax, jnp.float32),
-                jnp.zeros((s, dmax), jnp.float32))
-        (_, _, picks), rows = jax.lax.scan(one, init, jnp.arange(s))
-        return ls.commit(state, lay, b, picks), rows
+                jnp.zeros((s, dmax), jnp.float32),
+                ts.avail if self.time else jnp.zeros(dmax, jnp.float32),
+                jnp.zeros(s, jnp.float32))
+        (_, _, picks, avail, fin), rows = jax.lax.scan(one, init, jnp.arange(s))
+        if self.time:
+          ts = lt.TimeState(finish=jax.lax.dynamic_update_slice(ts.finish, fin, (b * s,)),
+                            avail=avail)
+        return (ls.commit(state, lay, b, picks), ts), rows
       if self.guard:
         logits = logits - barrier(state, b, prof)
         logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
@@ -263,9 +309,13 @@ class LoadDecoder(nn.Module):
         p = jax.nn.one_hot(jnp.argmax(logits, axis=-1), dmax, dtype=jnp.float32)
       else:
         p = fb
-      return ls.commit(state, lay, b, ls.follow_leaders(state, lay, b, p)), logits
+      p = ls.follow_leaders(state, lay, b, p)
+      if self.time:
+        ts = lt.commit_time(ts, tl, b, p, ready)
+      return (ls.commit(state, lay, b, p), ts), logits
 
-    _, logits = jax.lax.scan(step, ls.init_state(n_blk, s, dmax),
+    init = (ls.init_state(n_blk, s, dmax), lt.init_time(n_blk, s, dmax) if self.time else None)
+    _, logits = jax.lax.scan(step, init,
                              (jnp.arange(n_blk), qs, forced))
     # every colocation member takes its leader's logits (the group's one decision, made where
     # the state counted it), then back to node-id order
