@@ -45,14 +45,14 @@ greedy or forced, as the load); the block's own inputs count on no device, excep
 decode, which adds those of the block's earlier picks. The share is 0 for a node without
 inputs (its term is the same on every device: no effect).
 
-Group copies (`group_copies`, exact decode only; off in every shipped checkpoint):
+Group copies (`group_copies`, exact decode only; on in the shipped `go` since 2026-11-27):
 an edge's copy is decided and committed at the block of the later of its ends' colocation
 leaders, not at its receiver's block (a late backward member's), so the decisions that cause
 it see it: a leader's barrier adds the copies into its group's members from groups decided
 earlier (on its own device) and the copies out of its members to them (on their devices,
 whenever it goes elsewhere: `load_state.spill`). design.md section 7 has the worked example.
 
-Time term (`time`, off in every shipped checkpoint; load_time.py): the decoder also carries when
+Time term (`time`; load_time.py; on in the shipped `go` since 2026-11-27 at a fixed weight): the decoder also carries when
 each device is free and when each placed node ends (a list schedule along the topological
 order, in the state's mode), and node i's logit of device d drops by
 w_i x log1p(N x (EFT_i(d) - min_e EFT_i(e))), w_i = softplus(v . q_i + c) learned per node: with
@@ -246,7 +246,10 @@ class LoadDecoder(nn.Module):
         logits = logits - w[:, None] * away
       exact_greedy = lay.group is not None and self.guard and mode == "greedy"
       if self.time:
-        ready = lt.ready_known(ts, tl, lay, state.probs, b)
+        # The time state is context, not a path for gradients: it counts the placement through
+        # max() chains whose gradients are mostly zero, and differentiating its nested scans
+        # doubled the compile and the update time (BENCHMARKS.md, "The time term").
+        ready = lt.ready_known(ts, tl, lay, jax.lax.stop_gradient(state.probs), b)
         wt = jax.nn.softplus(qb @ time_v + time_c)  # (S,) per-node weight of the time term
         if not exact_greedy:  # the block's scores see the state at its start
           logits = logits - wt[:, None] * lt.term(lt.block_eft(ts, tl, b, ready), tl)
@@ -311,7 +314,7 @@ class LoadDecoder(nn.Module):
         p = fb
       p = ls.follow_leaders(state, lay, b, p)
       if self.time:
-        ts = lt.commit_time(ts, tl, b, p, ready)
+        ts = lt.commit_time(ts, tl, b, jax.lax.stop_gradient(p), ready)
       return (ls.commit(state, lay, b, p), ts), logits
 
     init = (ls.init_state(n_blk, s, dmax), lt.init_time(n_blk, s, dmax) if self.time else None)
