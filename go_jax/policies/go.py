@@ -202,7 +202,7 @@ class GOPolicy(nn.Module):
               feats.topo_position, mask, feats.senders, feats.receivers,
               jnp.asarray(feats.edge_mask, bool))
       lead = feats.node_leader if self.load_exact else None
-      timing = _timing(feats, mask, dev_mask) if self.load_time else None
+      timing = timing_inputs(feats, mask, dev_mask) if self.load_time else None
       if placement is not None:
         logits = decoder(*args, mode="forced", placement=placement, leader=lead, timing=timing)
       else:
@@ -255,7 +255,7 @@ class GOPolicy(nn.Module):
     return nn.LayerNorm(name="dev_norm")(nn.gelu(dev))
 
 
-def _timing(feats: GraphFeatures, mask, dev_mask):
+def timing_inputs(feats: GraphFeatures, mask, dev_mask):
   """The time term's inputs (load_time.py), in shares of the graph's serial compute time, read
   back from the scale-free features: (node_send (Np,), speed, overhead, latency (Dmax,)).
   log_send_time, log_overhead and log_latency are log1p(x / mean op cost), and the mean op cost

@@ -45,18 +45,18 @@ greedy or forced, as the load); the block's own inputs count on no device, excep
 decode, which adds those of the block's earlier picks. The share is 0 for a node without
 inputs (its term is the same on every device: no effect).
 
-Group copies (`group_copies`, exact decode only; on in the shipped `go` since 2026-11-27):
+Group copies (`group_copies`, exact decode only; off in every shipped checkpoint):
 an edge's copy is decided and committed at the block of the later of its ends' colocation
 leaders, not at its receiver's block (a late backward member's), so the decisions that cause
 it see it: a leader's barrier adds the copies into its group's members from groups decided
 earlier (on its own device) and the copies out of its members to them (on their devices,
 whenever it goes elsewhere: `load_state.spill`). design.md section 7 has the worked example.
 
-Time term (`time`; load_time.py; on in the shipped `go` since 2026-11-27 at a fixed weight): the decoder also carries when
-each device is free and when each placed node ends (a list schedule along the topological
-order, in the state's mode), and node i's logit of device d drops by
-w_i x log1p(N x (EFT_i(d) - min_e EFT_i(e))), w_i = softplus(v . q_i + c) learned per node: with
-it, HEFT's own rule (each node where it finishes first) is one weight away from the policy.
+Time term (`time`, off in every shipped checkpoint; load_time.py):
+the decoder also carries when each device is free and when each placed node ends (a list
+schedule along the topological order, in the state's mode), and node i's logit of device d
+drops by w_i x log1p(N x (EFT_i(d) - min_e EFT_i(e))), w_i = softplus(v . q_i + c) learned per
+node: with it, HEFT's own rule (each node where it finishes first) is one weight away.
 
 Memory follows rule 7 of design.md section 4 with the topological order standing in for the
 schedule (on the baselines' solutions of the PipeDream graphs this estimate equals the

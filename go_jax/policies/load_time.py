@@ -33,7 +33,9 @@ The simulator runs the priorities, not the topological order, so this is an esti
 memory state's is. The decoder's time term (load.py) lowers node i's logit of device d by
   w_i x log1p(N x (EFT_i(d) - min_e EFT_i(e))),
 N the number of real nodes (so the difference is read in mean op costs), w_i >= 0 learned per
-node. docs/design.md section 7, "The time term", has a worked example.
+node. The state is context, not a path for gradients (the decoder stops them at the placement
+it counts): only w_i learns through the term. docs/design.md section 7, "The time term", has
+a worked example.
 """
 
 from __future__ import annotations
