@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from go_jax import policies
-from go_jax.policies import features, go, load, load_time
+from go_jax.policies import features, go, load, load_state, load_time
 from simulator import CompGraph, Topology
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -110,7 +110,6 @@ def test_expected_state_is_the_mean_field_of_the_schedule():
                 name="fork")
   topo = Topology.uniform(2, bandwidth=1.0)
   f = features.graph_features(g, topo, max_devices=2)
-  from go_jax.policies import load_state  # pylint: disable=g-import-not-at-top
   lay = load_state.layout(f.node_load, f.node_end, f.topo_order, f.topo_position, f.node_mask,
                           f.senders, f.receivers, f.edge_mask, 4)
   mask, dev_mask = jnp.asarray(f.node_mask), jnp.asarray(f.device_mask)

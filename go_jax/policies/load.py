@@ -299,8 +299,7 @@ class LoadDecoder(nn.Module):
                 jnp.zeros(s, jnp.float32))
         (_, _, picks, avail, fin), rows = jax.lax.scan(one, init, jnp.arange(s))
         if self.time:
-          ts = lt.TimeState(finish=jax.lax.dynamic_update_slice(ts.finish, fin, (b * s,)),
-                            avail=avail)
+          ts = lt.with_block(ts, b, avail, fin)
         return (ls.commit(state, lay, b, picks), ts), rows
       if self.guard:
         logits = logits - barrier(state, b, prof)

@@ -132,8 +132,8 @@ def commit(state: LoadState, lay: Layout, b, p) -> LoadState:
   """Block b placed with distribution p (S, Dmax): its parameters, cost, outputs (live from b
   to their last consumer's block) and the copies decided at it (its nodes' incoming copies; with
   group copies, every copy whose later leader is in block b), each live from the sender's block
-  to the sender's last consumer's block, added: rule 7 with the topological order as the
-  schedule."""
+  to the sender's last consumer's block (its receiver's with `copy_to_receiver`), added: rule 7
+  with the topological order as the schedule."""
   sb, fb = lay.shares[b], lay.free_blk[b]
   s = sb.shape[0]
   probs = jax.lax.dynamic_update_slice(state.probs, p, (b * s, 0))

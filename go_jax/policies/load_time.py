@@ -156,5 +156,12 @@ def commit_time(ts: TimeState, tl: TimeLayout, b, p, ready) -> TimeState:
     return step_slot(avail, fin, j, eft, p[j]), None
 
   (avail, fin), _ = jax.lax.scan(one, (ts.avail, jnp.zeros(s, jnp.float32)), jnp.arange(s))
-  return TimeState(finish=jax.lax.dynamic_update_slice(ts.finish, fin, (b * s,)),
+  return with_block(ts, b, avail, fin)
+
+
+def with_block(ts: TimeState, b, avail, finish_blk) -> TimeState:
+  """The state after block b: the devices' ends avail (Dmax,) and the block's finish times
+  finish_blk (S,) written at its positions."""
+  s = finish_blk.shape[0]
+  return TimeState(finish=jax.lax.dynamic_update_slice(ts.finish, finish_blk, (b * s,)),
                    avail=avail)
