@@ -6,9 +6,10 @@ a tiny size, with its load state) is cloned from the list schedulers and then tr
 for a few updates, and must then place every training chain feasibly within 2% of the best list
 scheduler and place two chains of lengths it never saw feasibly, zero-shot.
 
-The toy run (one module fixture: imitation, 20 PPO updates, two checkpoints) also serves the
-learning curve of a run's checkpoints (go_jax/training/evaluation.py; the rest of its tests are
-in tests/test_training_eval.py): building a second toy run for it cost as much as this one.
+The toy run (one module fixture: imitation, 20 PPO updates, two checkpoints) also serves an
+interrupted cloning resumed from its partial file, and the learning curve of a run's
+checkpoints (go_jax/training/evaluation.py; the rest of its tests are in
+tests/test_training_eval.py): building a second toy run for it cost as much as this one.
 """
 
 import json
@@ -140,7 +141,7 @@ def test_canonical_devices_only_where_the_topology_allows_it():
 @pytest.mark.parametrize("field,value,match", [
     ("steps", 30, "multiple of"), ("graphs_per_step", 0, "graphs_per_step"),
     ("learning_rate", 0.0, "learning_rate"), ("label_smoothing", 1.0, "label_smoothing"),
-    ("teachers", (), "teachers")])
+    ("teachers", (), "teachers"), ("checkpoint_every", 0, "checkpoint_every")])
 def test_bad_imitation_config_raises_clear_errors(field, value, match):
   cfg = imitation.default_config()
   cfg[field] = value
@@ -175,3 +176,56 @@ def test_checkpoint_curve_of_a_run(toy_run):
   last = [r for r in rows if r["step"] == 20 and r["family"] == "all"][0]
   assert last["greedy_ratio"] == pytest.approx(
       np.exp(np.mean(np.log([r["greedy_ratio"] for r in final]))), rel=1e-4)
+
+
+@pytest.mark.parametrize("every", [40, 1000])  # saved periodically / saved by the interrupt
+def test_interrupted_cloning_resumes_bit_exactly(toy_run, tmp_path, monkeypatch, every):
+  cfg, _, _, workdir, result = toy_run
+  trainer = result.trainer
+  start = trainer.init(int(cfg.seed)).params  # what the toy run cloned from
+  icfg = cfg.imitation.copy_and_resolve_references()
+  icfg.checkpoint_every = every
+  real, calls = imitation.bc_chunk, []
+
+  def interrupted(*args, **kwargs):  # Ctrl-C before the third chunk (after step 40 of 100)
+    calls.append(1)
+    if len(calls) == 3:
+      raise KeyboardInterrupt
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(imitation, "bc_chunk", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    imitation.warm_start(trainer, start, icfg, str(tmp_path))
+  partial = tmp_path / imitation.PARTIAL_NAME
+  assert partial.is_file() and not (tmp_path / imitation.PARAMS_NAME).exists()
+
+  # other cloning settings are refused, naming the field
+  other = icfg.copy_and_resolve_references()
+  other.learning_rate = 1e-2
+  with pytest.raises(ValueError, match="imitation.learning_rate"):
+    imitation.clone(trainer, start, other, progress=False, partial_path=str(partial))
+
+  monkeypatch.setattr(imitation, "bc_chunk", real)
+  monkeypatch.setattr(imitation, "build_targets",
+                      lambda *a, **k: pytest.fail("the targets are read back, not rebuilt"))
+  params = imitation.warm_start(trainer, start, icfg, str(tmp_path), progress=False)
+  assert not partial.exists()  # done with once the cloned parameters are saved
+  reference = loop.ckpt_lib.load_params(os.path.join(workdir, imitation.PARAMS_NAME), start)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, params, reference)
+  with open(tmp_path / imitation.SUMMARY_NAME) as fh:
+    report = json.load(fh)
+  assert [h["step"] for h in report["history"]] == [20, 40, 60, 80, 100]
+  assert report["steps"] == 100 and len(report["instances"]) == len(result.summary)
+
+
+def test_resume_check_ignores_only_the_resumable_cloning_settings(tmp_path):
+  cfg = toy_config()
+  saved = json.loads(cfg.to_json())
+  del saved["imitation"]["checkpoint_every"]  # a run written before the field existed
+  saved["imitation"]["max_seconds"] = 60.0
+  (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
+  loop._check_resume(str(tmp_path), cfg)  # pylint: disable=protected-access
+  saved["imitation"]["steps"] = 40
+  (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
+  with pytest.raises(ValueError, match="imitation"):
+    loop._check_resume(str(tmp_path), cfg)  # pylint: disable=protected-access

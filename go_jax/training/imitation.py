@@ -27,14 +27,21 @@ them with RL. Here, for every training instance:
 
 The resulting parameters start PPO (`loop.train`); they are written to
 `<workdir>/imitation.msgpack` (atomically) and a resumed run reloads them instead of cloning
-again, so a resumed run continues bit-exactly. `<workdir>/imitation.json` records per instance
-the teacher, its objective and the objective of the target action as the policy expresses it
-(quantised levels), and the final cross-entropies and accuracies.
+again, so a resumed run continues bit-exactly. Cloning itself is resumable: every
+`checkpoint_every` steps, and when interrupted (Ctrl-C), the cloning carry (parameters, Adam
+state, PRNG key, step), the targets and the history so far are written atomically to
+`<workdir>/imitation_partial.msgpack`; a rerun continues from there (bit-exactly: the targets
+are read back, not rebuilt) and deletes the file once the cloned parameters are saved. A
+partial file of other cloning settings or other instances is refused with a ValueError.
+`<workdir>/imitation.json` records per instance the teacher, its objective and the objective of
+the target action as the policy expresses it (quantised levels), and the final cross-entropies
+and accuracies.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -46,6 +53,7 @@ import ml_collections
 import numpy as np
 import optax
 from absl import logging
+from flax import serialization
 
 from go_jax import distributed, methods
 from go_jax.training import checkpoint as ckpt_lib
@@ -55,6 +63,9 @@ from simulator import fileio
 from simulator.topology import Topology
 
 PARAMS_NAME, SUMMARY_NAME = "imitation.msgpack", "imitation.json"
+PARTIAL_NAME = "imitation_partial.msgpack"  # the cloning carry of an unfinished run
+# imitation config fields a resumed cloning may change (the rest must match the partial file)
+RESUMABLE_CHANGES = ("max_seconds", "checkpoint_every")
 DEFAULT_TEACHERS = ("heft", "m_etf", "m_sct", "metis", "expert")
 TRACES: Dict[str, int] = {"bc_chunk": 0}
 
@@ -73,6 +84,7 @@ def default_config() -> ml_collections.ConfigDict:
   # collapsing onto one action, so PPO still samples around it, and curbs memorising
   c.label_smoothing = 0.1
   c.max_seconds = ml_collections.config_dict.placeholder(float)  # wall budget of the cloning
+  c.checkpoint_every = 200  # steps between writes of the cloning carry (resumable cloning)
   c.seed = 0
   return c
 
@@ -284,74 +296,176 @@ def check_config(cfg) -> None:
     raise ValueError("imitation.teachers must name at least one placement or joint method")
   if cfg.get("max_seconds", None) is not None and not float(cfg.max_seconds) > 0:
     raise ValueError(f"imitation.max_seconds must be > 0, got {cfg.max_seconds}")
+  if int(cfg.get("checkpoint_every", 1)) < 1:
+    raise ValueError(f"imitation.checkpoint_every must be >= 1, got {cfg.checkpoint_every}")
 
 
-def clone(trainer, params, cfg, *, progress: bool = True
+def _fingerprint(trainer, cfg) -> str:
+  """What a partial cloning file must match to be resumed: the imitation settings (less
+  RESUMABLE_CHANGES), the instances and their padded size, as sorted JSON."""
+  fields = {f"imitation.{k}": (list(v) if isinstance(v, (list, tuple)) else v)
+            for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
+  return json.dumps(dict(fields, instances=list(trainer.problems.names),
+                         nodes_padded=int(trainer.problems.num_nodes_padded),
+                         task=trainer.hp.task, prng_impl=trainer.hp.prng_impl),
+                    sort_keys=True, default=str)
+
+
+def _save_partial(path: str, state: CloneState, targets: Targets, *, fingerprint: str,
+                  rows, history, target_seconds: float, clone_seconds: float) -> None:
+  """The cloning carry, targets and history so far, atomically (flax msgpack)."""
+  blob = {"state": serialization.to_state_dict(jax.device_get(state)),
+          "targets": serialization.to_state_dict(jax.device_get(targets)),
+          "meta": json.dumps({"fingerprint": fingerprint, "rows": rows, "history": history,
+                              "target_seconds": target_seconds,
+                              "clone_seconds": clone_seconds})}
+  with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
+    fh.write(serialization.msgpack_serialize(blob))
+
+
+def _load_partial(path: str, state: CloneState, targets: Targets, fingerprint: str):
+  """(state, targets, meta) of a partial cloning file shaped like the templates; ValueError
+  naming the file when it is unreadable or was written for other settings / instances."""
+  try:
+    with open(path, "rb") as fh:
+      blob = serialization.msgpack_restore(fh.read())
+    meta = json.loads(blob["meta"])
+    saved = json.loads(meta["fingerprint"])
+  except Exception as e:  # pylint: disable=broad-except  (any corruption: one clear message)
+    raise ValueError(f"{path}: not a readable partial cloning file ({e}); delete it to clone "
+                     "from the start") from e
+  want = json.loads(fingerprint)
+  for key in want:
+    if saved.get(key) != want[key]:
+      raise ValueError(f"{path}: written for another '{key}' ({saved.get(key)!r}, now "
+                       f"{want[key]!r}); delete it to clone from the start")
+
+  def restore(template, sd, what):
+    out = serialization.from_state_dict(template, sd)
+    for a, b in zip(jax.tree_util.tree_leaves(template), jax.tree_util.tree_leaves(out)):
+      if np.shape(a) != np.shape(b):
+        raise ValueError(f"{path}: {what} has a leaf of shape {np.shape(b)}, expected "
+                         f"{np.shape(a)}; delete it to clone from the start")
+    return jax.tree_util.tree_map(jnp.asarray, out)
+
+  return (restore(state, blob["state"], "the cloning state"),
+          restore(targets, blob["targets"], "the targets"), meta)
+
+
+def clone(trainer, params, cfg, *, progress: bool = True, partial_path: Optional[str] = None
           ) -> Tuple[Any, Dict[str, Any]]:
   """Behaviour cloning of the teachers' best solutions from `params`; returns (params, report).
 
   `trainer` is a `ppo.Trainer` (its problems, policy and task); `cfg` the `imitation` config.
+  `partial_path`: where the cloning carry is kept (module docstring; None: not kept); when the
+  file exists, cloning continues from it.
   """
   check_config(cfg)
   task = rollout.get_task(trainer.hp.task)
   module = trainer.policy.module
   levels = int(getattr(module, "priority_levels", 8))
-  t0 = time.perf_counter()
-  targets, rows = build_targets(trainer.problems, trainer.data, tuple(cfg.teachers), levels,
-                                task, progress)
-  target_seconds = time.perf_counter() - t0
   steps, per_call = int(cfg.steps), int(cfg.steps_per_call)
+  every = int(cfg.get("checkpoint_every", 200))
   graphs = min(int(cfg.graphs_per_step), trainer.problems.num_instances)
   lr = float(cfg.learning_rate)
   impl = trainer.hp.prng_impl
   key = jax.random.key(int(cfg.get("seed", 0)), impl=impl)
   state = CloneState(params=params, opt_state=_optimizer(lr, steps).init(params),
                      key=jax.random.key_data(key), step=jnp.int32(0))
-  max_seconds = cfg.get("max_seconds", None)
-  deadline = None if max_seconds is None else t0 + float(max_seconds)
+  fingerprint = _fingerprint(trainer, cfg)
+  t0 = time.perf_counter()
+  spent = 0.0  # seconds of earlier (interrupted) runs of this cloning
   history: List[Dict[str, float]] = []
+  # Multi-process runs: process 0 keeps the file; its contents reach every process.
+  writer = partial_path if partial_path is not None and distributed.is_primary() else None
+  if partial_path is not None and distributed.from_primary(
+      lambda: os.path.exists(partial_path)):
+    n, np_ = trainer.problems.num_instances, trainer.problems.num_nodes_padded
+    blank = Targets(placement=jnp.zeros((n, np_), jnp.int32),
+                    level=jnp.zeros((n, np_), jnp.int32), weight=jnp.zeros(n, jnp.float32))
+    read = functools.lru_cache(None)(lambda: _load_partial(partial_path, state, blank,
+                                                           fingerprint))  # read once
+    loaded = distributed.from_primary(lambda: read()[2])
+    state, targets = distributed.tree_from_primary(lambda: read()[:2], (state, blank))
+    rows, history = loaded["rows"], loaded["history"]
+    target_seconds = loaded["target_seconds"]
+    spent = loaded["target_seconds"] + loaded["clone_seconds"]
+    logging.info("imitation: resuming the cloning of %s at step %d/%d", partial_path,
+                 int(state.step), steps)
+  else:
+    targets, rows = build_targets(trainer.problems, trainer.data, tuple(cfg.teachers), levels,
+                                  task, progress)
+    target_seconds = time.perf_counter() - t0
+  clone_before = spent - target_seconds  # cloning seconds of earlier runs
+  max_seconds = cfg.get("max_seconds", None)
+  deadline = None if max_seconds is None else t0 + float(max_seconds) - spent
   t_clone = time.perf_counter()
-  while int(state.step) < steps:
-    state, metrics = bc_chunk(state, trainer.data, targets, module=module,
-                              task_name=trainer.hp.task, graphs=graphs, steps=per_call, lr=lr,
-                              priority_weight=float(cfg.get("priority_weight", 1.0)),
-                              smoothing=float(cfg.get("label_smoothing", 0.0)),
-                              prng_impl=impl, total=steps)
-    metrics = jax.device_get(metrics)
-    done = int(state.step)
-    last = {k: float(v[-1]) for k, v in metrics.items()}
-    history.append(dict(last, step=done, seconds=time.perf_counter() - t_clone))
-    if progress:
-      rate = done / max(time.perf_counter() - t_clone, 1e-9)
-      logging.info("imitation: step %d/%d (%.2f steps/s, ETA %.0f s): ce placement %.3f "
-                   "(acc %.3f), ce level %.3f (acc %.3f)", done, steps, rate,
-                   (steps - done) / max(rate, 1e-9), last["ce_placement"],
-                   last["acc_placement"], last["ce_level"], last["acc_level"])
-    if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
-      logging.info("imitation: wall-clock budget of %.0f s spent after %d steps",
-                   float(max_seconds), done)
-      break
+  saved = first = int(state.step)
+
+  def save(s):
+    nonlocal saved
+    if writer is not None and int(s.step) != saved:
+      _save_partial(writer, s, targets, fingerprint=fingerprint, rows=rows, history=history,
+                    target_seconds=target_seconds,
+                    clone_seconds=clone_before + time.perf_counter() - t_clone)
+      saved = int(s.step)
+
+  try:
+    while int(state.step) < steps:
+      state, metrics = bc_chunk(state, trainer.data, targets, module=module,
+                                task_name=trainer.hp.task, graphs=graphs, steps=per_call,
+                                lr=lr, priority_weight=float(cfg.get("priority_weight", 1.0)),
+                                smoothing=float(cfg.get("label_smoothing", 0.0)),
+                                prng_impl=impl, total=steps)
+      metrics = jax.device_get(metrics)
+      done = int(state.step)
+      last = {k: float(v[-1]) for k, v in metrics.items()}
+      elapsed = time.perf_counter() - t_clone
+      history.append(dict(last, step=done, seconds=clone_before + elapsed))
+      if progress:
+        rate = (done - first) / max(elapsed, 1e-9)  # this run's steps only
+        logging.info("imitation: step %d/%d (%.2f steps/s, ETA %.0f s): ce placement %.3f "
+                     "(acc %.3f), ce level %.3f (acc %.3f)", done, steps, rate,
+                     (steps - done) / max(rate, 1e-9), last["ce_placement"],
+                     last["acc_placement"], last["ce_level"], last["acc_level"])
+      if done < steps and done - saved >= every:
+        save(state)
+      if deadline is not None and distributed.agree(time.perf_counter() >= deadline):
+        logging.info("imitation: wall-clock budget of %.0f s spent after %d steps",
+                     float(max_seconds), done)
+        break
+  except KeyboardInterrupt:
+    save(state)  # the newest finished chunk: a rerun continues from it
+    if writer is not None:
+      logging.warning("interrupted: cloning saved at step %d in %s; rerun the command to "
+                      "resume", int(state.step), writer)
+    raise
   report = {"teachers": list(cfg.teachers), "steps": int(state.step),
             "target_seconds": target_seconds,
-            "clone_seconds": time.perf_counter() - t_clone, "instances": rows,
+            "clone_seconds": clone_before + time.perf_counter() - t_clone, "instances": rows,
             "history": history}
   return state.params, report
 
 
 def warm_start(trainer, params, cfg, workdir: Optional[str], *, progress: bool = True):
   """The cloned parameters of a run: read from `<workdir>/imitation.msgpack` when an earlier
-  (interrupted) run of this workdir finished cloning, else cloned now and saved there."""
+  (interrupted) run of this workdir finished cloning, else cloned now (continuing from
+  `<workdir>/imitation_partial.msgpack` where an interrupted cloning left one) and saved."""
   path = None if workdir is None else os.path.join(workdir, PARAMS_NAME)
   # Multi-process runs (go_jax.distributed): process 0's file decides and is read by process 0.
   if path is not None and distributed.from_primary(lambda: os.path.exists(path)):
     logging.info("imitation: loading the cloned parameters of %s", path)
     return distributed.tree_from_primary(lambda: ckpt_lib.load_params(path, params), params)
-  params, report = clone(trainer, params, cfg, progress=progress)
+  partial = None if workdir is None else os.path.join(workdir, PARTIAL_NAME)
+  params, report = clone(trainer, params, cfg, progress=progress, partial_path=partial)
   if workdir is not None and distributed.is_primary():  # process 0 writes
     fileio.write_json(os.path.join(workdir, SUMMARY_NAME), report)
     ckpt_lib.save_params(path, params)
+    if os.path.exists(partial):  # the cloned parameters are saved: the carry is done with
+      os.remove(partial)
   return params
 
 
 __all__ = ["default_config", "clone", "warm_start", "build_targets", "canonical_devices",
-           "priority_levels", "Targets", "CloneState", "PARAMS_NAME", "SUMMARY_NAME"]
+           "priority_levels", "Targets", "CloneState", "PARAMS_NAME", "SUMMARY_NAME",
+           "PARTIAL_NAME"]

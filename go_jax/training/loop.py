@@ -99,6 +99,10 @@ def _check_resume(workdir: str, config) -> None:
   with open(path) as fh:
     old = json.load(fh)
   new = _config_dict(config)
+  for cfg in (old, new):  # cloning settings a resumed cloning may change (imitation.py)
+    if isinstance(cfg.get("imitation"), dict):
+      cfg["imitation"] = {k: v for k, v in cfg["imitation"].items()
+                          if k not in imitation.RESUMABLE_CHANGES}
   differ = sorted(k for k in set(old) | set(new)
                   if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
   if differ:
