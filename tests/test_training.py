@@ -20,7 +20,7 @@ import pytest
 
 from go_jax import objectives
 from go_jax.policies.types import GraphFeatures, PolicyOutput
-from go_jax.training import checkpoint, loop, ppo, rollout
+from go_jax.training import checkpoint, loop, ppo, rollout, tuning
 from simulator import CompGraph, Topology
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -98,7 +98,7 @@ def toy_trainer(**overrides):
 
 
 def host_objective(trainer, place, prio):
-  return loop._score(trainer.problems, 0, place, prio)["objective"]
+  return loop.score_action(trainer.problems, 0, place, prio)["objective"]
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def test_finetune_from_pretrained_params(trained, tmp_path):
   trainer, state, *_ = trained
   path = checkpoint.save_params(str(tmp_path / "params.msgpack"), state.params)
   params = checkpoint.load_params(path, trainer.init(1).params)
-  result = loop.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, params,
+  result = tuning.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, params,
                          max_updates=TOY_CONFIG["updates"], seed=3, policy=standin())
   assert result.zero_shot_objective == 8.0  # the pretrained greedy action is already optimal
   assert result.objective == result.loop_objective == 8.0 and result.feasible
@@ -184,7 +184,7 @@ def test_finetune_counts_setup_and_compile_inside_its_budget(trained, caplog):
   import logging as py_logging  # pylint: disable=g-import-not-at-top
   trainer, state, *_ = trained
   caplog.set_level(py_logging.INFO, logger="absl")
-  result = loop.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, state.params,
+  result = tuning.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, state.params,
                          max_seconds=1e-6, seed=3, policy=standin())
   per_call = TOY_CONFIG["updates_per_call"]
   assert result.updates == per_call and len(result.history) == per_call
@@ -194,7 +194,7 @@ def test_finetune_counts_setup_and_compile_inside_its_budget(trained, caplog):
   lines = [r.getMessage() for r in caplog.records if "fine-tune four_chains" in r.getMessage()]
   assert any("best 8" in line and "update/s" in line for line in lines), lines
   caplog.clear()
-  loop.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, state.params, max_updates=per_call,
+  tuning.finetune(TOY_CONFIG, four_chains(), TOY_TOPOLOGY, state.params, max_updates=per_call,
                 policy=standin(), progress=False)
   assert not [r for r in caplog.records if "fine-tune" in r.getMessage()]
 
@@ -342,7 +342,7 @@ def test_hint_zero_shot_reproduces_the_hint_and_finetune_keeps_it():
   assert np.allclose(tie, hints.priority_tiebreak(sol.priority), atol=1e-6)
   state = trainer.init(0)
   # One update per call: the first call's samples are the zero-shot best of K (one compile).
-  tuned = loop.finetune(config, graph, topo, state.params, max_updates=2)
+  tuned = tuning.finetune(config, graph, topo, state.params, max_updates=2)
   assert np.array_equal(tuned.zero_shot_placement, sol.placement)
   assert tuned.zero_shot_objective == pytest.approx(sol.objective, rel=1e-9)
   best_k = tuned.zero_shot_best["objective"]
@@ -452,7 +452,7 @@ def test_shipped_checkpoint_loads_and_places_an_unseen_graph():
   topo = harness.make_topology(harness.parse_topology("nvlink4@mem=0.6x"), graph)[0]
   trainer = ppo.make_train(dict(config, graphs_per_update=1), [graph], [topo])
   place, prio, _ = jax.device_get(trainer.greedy(params))  # compiles the policy only
-  scored = loop._score(trainer.problems, 0, place[0], prio[0])
+  scored = loop.score_action(trainer.problems, 0, place[0], prio[0])
   assert np.isfinite(scored["objective"]) and scored["placement"].shape == (30,)
   assert scored["placement"].max() < 4
   assert config.policy.hint and config.policy.hidden <= 128  # a small shipped policy

@@ -28,7 +28,7 @@ from absl import logging
 
 from go_jax import distributed
 from go_jax.placeto import trainer as trainer_lib
-from go_jax.training import loop
+from go_jax.training import tuning
 from simulator.graph import CompGraph
 from simulator.topology import Topology
 
@@ -84,7 +84,7 @@ def search(config, graph: CompGraph, topology: Topology, params: Any = None, *,
   (`tune_config`); `params` None starts from fresh parameters. `budget` caps the simulated
   placements, the greedy episodes before and after fine-tuning included. ValueError when the
   budget is below one greedy episode."""
-  clock = loop._compile_clock  # pylint: disable=protected-access  (compile seconds so far)
+  clock = tuning.compile_clock  # compile seconds so far
   t0, compiled_before = time.perf_counter(), clock()
   label = name or graph.name
   trainer = trainer_lib.make_train(config, [graph], [topology], [label])

@@ -10,13 +10,14 @@
 Modules: `problems` (host-side instances: padding, features, references), `rollout` (tasks,
 sampling from one forward pass, log-probabilities, rewards, advantages), `state` (TrainState,
 HParams, learning-rate schedules), `ppo` (the update under one jit, make_train), `loop`
-(resume, logging, checkpoints, summary, fine-tuning), `imitation` (behaviour cloning of the best
-baselines before PPO), `checkpoint` (orbax), `logging` (JSONL, TensorBoard, progress),
+(resume, logging, checkpoints, summary), `tuning` (fine-tuning and zero-shot on one graph),
+`imitation` (behaviour cloning of the best baselines before PPO), `checkpoint` (orbax),
+`logging` (JSONL, TensorBoard, progress),
 `trainers` (go-jax-train's trainers by `config.algorithm`: PPO here, REGAL in go_jax/regal).
 """
 
-from go_jax.training.loop import (FinetuneResult, TrainResult, ZeroShotResult, build_instances,
-                                  finetune, load_pretrained, summarize, train, zero_shot)
+from go_jax.training.tuning import FinetuneResult, ZeroShotResult, finetune, zero_shot
+from go_jax.training.loop import TrainResult, build_instances, load_pretrained, summarize, train
 from go_jax.training.ppo import (HParams, Policy, TrainState, Trainer, make_train,
                                  policy_from_config)
 from go_jax.training.rollout import ADVANTAGES, TASKS

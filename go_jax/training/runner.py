@@ -49,7 +49,7 @@ def run(trainer, state, config, workdir: Optional[str], *, total: int, every: in
       start = 0 if latest is None else int(state.step)
     if files is not None:
       fileio.write_json(os.path.join(workdir, loop.CONFIG_NAME),
-                        loop._config_dict(config))  # pylint: disable=protected-access
+                        loop.config_dict(config))
       logger = train_logging.MetricsLogger(workdir, resume_step=start,
                                            tensorboard=bool(config.tensorboard))
     prog = train_logging.Progress(start, total, trainer.placements_per_update,
