@@ -196,7 +196,7 @@ def test_missing_optional_dependency_removes_only_its_methods():
       from simulator.sources import load_graph
       gone = methods.unavailable()
       assert set(gone) >= {"metis", "cpsat", "cpsat_memory", "go_jax.methods.partition",
-                           "go_jax.methods.exact"}, gone
+                           "go_jax.methods.exact", "go_jax.methods.exact_memory"}, gone
       assert "pip install pymetis" in gone["metis"] and "pip install ortools" in gone["cpsat"]
       names = methods.available()
       assert "metis" not in names and "cpsat" not in names and "heft" in names, names

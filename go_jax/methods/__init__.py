@@ -244,7 +244,8 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
 
 # Modules whose import registers the built-in methods.
 BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
-                   "go_jax.methods.exact", "go_jax.methods.partition",
+                   "go_jax.methods.exact", "go_jax.methods.exact_memory",
+                   "go_jax.methods.partition",
                    "go_jax.methods.evolution", "go_jax.methods.xla",
                    "go_jax.methods.learned", "go_jax.methods.regal_baselines",
                    "go_jax.methods.tuned", "go_jax.methods.regal", "go_jax.methods.fusion",
@@ -256,7 +257,8 @@ BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
 # are missing, and `get` says what to install.
 OPTIONAL_DEPENDENCIES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "go_jax.methods.partition": ("pymetis", ("metis",)),
-    "go_jax.methods.exact": ("ortools", ("cpsat", "cpsat_memory")),
+    "go_jax.methods.exact": ("ortools", ("cpsat",)),
+    "go_jax.methods.exact_memory": ("ortools", ("cpsat_memory",)),
 }
 
 _OWN_PACKAGES = ("go_jax", "simulator", "experiments")
