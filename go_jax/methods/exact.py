@@ -72,7 +72,7 @@ def make_solver(config, seed: int) -> cp_model.CpSolver:
 
 
 def no_solution(name: str, solver: cp_model.CpSolver, status, model: cp_model.CpModel,
-                 config) -> str:
+                config) -> str:
   """Why CP-SAT returned no solution, in words (with the validator's message if invalid)."""
   status_name = solver.StatusName(status)
   if status == cp_model.MODEL_INVALID:

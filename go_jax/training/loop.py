@@ -147,7 +147,7 @@ def summarize(trainer: ppo.Trainer, state: ppo.TrainState) -> List[Dict[str, Any
            "lower_bound": float(probs.lower_bound[i]), "best_objective": None,
            "best_ratio": None}
     greedy = score_action(probs, i, greedy_place[i], greedy_prio[i],
-                    None if greedy_fuse is None else greedy_fuse[i])
+                          None if greedy_fuse is None else greedy_fuse[i])
     row.update(greedy_objective=greedy["objective"], greedy_ratio=greedy["objective"] / ref,
                greedy_feasible=greedy["feasible"])
     if np.isfinite(best_obj[i]):  # the instance was visited at least once

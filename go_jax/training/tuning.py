@@ -151,7 +151,7 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   deadline = None if max_seconds is None else t0 + float(max_seconds)
   zero_place, zero_prio, zero_fuse = jax.device_get(trainer.greedy(state.params))  # compiles
   zero_scored = score_action(probs, 0, zero_place[0], zero_prio[0],
-                       None if zero_fuse is None else zero_fuse[0])
+                             None if zero_fuse is None else zero_fuse[0])
   zero_seconds = time.perf_counter() - t0
   history: List[Dict[str, float]] = []
   zero_best = None
@@ -247,7 +247,7 @@ def zero_shot(config, graph: CompGraph, topology: Topology, params, *, seed: int
   state, _ = trainer.update_chunk(state)  # samples K + greedy from `params`, then steps
   greedy_place, greedy_prio, greedy_fuse = jax.device_get(trainer.greedy(params))
   greedy = score_action(trainer.problems, 0, greedy_place[0], greedy_prio[0],
-                  None if greedy_fuse is None else greedy_fuse[0])
+                        None if greedy_fuse is None else greedy_fuse[0])
   best = score_action(trainer.problems, 0, *best_action(state, 0))
   if greedy["objective"] < best["objective"]:
     best = greedy
