@@ -1,0 +1,217 @@
+"""go-jax-place's report of one `go_jax.place.PlaceResult`: the comparison table, the header, the
+verdict, and the files of the output folder (results.json / results.csv / results.md,
+placement.npz, the Gantt charts and the objective bars).
+
+  print(place_report.header(result)); print(place_report.markdown_table(result))
+  print(place_report.verdict(result)); place_report.write_outputs(result, "results/place")
+
+Separate from `go_jax.place` because it is a different concern: `place` runs the methods on one
+instance (coarsening, the harness cells, scoring every action) and returns a `PlaceResult`; this
+module only reads a finished result and formats or writes it, and it never solves anything.
+`go_jax.place` re-exports every public name here (`place.verdict(result)`,
+`place.write_outputs(...)`, `place.LAUNCHER`, ...), so callers need not know of the split.
+`go_jax.place_execute` (--execute) adds its "execution" entry through `write_results_json`.
+
+An infeasible row never shows its penalty objective as a value: the table shows what it needs
+against the capacity, and the verdict says that no method found a feasible placement (no
+winner) when none did.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
+
+import numpy as np
+
+from go_jax import objectives, place_tasks, plotting, results
+from simulator import fileio
+
+if TYPE_CHECKING:  # annotations only: go_jax.place imports this module
+  from go_jax.place import PlaceResult
+
+LAUNCHER = "place"  # the launcher results.json records (another launcher's folder is refused)
+JSON_NAME, CSV_NAME, MD_NAME = results.JSON_NAME, results.CSV_NAME, results.MD_NAME
+NPZ_NAME, BARS_NAME = "placement.npz", "objective_bars.png"
+
+
+def _fmt(value: float, objective: str) -> str:
+  return objectives.get_objective(objective).format(value)
+
+
+def markdown_table(result: PlaceResult) -> str:
+  """The comparison table (Markdown), the winner's objective in bold; an infeasible row shows
+  what it needs against the capacity, never its penalty objective."""
+  obj = result.settings["objective"]
+  caps = np.asarray(result.topology.mem_capacity, np.float64)
+  head = ("method", f"objective ({obj})", "makespan", "peak memory / capacity", "feasible",
+          "gap to LB", "search s")
+  fused = any(r.groups is not None for r in result.rows)  # a column of fused graph sizes
+  head += (f"groups ({result.graph.num_nodes} ops)",) if fused else ()
+  body = []
+  for r in result.rows:
+    peak = float(np.max(r.peak_memory))
+    cap = results.capacity_text(caps)
+    mem = f"{plotting.format_bytes(peak)} / {cap}"
+    if np.all(np.isfinite(caps) & (caps > 0)):  # the fullest device against its own capacity
+      frac = float(np.max(r.peak_memory / caps))
+      mem += f" ({frac:.0%})" if frac < 10 else f" ({frac:.3g} x)"
+    value = results.value_text(r.data) if r.data else _fmt(r.objective, obj)
+    body.append((r.method, f"**{value}**" if r is result.winner else value,
+                 plotting.format_seconds(r.makespan), mem, "yes" if r.feasible else "NO",
+                 f"{r.gap:+.1%}" if r.feasible and math.isfinite(r.gap) else "-",
+                 f"{r.search_seconds:.3g}")
+                + ((str(r.groups) if r.groups is not None else "-",) if fused else ()))
+  return results.markdown_table(head, body, ["l"] + ["r"] * (len(head) - 1))
+
+
+def header(result: PlaceResult) -> str:
+  """What was solved: graph, coarsening, topology (every device's capacity), objective, lower
+  bound, GO's start or why GO was skipped."""
+  s, g, obj = result.settings, result.original, result.settings["objective"]
+  lines = [f"graph: {s['graph'] or g.name} ('{g.name}', {g.num_nodes} ops, "
+           f"{g.num_edges} edges)"]
+  if result.coarsened is not None:
+    lines.append(f"coarsened to {result.graph.num_nodes} nodes (more than max_nodes="
+                 f"{s['max_nodes']}): methods solved the coarse graph; placement.npz also "
+                 "holds the placements expanded to the original nodes, which score there:")
+    lines += [f"  {r.method}: {obj} "
+              f"{_fmt(v['objective'], obj) if v['feasible'] else 'OUT OF MEMORY'}"
+              for r in {id(r): r for r in (result.best, result.go_row) if r}.values()
+              for v in [result.original_scores[r.key]]]
+  lines += [f"topology: {s['topology']} ({s['devices']} devices, memory "
+            f"{results.capacity_text(result.topology)})",
+            f"objective: {obj} (lower bound {_fmt(s['lower_bound'], obj)})"]
+  lines += place_tasks.header_lines(s, lambda v: _fmt(v, obj))
+  if s.get("go_skipped"):
+    lines.append(f"GO skipped: {s['go_skipped']}")
+  elif s.get("method"):
+    lines.append(f"GO: {s['method']} from checkpoint {s['checkpoint']}; GO search seconds are "
+                 "wall time including loading and XLA compilation")
+  for name, error in (s.get("baseline_errors") or {}).items():
+    lines.append(f"{name} skipped: {error}")
+  return "\n".join(lines)
+
+
+def verdict(result: PlaceResult) -> str:
+  """One line: which method won and by how much against the best baseline, or that no method
+  found a feasible placement."""
+  part = [r for r in result.rows if r.kind == "partition"]
+  text = _verdict(result)
+  if part:
+    best_p = min(part, key=lambda r: r.objective)
+    text += (f"; partitioning: {best_p.method} best with "
+             f"{_fmt(best_p.objective, result.settings['objective'])}" if best_p.feasible else
+             "; partitioning: no feasible strategy")
+  return text
+
+
+def _verdict(result: PlaceResult) -> str:
+  """`verdict` over the placement rows."""
+  rows = [r for r in result.rows if r.kind != "partition"]
+  none = results.no_feasible_text([r.data for r in rows])
+  if none:
+    return none[0].upper() + none[1:] + "; no winner"
+  best, obj = result.best, result.settings["objective"]
+  base = result.best_baseline
+  fmt = lambda v: _fmt(v, obj)
+  skipped = (f" (GO skipped: {result.settings['go_skipped']})"
+             if result.settings.get("go_skipped") else " (GO not run)")
+  if base is None:
+    return f"{best.method} won with {fmt(best.objective)} (no baselines run)"
+  if best.kind == "go":
+    if not base.feasible:
+      return (f"{best.method} won: {fmt(best.objective)}; no baseline found a feasible "
+              f"placement (the best, {base.method}, is {results.infeasible_text(base.data)})")
+    return (f"{best.method} won: {fmt(best.objective)}, {1 - best.objective / base.objective:.2%}"
+            f" below the best baseline {base.method} ({fmt(base.objective)})")
+  go = min((r for r in result.rows if r.kind == "go"), key=lambda r: r.objective, default=None)
+  if go is None:
+    return f"{best.method} won with {fmt(best.objective)}{skipped}"
+  if go.objective == best.objective:
+    return f"{best.method} won with {fmt(best.objective)}, tied by {go.method}"
+  if not go.feasible:
+    return (f"{best.method} ({best.kind}) won: {fmt(best.objective)}; GO found no feasible "
+            f"placement (its best, {go.method}, is {results.infeasible_text(go.data)})")
+  return (f"{best.method} ({best.kind}) won: {fmt(best.objective)}; GO's best ({go.method}, "
+          f"{fmt(go.objective)}) is {go.objective / best.objective - 1:.2%} above it")
+
+
+def to_json(result: PlaceResult) -> Dict[str, Any]:
+  """results.json's payload: the settings (as `config`), the rows in the harness's row format
+  (plus the place row key and kind), the best method and the verdict."""
+  rows = [dict(r.data, key=r.key, kind=r.kind, name=r.method,
+                **({"groups": r.groups} if r.groups is not None else {})) for r in result.rows]
+  out = {"config": result.settings, "settings": result.settings,
+         "best": result.winner.method if result.winner else None,
+         "verdict": verdict(result), "rows": rows}
+  if result.coarsened is not None:
+    out["original_graph"] = result.original_scores  # row key -> expanded action's scores
+  return out
+
+
+def _slug(key: str) -> str:
+  return re.sub(r"[^A-Za-z0-9_.-]+", "_", key)
+
+
+def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[str, str]:
+  """Writes results.json, results.csv, results.md, placement.npz and (with plots) the PNGs;
+  returns their paths. ValueError if another launcher's results are in `out`."""
+  results.load(out, LAUNCHER)  # another launcher's folder: stop, never overwrite it
+  os.makedirs(out, exist_ok=True)
+  files = {}
+  best, go = result.best, result.go_row
+  arrays = {"placement": result.expand(best.placement),
+            "priority": result.expand(best.priority), "method": np.array(best.method),
+            "feasible": np.array(best.feasible)}
+  if best.fuse is not None:  # the fusing tasks never coarsen
+    arrays["fuse"] = best.fuse
+  if go is not None:
+    arrays.update(go_placement=result.expand(go.placement),
+                  go_priority=result.expand(go.priority), go_method=np.array(go.method))
+    if go.fuse is not None:
+      arrays["go_fuse"] = go.fuse
+  if result.coarsened is not None:
+    arrays.update(mapping=result.coarsened.mapping, coarse_placement=best.placement,
+                  coarse_priority=best.priority)
+    if go is not None:
+      arrays.update(coarse_go_placement=go.placement, coarse_go_priority=go.priority)
+  files["placement"] = os.path.join(out, NPZ_NAME)
+  with fileio.atomic_open(files["placement"], "wb") as fh:
+    np.savez(fh, **arrays)
+  obj = result.settings["objective"]
+  if plots:
+    for r in {id(r): r for r in (go, result.best_baseline) if r is not None}.values():
+      path = os.path.join(out, f"gantt_{_slug(r.key)}.png")
+      title = (f"{r.method} on {result.graph.name} / {result.settings['topology']}: {obj} "
+               f"{results.value_text(r.data)}")
+      files[f"gantt_{r.key}"] = place_tasks.plot_gantt(result.graph, result.topology, r, path,
+                                                       title)
+    feasible = [r for r in result.rows if r.feasible]
+    if feasible:  # an infeasible row's objective is a penalty, not a value to draw
+      files["bars"] = plotting.plot_bars(
+          [r.method for r in feasible], [r.objective for r in feasible],
+          os.path.join(out, BARS_NAME), title=f"{result.graph.name} on "
+          f"{result.settings['topology']} (feasible methods)",
+          ylabel=f"{obj} ({objectives.get_objective(obj).unit})", reference=result.lower_bound)
+  files["table"] = results.write_markdown(
+      out, header(result) + "\n\n" + markdown_table(result) + "\n\n" + verdict(result))
+  cols = results.COLUMNS + (("groups",) if any(r.fuse is not None for r in result.rows) else ())
+  files["csv"] = results.write_csv(out, [dict(r.data, groups=r.groups) for r in result.rows], cols)
+  files["results"] = write_results_json(result, out, files)
+  return {k: os.path.abspath(v) for k, v in files.items()}
+
+
+def write_results_json(result: PlaceResult, out: str, files: Mapping[str, str],
+                       extra: Optional[Mapping[str, Any]] = None) -> str:
+  """Writes results.json (atomically): `to_json`, the `files` written beside it and `extra`
+  top-level entries (--execute adds "execution", `go_jax.place_execute`); returns its path."""
+  data = dict(to_json(result), **(extra or {}))
+  data["files"] = {k: os.path.abspath(v) for k, v in sorted(files.items())}
+  return results.write_json(out, LAUNCHER, data)
+
+
+__all__ = ["markdown_table", "header", "verdict", "to_json", "write_outputs", "write_results_json",
+           "LAUNCHER", "JSON_NAME", "CSV_NAME", "MD_NAME", "NPZ_NAME", "BARS_NAME"]
