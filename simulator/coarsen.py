@@ -5,7 +5,10 @@ real training steps have 10^4-10^5 HLO ops (GO places graphs of up to 80k nodes 
 grouping; HDP learns a grouper). `coarsen(graph, max_nodes)` returns a graph of at most
 `max_nodes` nodes plus the old -> new mapping; a placement or priority found on the coarse
 graph is carried back with `expand`. `contract(graph, groups)` is the merge itself, also used to
-score XLA's own fusion groups as a grouping baseline (`xla_fusion_graph`).
+score XLA's own fusion groups as a grouping baseline (`xla_fusion_graph`). The group-id
+primitives both rest on (canonical ids, the group graph's edges, union-find, and
+`acyclic_pieces` / `acyclic_groups`, which split groups so a contraction stays acyclic) are
+`simulator.grouping`'s; the two acyclic splitters are re-exported here.
 
 Merging a group G into one node (`contract`):
   * cost, flops, param_bytes: sums over G (the members run one after another on one device).
@@ -63,152 +66,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import deque
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from simulator import ops
+from simulator import grouping, ops
 from simulator.coarse_bounds import edge_out_bytes, peak_internal_bytes
-from simulator.graph import CompGraph, csr
+from simulator.graph import CompGraph
+from simulator.grouping import acyclic_groups, acyclic_pieces  # noqa: F401  (re-exported)
 
 STRATEGIES = ("colocate", "chains", "trees", "scopes", "topological")
 TREE_WEIGHT_CAP = 2.0  # "trees" never makes a group heavier than this * total / max_nodes
 FLOPS_PER_BYTE = 16.0  # weight without costs: max(flops, this * bytes), a roofline's shape
 PARAM_LIKE = tuple(ops.op_type_id(t) for t in ("parameter", "optimizer", "constant"))
 _WRAPPER = re.compile(r"^[\w\-]+\((.*)\)$")
-
-
-# ------------------------------------------------------------------ helpers
-def _canonical(groups: np.ndarray) -> np.ndarray:
-  """Group ids renumbered 0..G-1 in order of each group's smallest member."""
-  _, first, inv = np.unique(groups, return_index=True, return_inverse=True)
-  return np.argsort(np.argsort(first))[inv].astype(np.int64)
-
-
-def _check_groups(graph: CompGraph, groups) -> np.ndarray:
-  g = np.asarray(groups)
-  if g.shape != (graph.num_nodes,):
-    raise ValueError(f"groups must have shape ({graph.num_nodes},) (one id per node of "
-                     f"'{graph.name}'), got {g.shape}")
-  if g.size and not np.issubdtype(g.dtype, np.integer):
-    raise ValueError(f"groups must be integers, got dtype {g.dtype}")
-  return _canonical(g.astype(np.int64))
-
-
-def _quotient(senders, receivers, labels) -> Tuple[np.ndarray, np.ndarray]:
-  """Distinct edges between different groups."""
-  s, r = labels[senders], labels[receivers]
-  keep = s != r
-  if not keep.any():
-    return np.zeros(0, np.int64), np.zeros(0, np.int64)
-  m = int(labels.max()) + 1
-  key = np.unique(s[keep] * m + r[keep])
-  return key // m, key % m
-
-
-def _union(parent: List[int], a: int, b: int) -> bool:
-  ra, rb = _find(parent, a), _find(parent, b)
-  if ra == rb:
-    return False
-  parent[max(ra, rb)] = min(ra, rb)
-  return True
-
-
-def _find(parent: List[int], a: int) -> int:
-  root = a
-  while parent[root] != root:
-    root = parent[root]
-  while parent[a] != root:
-    parent[a], a = root, parent[a]
-  return root
-
-
-def _roots(parent: List[int]) -> np.ndarray:
-  return np.array([_find(parent, i) for i in range(len(parent))], np.int64)
-
-
-def acyclic_pieces(n: int, senders, receivers, groups) -> np.ndarray:
-  """Splits groups so that contracting them keeps a DAG acyclic; ids in a topological order.
-
-  Groups are emitted in a Kahn order over groups; when every remaining group waits on another
-  (a cycle among groups), the group of a ready node gives up, as a group of its own, the part
-  of it that is ready now (the members whose predecessors are all done or in that part)
-  restricted to what other groups wait on (the members of that part that feed a node outside
-  the group, and their ancestors within the part). So a shared producer wrongly placed in one
-  group leaves alone, and a group that spans a loss (forward and backward ops) splits in two.
-  Groups that take part in no cycle are kept whole. O(N + E) plus the peeled parts.
-  """
-  senders = np.asarray(senders, np.int64)
-  receivers = np.asarray(receivers, np.int64)
-  groups = _canonical(np.asarray(groups, np.int64))
-  n_groups = int(groups.max()) + 1 if n else 0
-  ext = groups[senders] != groups[receivers]
-  ext_missing = np.bincount(groups[receivers[ext]], minlength=n_groups).tolist()
-  pred_left = np.bincount(receivers, minlength=n).tolist()
-  ptr, succ = csr(senders, receivers, n)
-  ptr, succ = ptr.tolist(), succ.tolist()
-  gptr, members = csr(groups, np.arange(n), n_groups)
-  gptr, members = gptr.tolist(), members.tolist()
-  grp = groups.tolist()
-  done, out = [False] * n, [0] * n
-  queue = deque(g for g in range(n_groups) if ext_missing[g] == 0)
-  queued = [ext_missing[g] == 0 for g in range(n_groups)]
-  ready = [u for u in range(n) if pred_left[u] == 0]  # nodes whose predecessors are all done
-  next_id, emitted = 0, 0
-
-  def emit(nodes):
-    nonlocal next_id, emitted
-    for u in nodes:
-      done[u], out[u] = True, next_id
-    for u in nodes:
-      for v in succ[ptr[u]:ptr[u + 1]]:
-        pred_left[v] -= 1
-        if pred_left[v] == 0:
-          ready.append(v)
-        gv = grp[v]
-        if gv != grp[u]:
-          ext_missing[gv] -= 1
-          if ext_missing[gv] == 0 and not queued[gv]:
-            queued[gv] = True
-            queue.append(gv)
-    next_id += 1
-    emitted += len(nodes)
-
-  while emitted < n:
-    if queue:
-      g = queue.popleft()
-      rest = [u for u in members[gptr[g]:gptr[g + 1]] if not done[u]]
-      if rest:
-        emit(rest)
-      continue
-    while done[ready[-1]]:
-      ready.pop()
-    g = grp[ready[-1]]  # deadlock: peel off the part of g that can run now
-    left = {u: pred_left[u] for u in members[gptr[g]:gptr[g + 1]] if not done[u]}
-    stack = [u for u, k in left.items() if k == 0]
-    part = []
-    while stack:  # the ready part, in a topological order
-      u = stack.pop()
-      part.append(u)
-      for v in succ[ptr[u]:ptr[u + 1]]:
-        if v in left:
-          left[v] -= 1
-          if left[v] == 0:
-            stack.append(v)
-    needed, in_part = set(), set(part)  # what other groups wait on: feeders of outside nodes
-    for u in reversed(part):
-      if any(grp[v] != g or v in needed for v in succ[ptr[u]:ptr[u + 1]] if v in in_part
-             or grp[v] != g):
-        needed.add(u)
-    emit([u for u in part if u in needed] or part)
-  return np.asarray(out, np.int64)
-
-
-def acyclic_groups(graph: CompGraph, groups) -> np.ndarray:
-  """(N,) group ids, split as needed so that `contract(graph, ...)` is acyclic."""
-  return _canonical(acyclic_pieces(graph.num_nodes, graph.senders, graph.receivers,
-                                   _check_groups(graph, groups)))
 
 
 # ------------------------------------------------------------------ contract / expand
@@ -222,13 +93,13 @@ def _colocation_classes(coloc: np.ndarray, labels: np.ndarray, m: int) -> np.nda
   first: Dict[int, int] = {}
   for c, l in zip(coloc[has].tolist(), labels[has].tolist()):
     if c in first:
-      _union(parent, first[c], l)
+      grouping.union(parent, first[c], l)
     else:
       first[c] = l
-  roots = _roots(parent)
+  roots = grouping.roots(parent)
   touched = np.zeros(m, bool)
   touched[labels[has]] = True
-  out[touched] = _canonical(roots[touched])
+  out[touched] = grouping.canonical(roots[touched])
   return out
 
 
@@ -249,7 +120,7 @@ def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
     raise ValueError(f"temp_bound must be one of {TEMP_BOUNDS}, got {temp_bound!r}")
   if out_bound not in OUT_BOUNDS:
     raise ValueError(f"out_bound must be one of {OUT_BOUNDS}, got {out_bound!r}")
-  labels = _check_groups(graph, groups)
+  labels = grouping.check_groups(graph, groups)
   m = int(labels.max()) + 1
   s, r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
   cross = labels[s] != labels[r]
@@ -274,7 +145,7 @@ def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
     accessed = total(graph.bytes_accessed)
   heavy = np.lexsort((np.arange(graph.num_nodes), -graph.flops, -graph.cost, labels))
   lead = heavy[np.r_[True, labels[heavy][1:] != labels[heavy][:-1]]]  # heaviest per group
-  qs, qr = _quotient(s, r, labels)
+  qs, qr = grouping.quotient(s, r, labels)
   names = None
   if graph.node_names is not None:
     size = np.bincount(labels, minlength=m)
@@ -344,9 +215,9 @@ class _State:
     self.set(np.arange(graph.num_nodes, dtype=np.int64))
 
   def set(self, labels: np.ndarray):
-    self.labels = _canonical(labels)
+    self.labels = grouping.canonical(labels)
     self.m = int(self.labels.max()) + 1
-    self.qs, self.qr = _quotient(self.s, self.r, self.labels)
+    self.qs, self.qr = grouping.quotient(self.s, self.r, self.labels)
     self.weight = np.bincount(self.labels, weights=self.node_weight, minlength=self.m)
 
   def merge(self, pairs_a, pairs_b, budget: Optional[int] = None, order=None,
@@ -359,13 +230,13 @@ class _State:
     for k in (range(len(a)) if order is None else np.asarray(order).tolist()):
       if budget is not None and done >= budget:
         break
-      ra, rb = _find(parent, a[k]), _find(parent, b[k])
+      ra, rb = grouping.find(parent, a[k]), grouping.find(parent, b[k])
       if ra != rb and weight[ra] + weight[rb] <= cap:
         parent[max(ra, rb)] = min(ra, rb)
         weight[min(ra, rb)] += weight[max(ra, rb)]
         done += 1
     if done:
-      self.set(_roots(parent)[self.labels])
+      self.set(grouping.roots(parent)[self.labels])
 
 
 def _colocate(st: _State, max_nodes: int):

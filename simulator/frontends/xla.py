@@ -37,7 +37,7 @@ stage="post")`) and carried onto the graphs the methods work on.
   algebraic simplification) or creates anew, cannot be matched and become singletons; the rank
   rule can pair wrongly where XLA reorders same-key ops, and a producer XLA duplicated into
   several fusions can sit in only one group. Whatever the pairing, the groups are repaired to
-  keep the contracted graph acyclic (`simulator.coarsen.acyclic_groups`: a group on a cycle of
+  keep the contracted graph acyclic (`simulator.grouping.acyclic_groups`: a group on a cycle of
   the group graph gives up the part the others wait on); an ambiguous node split off alone that
   way (typically a producer XLA duplicated) is matched again avoiding that post node (up to
   REPAIR_ROUNDS passes; the pass with the fewest split post nodes is kept).
@@ -53,7 +53,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from simulator.coarsen import acyclic_groups
+from simulator.grouping import acyclic_groups
 from simulator.frontends.hlo import HloGraph
 
 REPAIR_ROUNDS = 4  # matching passes: each re-places the ambiguous nodes the repair split off
