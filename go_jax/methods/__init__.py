@@ -246,7 +246,7 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
 BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.exact", "go_jax.methods.exact_memory",
                    "go_jax.methods.partition",
-                   "go_jax.methods.evolution", "go_jax.methods.xla",
+                   "go_jax.methods.evolution", "go_jax.methods.annealing", "go_jax.methods.xla",
                    "go_jax.methods.learned", "go_jax.methods.regal_baselines",
                    "go_jax.methods.tuned", "go_jax.methods.regal", "go_jax.methods.fusion",
                    "go_jax.methods.hdp", "go_jax.methods.placeto",

@@ -1,9 +1,12 @@
-"""Population search baselines: a biased random-key genetic algorithm and simulated annealing.
+"""Population search baselines: a biased random-key genetic algorithm (brkga, brkga_seeded) here,
+and the search machinery it shares with simulated annealing (sa, in `annealing.py`).
 
 Both are joint placement + scheduling searches whose whole run is ONE `jax.jit` call: a
 `lax.scan` over generations (BRKGA) or annealing steps (SA) in which every step evaluates its
 whole batch of candidate actions with one batched `simulate_padded` call. Nothing goes back to
-the host between steps.
+the host between steps. The helpers both searches use (budget, loop PRNG key, scan-length
+bucket, batch sharding, batched objective, heuristic seeds and critical-path priority) are
+public here; `annealing.py` imports them, so the rules below hold for both.
 
 brkga (Goncalves & Resende's BRKGA, the "BRKGA 5K" baseline of REGAL, Paliwal et al. 2020):
   A chromosome holds, for every op, D device-affinity keys and one priority key, all in [0, 1)
@@ -16,12 +19,8 @@ brkga (Goncalves & Resende's BRKGA, the "BRKGA 5K" baseline of REGAL, Paliwal et
   bytes, to keep the RNG cheap). Because elites survive with their scores, the best objective
   never worsens.
 
-sa: K chains of simulated annealing over actions. A move relocates one colocation group (its
-  root op, which the simulator's rule 1 makes the whole group follow) to another device, or,
-  with probability `swap_prob` (always when D = 1), swaps the priorities of two ops. All K
-  proposals are scored in one batched call; Metropolis acceptance on the relative change
-  (new - cur) / cur with a geometric temperature schedule from `t_start` to `t_end`, so the
-  temperatures do not depend on the objective's unit. Returns the best action any chain saw.
+sa: K chains of simulated annealing over actions (`annealing.py`'s docstring has its moves and
+  acceptance rule).
 
 Budgets are counted in simulator evaluations (one action = one evaluation): `budget` if given,
 else the config's `evaluations` (default 5000, REGAL's "BRKGA 5K"). Only whole batches are
@@ -31,7 +30,7 @@ run and the budget is never exceeded:
     first generation evaluates M random chromosomes; the other E of the initial population are
     random, unevaluated (objective +inf), rank last and only serve as non-elite parents once.
     This keeps the batch at M in every step, so the simulator is traced and compiled once.
-  sa: steps S = budget // K; step 0 evaluates the K starting actions, the others one move each.
+  sa: steps S = budget // K (`annealing.py`).
 
 Seeding (`seed_heuristics`, default False, so both stay the uninformed searches the learned
 methods are compared with): when True the first batch also holds the expert contiguous split,
@@ -86,36 +85,37 @@ from simulator.topology import Topology
 
 NUM_SEEDS = 3  # heuristic actions that `seed_heuristics` injects (fixed: shapes never change)
 
-# Python-level trace counts of the jitted searches, for no-retrace tests.
+# Python-level trace counts of the jitted searches (brkga here, sa in annealing.py), for
+# no-retrace tests.
 TRACES: Dict[str, int] = {"brkga": 0, "sa": 0}
 
 
-# ------------------------------------------------------------------ shared helpers
-def _budget(problem: Problem, config) -> int:
+# ------------------------------------------------------------------ shared helpers (also sa's)
+def search_budget(problem: Problem, config) -> int:
   budget = int(problem.budget if problem.budget is not None else config["evaluations"])
   if budget < 1:
     raise ValueError(f"budget (evaluations) must be >= 1, got {budget}")
   return budget
 
 
-def _loop_key(problem: Problem):
+def loop_key(problem: Problem):
   """The searches' PRNG key: "rbg" seeded with problem.seed (see the module docstring)."""
   return jax.random.key(problem.seed, impl="rbg")
 
 
-def _step_bucket(steps: int) -> int:
+def step_bucket(steps: int) -> int:
   """Scan length for `steps` real steps: a power of two, so most budgets share one compile."""
   return bucket(steps, 1)
 
 
-def _batch_sharding(batch: int):
+def batch_sharding(batch: int):
   """The simulator's batch split across every device of the run (CPU cores exposed by
   `simulator.runtime.configure_cpu_devices`, every process's devices after
   `go_jax.distributed.initialize`), or None: one device, or uneven split."""
   return sharding_lib.batch_sharding(batch)
 
 
-def _objective_values(pg: PaddedGraph, topo: Topology, place, prio, kind: str, ub,
+def objective_values(pg: PaddedGraph, topo: Topology, place, prio, kind: str, ub,
                       sharding=None):
   """(B,) objective of B actions (placement (B, Np) int, priority (B, Np) float); traceable.
 
@@ -134,7 +134,7 @@ def _normalised_rank(graph) -> np.ndarray:
   return (rank / top * 0.999).astype(np.float32)
 
 
-def _heuristic_actions(problem: Problem, np_: int, enabled: bool):
+def heuristic_actions(problem: Problem, np_: int, enabled: bool):
   """(placement (NUM_SEEDS, Np) int32, mask (NUM_SEEDS,) bool) of the seeding heuristics."""
   g, topo = problem.graph, problem.topology
   out = np.zeros((NUM_SEEDS, np_), np.int32)
@@ -145,7 +145,7 @@ def _heuristic_actions(problem: Problem, np_: int, enabled: bool):
   return out, np.full(NUM_SEEDS, enabled)
 
 
-def _padded_rank(problem: Problem, np_: int) -> np.ndarray:
+def padded_rank(problem: Problem, np_: int) -> np.ndarray:
   """(Np,) normalised upward rank, 0 on padded ops."""
   out = np.zeros(np_, np.float32)
   out[:problem.graph.num_nodes] = _normalised_rank(problem.graph)
@@ -213,7 +213,7 @@ def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, se
         jnp.where(seed_mask[:m, None, None], seed_keys[:m], pop.keys[elites:elites + m]))
     new = jnp.where(t == 0, first, bred)
     place, prio = _decode(new, d)
-    fit = _objective_values(pg, topo, place, prio, kind, ub, sharding).astype(jnp.float32)
+    fit = objective_values(pg, topo, place, prio, kind, ub, sharding).astype(jnp.float32)
     all_keys = jnp.concatenate([pop.keys[:elites], new])
     all_fit = jnp.concatenate([pop.fitness[:elites], fit])
     order = jnp.argsort(all_fit, stable=True)  # ties: survivors first (deterministic)
@@ -229,9 +229,9 @@ def _brkga_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, se
 def _seed_keys(problem: Problem, np_: int, enabled: bool):
   """Heuristic actions as chromosomes: (NUM_SEEDS, Np, D + 1) keys and (NUM_SEEDS,) mask."""
   d = problem.topology.num_devices
-  place, mask = _heuristic_actions(problem, np_, enabled)
+  place, mask = heuristic_actions(problem, np_, enabled)
   keys = np.where(np.arange(d) == place[..., None], 0.75, 0.25).astype(np.float32)
-  prio = np.broadcast_to(_padded_rank(problem, np_), (NUM_SEEDS, np_))[..., None]
+  prio = np.broadcast_to(padded_rank(problem, np_), (NUM_SEEDS, np_))[..., None]
   return np.concatenate([keys, prio], -1), mask
 
 
@@ -280,7 +280,7 @@ def _brkga_generations(problem: Problem, config, name: str):
   """(population, elites, mutants, elite_bias, generations) of a BRKGA run within the budget
   (shared by brkga and REGAL's guided BRKGA, go_jax/regal/guided.py)."""
   p, e, mu, bias = _brkga_counts(config, name)
-  budget = _budget(problem, config)
+  budget = search_budget(problem, config)
   per_gen = p - e
   if budget < per_gen:
     raise ValueError(f"{name}: budget {budget} is below one generation ({per_gen} = "
@@ -295,10 +295,10 @@ def _brkga_search(problem: Problem, config, name: str, seeds) -> Proposal:
   pg = padded(problem.graph)
   seed_keys, seed_mask, seed_evals, seed_info = seeds(pg.num_nodes_padded)
   ub = jnp.float32(problem.upper_bound())
-  pop, best = _brkga_run(pg, problem.topology, _loop_key(problem), ub, jnp.int32(gens),
+  pop, best = _brkga_run(pg, problem.topology, loop_key(problem), ub, jnp.int32(gens),
                          seed_keys, seed_mask, kind=problem.objective,
                          population=p, elites=e, mutants=mu, elite_bias=bias,
-                         scan_len=_step_bucket(gens), sharding=_batch_sharding(p - e))
+                         scan_len=step_bucket(gens), sharding=batch_sharding(p - e))
   n, d = problem.graph.num_nodes, problem.topology.num_devices
   keys = np.asarray(pop.keys[0])
   place = np.argmax(keys[:n, :d], axis=-1)
@@ -370,144 +370,3 @@ def brkga_seeded(problem: Problem, config) -> Proposal:
     return np.stack(keys), np.asarray(mask), evals, {"seeds": list(props)}
   return _brkga_search(problem, config, "brkga_seeded", seeds)
 
-
-# ------------------------------------------------------------------ simulated annealing
-@flax.struct.dataclass
-class _Chains:
-  """SA loop state of K chains: current and best-seen action of each."""
-  place: jnp.ndarray  # (K, Np) int32 current placement
-  prio: jnp.ndarray  # (K, Np) float32 current priority
-  obj: jnp.ndarray  # (K,) current objective; +inf before step 0
-  best_place: jnp.ndarray  # (K, Np) int32
-  best_prio: jnp.ndarray  # (K, Np) float32
-  best_obj: jnp.ndarray  # (K,)
-  accepted: jnp.ndarray  # () int32 accepted moves (steps >= 1), for diagnostics
-
-
-def _propose(c: _Chains, u, movable, num_movable, num_real, d: int, swap_prob: float):
-  """One move per chain from uniforms u (K, 5): a colocation group to another device, or a
-  priority swap of two ops."""
-  k = c.place.shape[0]
-  rows = jnp.arange(k)
-
-  def pick(x, n):  # uniform integer in [0, n) from a uniform x in [0, 1)
-    return jnp.minimum((x * n).astype(jnp.int32), n - 1)
-
-  swap = (u[:, 0] < swap_prob) if d > 1 else jnp.ones(k, bool)
-  op = movable[pick(u[:, 1], num_movable)]
-  shift = 1 + pick(u[:, 2], max(d - 1, 1))
-  cur = c.place[rows, op]
-  place = c.place.at[rows, op].set(jnp.where(swap, cur, (cur + shift) % d))
-  i, j = pick(u[:, 3], num_real), pick(u[:, 4], num_real)
-  pi, pj = c.prio[rows, i], c.prio[rows, j]
-  prio = c.prio.at[rows, i].set(jnp.where(swap, pj, pi))
-  prio = prio.at[rows, j].set(jnp.where(swap, pi, prio[rows, j]))
-  return place, prio
-
-
-@functools.partial(jax.jit, static_argnames=("kind", "swap_prob", "t_start", "t_end",
-                                             "scan_len", "sharding"))
-def _sa_run(pg: PaddedGraph, topo: Topology, key, ub, num_steps, init_place, init_prio,
-            movable, num_movable, *, kind: str, swap_prob: float, t_start: float,
-            t_end: float, scan_len: int, sharding=None):
-  """The whole SA run: `num_steps` (traced) batched steps in a scan of `scan_len`.
-
-  init_place (K, Np) int32 and init_prio (K, Np) float32 start the chains; movable (Np,) int32
-  lists the colocation roots (first num_movable entries). Returns the final chains and the best
-  objective over all chains after each scan step (scan_len,).
-  """
-  TRACES["sa"] += 1
-  k = init_place.shape[0]
-  d = topo.speed.shape[0]
-  num_real = jnp.sum(pg.node_mask).astype(jnp.int32)
-  inf = jnp.full((k,), jnp.inf, jnp.float32)
-  init = _Chains(place=init_place, prio=init_prio, obj=inf, best_place=init_place,
-                 best_prio=init_prio, best_obj=inf, accepted=jnp.int32(0))
-  ratio = t_end / t_start
-  denom = jnp.maximum(num_steps - 2, 1).astype(jnp.float32)
-
-  def anneal(c: _Chains, t):
-    u = jax.random.uniform(jax.random.fold_in(key, t), (k, 6))  # one draw per step
-    moved_place, moved_prio = _propose(c, u[:, :5], movable, num_movable, num_real, d,
-                                       swap_prob)
-    place = jnp.where(t == 0, c.place, moved_place)  # step 0 scores the starting actions
-    prio = jnp.where(t == 0, c.prio, moved_prio)
-    new = _objective_values(pg, topo, place, prio, kind, ub, sharding).astype(jnp.float32)
-    temp = t_start * ratio ** (jnp.maximum(t - 1, 0).astype(jnp.float32) / denom)
-    rel = (new - c.obj) / jnp.maximum(jnp.abs(c.obj), 1e-30)
-    accept = (new <= c.obj) | (u[:, 5] < jnp.exp(-rel / temp))
-    better = new < c.best_obj
-    return _Chains(
-        place=jnp.where(accept[:, None], place, c.place),
-        prio=jnp.where(accept[:, None], prio, c.prio),
-        obj=jnp.where(accept, new, c.obj),
-        best_place=jnp.where(better[:, None], place, c.best_place),
-        best_prio=jnp.where(better[:, None], prio, c.best_prio),
-        best_obj=jnp.where(better, new, c.best_obj),
-        accepted=c.accepted + jnp.where(t > 0, jnp.sum(accept), 0).astype(jnp.int32))
-
-  def step(c: _Chains, t):
-    c = jax.lax.cond(t < num_steps, anneal, lambda x, _: x, c, t)
-    return c, jnp.min(c.best_obj)
-
-  return jax.lax.scan(step, init, jnp.arange(scan_len))
-
-
-def _sa_start(problem: Problem, chains: int, np_: int, seeded: bool):
-  """(K, Np) int32 starting placements (uniform random, heuristics first if seeded) and
-  (K, Np) float32 priorities (critical path)."""
-  rng = np.random.default_rng(problem.seed)
-  d = problem.topology.num_devices
-  place = rng.integers(0, d, (chains, np_)).astype(np.int32)
-  heur, mask = _heuristic_actions(problem, np_, seeded)
-  m = min(chains, NUM_SEEDS)
-  place[:m] = np.where(mask[:m, None], heur[:m], place[:m])
-  prio = np.broadcast_to(_padded_rank(problem, np_), (chains, np_)).copy()
-  return place, prio
-
-
-def _movable_ops(graph, np_: int) -> Tuple[np.ndarray, int]:
-  """(Np,) int32 colocation roots (ops whose placement counts) first, and their number."""
-  roots = np.flatnonzero(graph.colocation_root() == np.arange(graph.num_nodes))
-  out = np.zeros(np_, np.int32)
-  out[:roots.size] = roots
-  return out, int(roots.size)
-
-
-@register("sa", "joint",
-          "simulated annealing, K parallel chains: move a colocation group / swap priorities",
-          chains=64, evaluations=5000, t_start=0.05, t_end=5e-4, swap_prob=0.1,
-          seed_heuristics=False)
-def simulated_annealing(problem: Problem, config) -> Proposal:
-  """See the module docstring; info holds the best objective after every step."""
-  k = int(config["chains"])
-  t0, t1, swap = float(config["t_start"]), float(config["t_end"]), float(config["swap_prob"])
-  if k < 1:
-    raise ValueError(f"sa: chains must be >= 1, got {k}")
-  if not (t0 > 0 and t1 > 0):
-    raise ValueError(f"sa: temperatures must be > 0, got t_start={t0}, t_end={t1}")
-  if not 0.0 <= swap <= 1.0:
-    raise ValueError(f"sa: swap_prob must be in [0, 1], got {swap}")
-  budget = _budget(problem, config)
-  if budget < k:
-    raise ValueError(f"sa: budget {budget} is below one step ({k} chains); lower chains")
-  steps = budget // k
-  pg = padded(problem.graph)
-  np_ = pg.num_nodes_padded
-  place0, prio0 = _sa_start(problem, k, np_, bool(config["seed_heuristics"]))
-  movable, num_movable = _movable_ops(problem.graph, np_)
-  ub = jnp.float32(problem.upper_bound())
-  chains, best = _sa_run(pg, problem.topology, _loop_key(problem), ub, jnp.int32(steps),
-                         place0, prio0, movable, jnp.int32(num_movable),
-                         kind=problem.objective, swap_prob=swap, t_start=t0, t_end=t1,
-                         scan_len=_step_bucket(steps), sharding=_batch_sharding(k))
-  i = int(np.argmin(np.asarray(chains.best_obj)))
-  n = problem.graph.num_nodes
-  best = np.asarray(best, np.float64)[:steps]
-  moves = (steps - 1) * k
-  return Proposal(placement=np.asarray(chains.best_place[i, :n]),
-                  priority=np.asarray(chains.best_prio[i, :n], np.float64),
-                  evaluations=steps * k,
-                  info={"best_per_step": best.tolist(), "steps": steps, "chains": k,
-                        "best_objective": float(best[-1]),
-                        "accept_rate": float(chains.accepted) / moves if moves else 0.0})

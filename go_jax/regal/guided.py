@@ -121,10 +121,10 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   seed_keys, seed_mask = evolution._seed_keys(problem, pg.num_nodes_padded, False)  # pylint: disable=protected-access
   ub = jnp.float32(problem.upper_bound())
   pop, best = evolution._brkga_run(  # pylint: disable=protected-access
-      pg, problem.topology, evolution._loop_key(problem), ub, jnp.int32(gens),  # pylint: disable=protected-access
+      pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens),
       seed_keys, seed_mask, kind=problem.objective, population=p, elites=e, mutants=mu,
-      elite_bias=bias, scan_len=evolution._step_bucket(gens),  # pylint: disable=protected-access
-      sharding=evolution._batch_sharding(p - e), guide=guide)  # pylint: disable=protected-access
+      elite_bias=bias, scan_len=evolution.step_bucket(gens),
+      sharding=evolution.batch_sharding(p - e), guide=guide)
   keys = np.asarray(pop.keys[0])
   best = np.asarray(best, np.float64)[:gens]
   return Proposal(placement=np.argmax(keys[:n, :d], axis=-1),
@@ -149,7 +149,7 @@ def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, ki
   d = topo.speed.shape[-1]
   seed_keys = jnp.zeros((evolution.NUM_SEEDS, np_, d + 1), jnp.float32)
   seed_mask = jnp.zeros((evolution.NUM_SEEDS,), bool)
-  sharding = evolution._batch_sharding(population - elites)  # pylint: disable=protected-access
+  sharding = evolution.batch_sharding(population - elites)
 
   def instance(pg_i, topo_i, key_i, ub_i, guides_i):
     def run(guide):
