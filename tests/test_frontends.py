@@ -487,3 +487,32 @@ def test_import_graph_in_a_fresh_interpreter():
   proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                         timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_post_text_is_this_programs_under_a_persistent_cache(tmp_path):
+  """JAX's persistent compilation cache keys without metadata by default: the post text must
+  still carry this program's op_names, not those of an earlier program of the same computation
+  that only differs in them (it did not: the XLA fusion decisions then matched nothing)."""
+  from simulator.frontends.hlo import lower_hlo_text  # pylint: disable=g-import-not-at-top
+
+  def program(scope):
+    def step(x):
+      with jax.named_scope(scope):
+        return jnp.tanh(x @ x + 1.0).sum()
+    return step
+
+  x = jnp.ones((32, 32))
+  keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+          "jax_persistent_cache_min_entry_size_bytes")
+  old = {k: getattr(jax.config, k) for k in keys}
+  try:
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    first = lower_hlo_text(program("first_scope"), x, stage="post")
+    second = lower_hlo_text(program("second_scope"), x, stage="post")
+  finally:
+    for k, v in old.items():
+      jax.config.update(k, v)
+  assert "first_scope" in first
+  assert "second_scope" in second and "first_scope" not in second

@@ -223,7 +223,16 @@ def lower_hlo_text(fn, *example_args, stage: str = "pre") -> str:
     lowered = jax.jit(fn).lower(*example_args)
     if stage == "pre":
       return lowered.as_text(dialect="hlo", debug_info=True)
-    return lowered.compile().as_text()
+    # The post text is matched to the pre text by its op_name metadata. JAX's persistent
+    # compilation cache (where the user has one) leaves metadata out of its key by default, so a
+    # hit could hand back the executable, and the metadata, of another program of the same
+    # computation; this compile keys on the metadata too.
+    before = jax.config.jax_compilation_cache_include_metadata_in_key
+    jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
+    try:
+      return lowered.compile().as_text()
+    finally:
+      jax.config.update("jax_compilation_cache_include_metadata_in_key", before)
   except Exception as e:  # tracing / lowering / compilation errors of any type
     raise ValueError(f"cannot lower {getattr(fn, '__name__', fn)!r} to HLO: "
                      f"{type(e).__name__}: {e}") from e
