@@ -181,6 +181,23 @@ def test_same_source_line_in_a_loop_maps_by_rank():
   assert np.all(np.diff(post.positions[m.post_node[dots]]) > 0)  # in order
 
 
+def test_match_of_two_different_programs_is_a_clear_error():
+  """Post text of another program (other op_names, other source lines): nothing matches, which
+  is a ValueError saying so, not an IndexError or an empty fusion."""
+  def first(x, w):
+    with jax.named_scope("first_program"):
+      return jnp.tanh(x @ w)
+
+  def second(x, w):
+    with jax.named_scope("second_program"):
+      return jnp.exp(x) @ w
+
+  pre = from_jax_full(first, _x(8, 8), _x(8, 8), stage="pre")
+  post = from_jax_full(second, _x(8, 8), _x(8, 8), stage="post")
+  with pytest.raises(ValueError, match="no instruction of the post-optimisation HLO"):
+    match_fusions(pre, post)
+
+
 def test_match_rejects_plain_graphs():
   pre, post = _stages("branches")
   with pytest.raises(ValueError, match="HloGraph"):

@@ -230,6 +230,10 @@ def match_fusions(pre: HloGraph, post: HloGraph) -> FusionMatch:
     for i in todo:
       banned.setdefault(i, set()).add(int(post_node[i]))
       post_node[i] = -1
+  if n and not (best.post_node >= 0).any():
+    raise ValueError(f"match_fusions: no instruction of the post-optimisation HLO "
+                     f"({post.graph.num_nodes} nodes) matches one of the pre text's {n}: were the "
+                     f"two lowered from the same program (their op_name metadata differ)?")
   return best
 
 
@@ -248,6 +252,8 @@ def _absorb(g, unmatched, post_node, level):
 def _off_main(post_node, groups) -> np.ndarray:
   """(N,) bool: mapped nodes outside the largest piece of their post node's group."""
   mapped = np.flatnonzero(post_node >= 0)
+  if not mapped.size:
+    return np.zeros(post_node.shape[0], bool)
   key = post_node[mapped] * (groups.max() + 1) + groups[mapped]
   uniq, counts = np.unique(key, return_counts=True)
   order = np.lexsort((-counts, uniq // (groups.max() + 1)))  # per post node, largest first
