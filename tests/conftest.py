@@ -11,8 +11,46 @@ from simulator import CompGraph, Topology
 from simulator.sources import data_root
 
 
+# One JAX persistent compilation cache for the whole test run (GO_JAX_TEST_COMPILE_CACHE=0 turns
+# it off): the same programs are otherwise compiled again by each xdist worker, by each launcher
+# a test starts as a subprocess, and after every `jax.clear_caches()`. The folder is new for each
+# run (nothing carries over between runs) and is removed at its end. JAX keys each entry on the
+# program, the compile options (so the fast_compile modules' programs, compiled with most
+# optimisations off, never stand in for optimised ones), the flags and the versions.
+COMPILE_CACHE_ENV = "GO_JAX_TEST_COMPILE_CACHE"
+# Programs that compile in at least this many seconds are cached (JAX's default is 1 s).
+COMPILE_CACHE_MIN_SECONDS = "0.5"
+
+
+def _start_compile_cache(config) -> None:
+  """In the controlling process only (xdist workers and subprocesses inherit the environment):
+  a fresh cache folder in JAX_COMPILATION_CACHE_DIR, unless the run already names one."""
+  if hasattr(config, "workerinput") or os.environ.get(COMPILE_CACHE_ENV) == "0" or \
+      os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return
+  import tempfile  # pylint: disable=g-import-not-at-top
+  folder = tempfile.mkdtemp(prefix="go_jax_tests_jax_cache_")
+  config.go_jax_compile_cache = folder
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", COMPILE_CACHE_MIN_SECONDS)
+  import jax  # pylint: disable=g-import-not-at-top
+  # jax was imported by this file before the variables were set: tell this process too.
+  jax.config.update("jax_compilation_cache_dir", folder)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+
+
+def pytest_unconfigure(config):
+  folder = getattr(config, "go_jax_compile_cache", None)
+  if folder:
+    import shutil  # pylint: disable=g-import-not-at-top
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_configure(config):
-  """Registers the markers the tests use (`pytest -m "not slow"` leaves the slow ones out)."""
+  """Registers the markers the tests use (`pytest -m "not slow"` leaves the slow ones out) and
+  starts the run's compilation cache (_start_compile_cache)."""
+  _start_compile_cache(config)
   config.addinivalue_line("markers", "slow: takes a minute or more (builds and installs a wheel)")
   config.addinivalue_line(
       "markers", "fast_compile: (module-wide, `pytestmark = pytest.mark.fast_compile`) XLA "

@@ -181,10 +181,12 @@ def test_workers_share_the_drivers_compilation_cache(monkeypatch, tmp_path):
     assert "JAX_COMPILATION_CACHE_DIR" not in executors.worker_env(1, 0)
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
     assert executors.worker_env(1, 0)["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
+    # Without a configured folder (the test run's own cache sets one), the environment's.
+    jax.config.update("jax_compilation_cache_dir", None)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
+    assert executors.worker_env(1, 0)["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "env")
   finally:
     jax.config.update("jax_compilation_cache_dir", old)
-  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
-  assert executors.worker_env(1, 0)["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "env")
 
 
 def test_without_ray_the_flag_says_how_to_install_it(monkeypatch):
