@@ -25,6 +25,7 @@ from jax import lax
 import simulator
 from simulator import costmodel, ops
 from simulator.frontends import from_jax, from_jax_full, hlo_to_graph
+from simulator.frontends.hlo import lower_hlo_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -493,8 +494,6 @@ def test_post_text_is_this_programs_under_a_persistent_cache(tmp_path):
   """JAX's persistent compilation cache keys without metadata by default: the post text must
   still carry this program's op_names, not those of an earlier program of the same computation
   that only differs in them (it did not: the XLA fusion decisions then matched nothing)."""
-  from simulator.frontends.hlo import lower_hlo_text  # pylint: disable=g-import-not-at-top
-
   def program(scope):
     def step(x):
       with jax.named_scope(scope):

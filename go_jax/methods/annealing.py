@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from go_jax.methods import Problem, Proposal, register
-from go_jax.methods.evolution import (NUM_SEEDS, TRACES, batch_sharding, heuristic_actions,
-                                      loop_key, objective_values, padded_rank, search_budget,
-                                      step_bucket)
+from go_jax.methods.evolution import (NUM_SEEDS, TRACES, heuristic_actions, loop_key,
+                                      objective_values, padded_rank, search_budget, step_bucket)
+from simulator import sharding as sharding_lib
 from simulator.padding import PaddedGraph
 from simulator.simulate import padded
 from simulator.topology import Topology
@@ -166,7 +166,7 @@ def simulated_annealing(problem: Problem, config) -> Proposal:
   chains, best = _sa_run(pg, problem.topology, loop_key(problem), ub, jnp.int32(steps),
                          place0, prio0, movable, jnp.int32(num_movable),
                          kind=problem.objective, swap_prob=swap, t_start=t0, t_end=t1,
-                         scan_len=step_bucket(steps), sharding=batch_sharding(k))
+                         scan_len=step_bucket(steps), sharding=sharding_lib.batch_sharding(k))
   i = int(np.argmin(np.asarray(chains.best_obj)))
   n = problem.graph.num_nodes
   best = np.asarray(best, np.float64)[:steps]

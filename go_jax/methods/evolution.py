@@ -5,8 +5,8 @@ Both are joint placement + scheduling searches whose whole run is ONE `jax.jit` 
 `lax.scan` over generations (BRKGA) or annealing steps (SA) in which every step evaluates its
 whole batch of candidate actions with one batched `simulate_padded` call. Nothing goes back to
 the host between steps. The helpers both searches use (budget, loop PRNG key, scan-length
-bucket, batch sharding, batched objective, heuristic seeds and critical-path priority) are
-public here; `annealing.py` imports them, so the rules below hold for both.
+bucket, batched objective, heuristic seeds and critical-path priority) are public here;
+`annealing.py` imports them, so the rules below hold for both.
 
 brkga (Goncalves & Resende's BRKGA, the "BRKGA 5K" baseline of REGAL, Paliwal et al. 2020):
   A chromosome holds, for every op, D device-affinity keys and one priority key, all in [0, 1)
@@ -106,13 +106,6 @@ def loop_key(problem: Problem):
 def step_bucket(steps: int) -> int:
   """Scan length for `steps` real steps: a power of two, so most budgets share one compile."""
   return bucket(steps, 1)
-
-
-def batch_sharding(batch: int):
-  """The simulator's batch split across every device of the run (CPU cores exposed by
-  `simulator.runtime.configure_cpu_devices`, every process's devices after
-  `go_jax.distributed.initialize`), or None: one device, or uneven split."""
-  return sharding_lib.batch_sharding(batch)
 
 
 def objective_values(pg: PaddedGraph, topo: Topology, place, prio, kind: str, ub,
@@ -298,7 +291,7 @@ def _brkga_search(problem: Problem, config, name: str, seeds) -> Proposal:
   pop, best = _brkga_run(pg, problem.topology, loop_key(problem), ub, jnp.int32(gens),
                          seed_keys, seed_mask, kind=problem.objective,
                          population=p, elites=e, mutants=mu, elite_bias=bias,
-                         scan_len=step_bucket(gens), sharding=batch_sharding(p - e))
+                         scan_len=step_bucket(gens), sharding=sharding_lib.batch_sharding(p - e))
   n, d = problem.graph.num_nodes, problem.topology.num_devices
   keys = np.asarray(pop.keys[0])
   place = np.argmax(keys[:n, :d], axis=-1)

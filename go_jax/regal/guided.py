@@ -29,6 +29,7 @@ import numpy as np
 
 from go_jax.methods import Problem, Proposal
 from go_jax.methods import evolution
+from simulator import sharding as sharding_lib
 from simulator.padding import PaddedGraph
 from simulator.simulate import padded
 from simulator.topology import Topology
@@ -124,7 +125,7 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
       pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens),
       seed_keys, seed_mask, kind=problem.objective, population=p, elites=e, mutants=mu,
       elite_bias=bias, scan_len=evolution.step_bucket(gens),
-      sharding=evolution.batch_sharding(p - e), guide=guide)
+      sharding=sharding_lib.batch_sharding(p - e), guide=guide)
   keys = np.asarray(pop.keys[0])
   best = np.asarray(best, np.float64)[:gens]
   return Proposal(placement=np.argmax(keys[:n, :d], axis=-1),
@@ -149,7 +150,7 @@ def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, ki
   d = topo.speed.shape[-1]
   seed_keys = jnp.zeros((evolution.NUM_SEEDS, np_, d + 1), jnp.float32)
   seed_mask = jnp.zeros((evolution.NUM_SEEDS,), bool)
-  sharding = evolution.batch_sharding(population - elites)
+  sharding = sharding_lib.batch_sharding(population - elites)
 
   def instance(pg_i, topo_i, key_i, ub_i, guides_i):
     def run(guide):
