@@ -15,6 +15,13 @@ from simulator.padding import pad_graph
 from simulator.simulate import simulate_padded
 from simulator.sources import load_graph
 
+# Compile time dominates this module (one program per device count and test; the random
+# examples themselves take well under a second), so XLA compiles it with most optimisations off
+# (tests/conftest.py's _fast_compile). The HLO passes are the same; the differential checks of the
+# fully optimised simulator against the reference run unmarked in tests/test_padding.py
+# (vmapped over graphs) and tests/test_fusion.py.
+pytestmark = pytest.mark.fast_compile
+
 NP, EP = 64, 256  # one bucket for every random graph: one compile per device count
 
 
