@@ -39,24 +39,26 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
   cal = tmp_path / "cal.json"
   _calibration(cal)
   out = tmp_path / "out"
+  # One random placement (three rows: one compiled, timed program each) and the fewest repeats
+  # the launcher takes.
   args = ("--models=gpt2_small", "--size=tiny", "--devices=2", "--methods=single,heft,random",
-          "--random_seeds=2", "--repeats=3", f"--calibration={cal}", f"--out={out}",
+          "--random_seeds=1", "--repeats=3", f"--calibration={cal}", f"--out={out}",
           "--noprogress")
   proc = _launch(*args)
   assert proc.returncode == 0, proc.stderr[-3000:]
   data = json.loads((out / "results.json").read_text())
   rows = data["cells"]["gpt2_small/tiny"]
-  assert [r["placement"] for r in rows] == ["single", "heft", "random_0", "random_1"]
+  assert [r["placement"] for r in rows] == ["single", "heft", "random_0"]
   for r in rows:
     assert r["devices"] == 2 and r["measured_s"] > 0
     assert r["predicted_s"] > 0 and r["predicted_unfused_s"] > 0
     assert r["predicted_segments_s"] > 0 and r["dispatch_s"] > 0
   single = rows[0]
   assert single["segments"] == 1 and single["devices_used"] == 1
-  assert all(r["segments"] > 1 for r in rows[2:])  # random placements are split
+  assert rows[2]["segments"] > 1  # the random placement is split
   (summary,) = data["summary"]
-  assert summary["placements"] == 4 and summary["model"] == "gpt2_small/tiny"
-  assert "| gpt2_small/tiny | 2 | 4 |" in proc.stdout
+  assert summary["placements"] == 3 and summary["model"] == "gpt2_small/tiny"
+  assert "| gpt2_small/tiny | 2 | 3 |" in proc.stdout
   for name in ("results.md", "fidelity.png", "topology_2.json"):
     assert (out / name).is_file(), name
   again = _launch(*args)  # resumed: nothing is re-run, the same table
