@@ -37,7 +37,9 @@ HELPER = textwrap.dedent('''
       return synthetic.chain(6, name="helper_chain")
 ''')
 MODULE = "place_execute_helper"
-# The library on two CPU devices: a tiny zoo model, three baselines, one results folder.
+# The library on two CPU devices: a tiny zoo model, three baselines, one results folder. Each row
+# is one compiled program per segment: heft (many segments), the expert split (a few) and single
+# (one); m_sct's many-segment placement is executed by the launcher's run on the helper's MLP.
 LIBRARY_SCRIPT = textwrap.dedent('''
     import json, sys
     from simulator import runtime
@@ -47,7 +49,7 @@ LIBRARY_SCRIPT = textwrap.dedent('''
     place_execute.check_request(spec)
     graph = place.load_graph_arg(spec)
     program = place_execute.load_program(spec)
-    result = place.place(graph, "nvlink2", method=None, baselines=["heft", "m_sct", "single"],
+    result = place.place(graph, "nvlink2", method=None, baselines=["heft", "expert", "single"],
                          graph_spec=spec)
     report = place_execute.execute(result, program, repeats=2)
     files = place.write_outputs(result, out, plots=False)
@@ -188,7 +190,7 @@ def test_library_on_two_cpu_devices(two_device_runs):
   rc, out, err, folder = two_device_runs["lib"]
   assert rc == 0, err[-3000:]
   keys = json.loads(out.split("ROWS ", 1)[1])
-  assert keys == ["heft", "m_sct", "single"]
+  assert keys == ["heft", "expert", "single"]
   data = _check_outputs(folder, keys)
   assert data["execution"]["rows"]["single"]["segments"] == 1  # all on one device
   assert "median of 2 steps" in out and "over 3 rows" in out
