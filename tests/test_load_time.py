@@ -137,8 +137,8 @@ def test_policy_with_the_time_term_runs_and_needs_no_new_features():
              load_time=True)
   policy = policies.make_policy(cfg)
   feats = features.graph_features(g, topo, max_devices=8)
-  params = policy.init(jax.random.PRNGKey(0), feats)
+  # one compiled program (initialisation with its own forward pass), not op by op
+  out, params = jax.jit(policy.init_with_output)(jax.random.PRNGKey(0), feats)
   assert "time_b" in params["params"]["load"]
-  out = policy.apply(params, feats)
   assert np.all(np.isfinite(np.asarray(out.placement_logits)[:20, :2]))
   assert np.all(np.isfinite(np.asarray(out.greedy_placement_logits)[:20, :2]))
