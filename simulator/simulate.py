@@ -379,6 +379,8 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
 
 _simulate_jit = jax.jit(simulate_padded, static_argnames=("peak_method", "block"))
 _PAD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Sizes set by `pad_to` per graph object: (num_nodes, num_edges, chunk), None = the default.
+_PAD_SIZES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 @functools.partial(jax.jit, static_argnames=("sharding",))
@@ -407,13 +409,30 @@ def lower(pg: PaddedGraph, topology: Topology, *batch):
 
 
 def padded(graph: CompGraph, fusion: bool = False) -> PaddedGraph:
-  """The graph padded to its bucket (with its fusion tables where asked), cached per graph
-  object, dtype mode and `fusion`."""
+  """The graph padded to its bucket, or to the sizes `pad_to` set for it (with its fusion
+  tables where asked), cached per graph object, dtype mode and `fusion`."""
   per_graph = _PAD_CACHE.setdefault(graph, {})
   mode = (bool(jax.config.jax_enable_x64), bool(fusion))
   if mode not in per_graph:
-    per_graph[mode] = pad_graph(graph, fusion=fusion)
+    num_nodes, num_edges, chunk = _PAD_SIZES.get(graph, (None, None, None))
+    per_graph[mode] = pad_graph(graph, num_nodes, num_edges, chunk, fusion=fusion)
   return per_graph[mode]
+
+
+def pad_to(graph: CompGraph, num_nodes: Optional[int] = None, num_edges: Optional[int] = None,
+           chunk: Optional[int] = None) -> CompGraph:
+  """Makes `simulate` (and every method that calls it with this graph object) pad `graph` to
+  these sizes instead of its own power-of-two buckets; returns `graph`.
+
+  The compiled simulator is specialised to the padded sizes, so graphs of many sizes padded to
+  one common size share one compilation (one per device count): worth it for many small graphs
+  simulated a few times each, where compiling dominates. Padding changes no result
+  (docs/design.md section 4). `chunk` is the edge chunk (`simulator.padding.choose_chunk`; 1
+  serves any out-degree). Raises ValueError where the graph does not fit."""
+  pad_graph(graph, num_nodes, num_edges, chunk)  # checks the sizes now, not at the first call
+  _PAD_SIZES[graph] = (num_nodes, num_edges, chunk)
+  _PAD_CACHE.pop(graph, None)
+  return graph
 
 
 def batch_sharding(devices=None):

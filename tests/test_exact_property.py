@@ -16,7 +16,6 @@ one with a colocation group, whose shared device literals the solution hint name
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Dict, List, Tuple
 
@@ -26,10 +25,7 @@ import pytest
 from go_jax.methods import evaluate, solve
 from simulator import CompGraph, Topology
 from simulator.graph import upward_rank
-from simulator.padding import pad_graph
-
-# the module (the package exports its function `simulate` under the same name)
-simulate_lib = importlib.import_module("simulator.simulate")
+from simulator.simulate import pad_to
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
 
@@ -120,25 +116,13 @@ def _tolerance(makespan: float, graph: CompGraph, time_unit: float) -> float:
 PADDED_NODES, PADDED_EDGES = 16, MAX_EDGES
 
 
-def one_bucket(graph: CompGraph) -> CompGraph:
-  """`graph`, with the simulator's padded copy of it (simulator.simulate.padded, cached per graph
-  object) made at PADDED_NODES x PADDED_EDGES and chunk 1: one compiled simulator per device
-  count serves every instance."""
-  simulate_lib.padded(graph)  # the cache entry of this graph and dtype mode
-  cached = simulate_lib._PAD_CACHE[graph]  # pylint: disable=protected-access
-  for mode in cached:
-    cached[mode] = pad_graph(graph, num_nodes=PADDED_NODES, num_edges=PADDED_EDGES, chunk=1,
-                             fusion=mode[1])
-  return graph
-
-
 @pytest.fixture(scope="module")
 def runs() -> List[Dict]:
   """cpsat, every heuristic and every single-device placement on each instance."""
   out = []
   for seed in range(NUM_INSTANCES):
     graph, topology = random_instance(seed)
-    one_bucket(graph)
+    pad_to(graph, PADDED_NODES, PADDED_EDGES, chunk=1)
     sol = solve("cpsat", graph, topology, seed=seed, **SOLVER)
     others = {}
     if sol.info["status"] == "OPTIMAL":

@@ -223,3 +223,32 @@ def test_batch_bucket():
   from simulator.padding import batch_bucket
   assert [batch_bucket(b) for b in (1, 3, 1000, 1024)] == [1, 4, 1024, 1024]
   assert batch_bucket(1025) == 2048 and batch_bucket(5000) == 5120
+
+
+def test_pad_to_shares_one_compilation_and_changes_no_result():
+  """`simulate` pads a graph given to `pad_to` to those sizes: two graphs of different buckets
+  then run one compiled simulator, with the reference's results; too small a size is refused."""
+  from simulator import simulate  # pylint: disable=g-import-not-at-top
+  sim = __import__("sys").modules["simulator.simulate"]
+  topo = Topology.uniform(3, bandwidth=1.0, latency=0.5)
+  small, large = random_dag(20, 7), random_dag(21, 20)  # node buckets 8 and 32
+  assert sim.padded(small).num_nodes_padded != sim.padded(large).num_nodes_padded
+  rng = np.random.default_rng(1)
+  before = None
+  for g in (small, large):
+    assert sim.pad_to(g, 32, 64, chunk=1) is g
+    assert sim.padded(g).num_nodes_padded == 32 and sim.padded(g).cost.shape == (32,)
+    place = rng.integers(0, 3, (2, g.num_nodes))
+    prio = rng.integers(0, 4, (2, g.num_nodes)).astype(float)
+    res = simulate(g, topo, place, prio)
+    if before is None:
+      before = sim._simulate_jit._cache_size()  # pylint: disable=protected-access
+    for k in range(2):
+      ref = reference_simulate(g, topo, place[k], prio[k])
+      np.testing.assert_array_equal(np.asarray(res.start[k]), ref.start)
+      np.testing.assert_array_equal(np.asarray(res.peak_memory[k]), ref.peak_memory)
+      assert float(res.makespan[k]) == ref.makespan
+  assert sim._simulate_jit._cache_size() == before  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="rand21.*does not fit the padded size"):
+    sim.pad_to(large, 16, 64)
+  assert sim.padded(large).num_nodes_padded == 32  # a refused size leaves the graph as it was
