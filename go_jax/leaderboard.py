@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from scipy import stats as scipy_stats
-
 from go_jax import results
 
 
@@ -41,6 +39,9 @@ def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
       else:
         s["wins"] += mean[m] == best
         s["ratios"].append(mean[m] / best if best > 0 else 1.0)
+  # Imported here: scipy.stats takes about a second to import, and every launcher imports this
+  # module (through go_jax.harness) whether or not it prints a leaderboard.
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top
   out = []
   for s in stats.values():
     ratios = s.pop("ratios")

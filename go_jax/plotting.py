@@ -16,15 +16,27 @@ never sees a half-written file.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.collections import PolyCollection
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 
 from simulator import fileio
+
+if TYPE_CHECKING:
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+
+
+# matplotlib is imported where a figure is drawn, not with this module: it takes about half a
+# second to import, and every launcher imports this module (for format_seconds / format_bytes,
+# and through go_jax.harness) whether or not it plots.
+def _colormap(name: str):
+  from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
+  return colormaps[name]
+
+
+def _figure(**kwargs) -> "Figure":
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  return Figure(**kwargs)
 
 # Labels are never drawn for graphs with more ops than this (there would be no room anyway, and
 # tens of thousands of Text artists make rendering slow).
@@ -96,7 +108,7 @@ def _op_colors(ops: np.ndarray) -> np.ndarray:
   only the 20 / D colours congruent to its id, so devices would look differently shaded.
   """
   h = (np.asarray(ops, np.uint64) * np.uint64(2654435761)) % np.uint64(2**32)
-  return colormaps["tab20"](((h >> np.uint64(16)) % np.uint64(20)).astype(np.int64))
+  return _colormap("tab20")(((h >> np.uint64(16)) % np.uint64(20)).astype(np.int64))
 
 
 def _add_bars(ax, x0, x1, y, height, colors, many: bool, alpha: float = 1.0, hatch=None):
@@ -105,6 +117,7 @@ def _add_bars(ax, x0, x1, y, height, colors, many: bool, alpha: float = 1.0, hat
   verts = _bars(np.asarray(x0, float), np.asarray(x1, float), np.asarray(y, float), height)
   # With many tiny bars an edge in the face colour keeps sub-pixel ops visible; with few, a thin
   # dark edge separates back-to-back ops of similar colour.
+  from matplotlib.collections import PolyCollection  # pylint: disable=g-import-not-at-top
   coll = PolyCollection(verts, facecolors=colors, alpha=alpha, hatch=hatch,
                         edgecolors="face" if many else "0.15",
                         linewidths=0.3 if many else 0.6)
@@ -177,7 +190,7 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
   rows = 2 * d
   gantt_h = max(1.6, _ROW_INCHES * rows + 0.6)
   mem_h = 2.6
-  fig = Figure(figsize=(_WIDTH_INCHES, gantt_h + mem_h + 0.8), dpi=_DPI)
+  fig = _figure(figsize=(_WIDTH_INCHES, gantt_h + mem_h + 0.8), dpi=_DPI)
   gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, mem_h], hspace=0.12)
   ax_g = fig.add_subplot(gs[0])
   ax_m = fig.add_subplot(gs[1], sharex=ax_g)
@@ -262,7 +275,8 @@ def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   on_scale = np.isfinite(cap) & (cap <= 2.5 * top)
   ymax = max(top, float(cap[on_scale].max(initial=0.0)))
   bscale, bname = byte_unit(ymax)
-  dev_colors = colormaps["tab10"](np.arange(d) % 10)
+  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
+  dev_colors = _colormap("tab10")(np.arange(d) % 10)
   handles = []
   for k in range(d):
     ev = np.asarray(result.memory_events[k], float).reshape(-1, 2)
@@ -319,11 +333,11 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
     if errors.shape != values.shape:
       raise ValueError(f"plot_bars: errors has shape {errors.shape}, expected {values.shape}")
   m = len(labels)
-  fig = Figure(figsize=(max(4.0, 0.7 * m + 2.0), 3.6), dpi=_DPI)
+  fig = _figure(figsize=(max(4.0, 0.7 * m + 2.0), 3.6), dpi=_DPI)
   ax = fig.add_subplot(1, 1, 1)
-  colors = np.tile(np.array(colormaps["tab10"](0)), (m, 1))
+  colors = np.tile(np.array(_colormap("tab10")(0)), (m, 1))
   if highlight_min:
-    colors[int(np.argmin(values))] = colormaps["tab10"](2)
+    colors[int(np.argmin(values))] = _colormap("tab10")(2)
   x = np.arange(m)
   ax.bar(x, values, yerr=errors, color=colors, capsize=3 if errors is not None else 0)
   for xi, v in zip(x, values):
@@ -359,8 +373,8 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
   if not rows:
     raise ValueError("learning_curves: no rows to plot")
   families = sorted({r["family"] for r in rows} - {"all"}) + ["all"]
-  fig = Figure(figsize=(11.0, 4.0), dpi=_DPI)
-  cmap = colormaps["tab10"]
+  fig = _figure(figsize=(11.0, 4.0), dpi=_DPI)
+  cmap = _colormap("tab10")
   for k, (key, label) in enumerate((("greedy_ratio", "greedy action"),
                                     ("best_ratio", f"best of {samples or 'K'} samples"))):
     ax = fig.add_subplot(1, 2, k + 1)

@@ -27,7 +27,6 @@ import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
-from scipy import stats as scipy_stats
 
 from go_jax import harness, methods, objectives, pretrained, results, training
 from go_jax.place import BRKGA_METHODS
@@ -232,6 +231,7 @@ def compare(rows: Sequence[Mapping[str, Any]]) -> Dict[Tuple[str, str], Dict[str
 
 
 def _gmean(xs: Sequence[Optional[float]]) -> float:
+  from scipy import stats as scipy_stats  # pylint: disable=g-import-not-at-top  # ~1 s to import
   xs = [x for x in xs if x is not None and x > 0 and math.isfinite(x)]
   return float(scipy_stats.gmean(xs)) if xs else float("nan")
 

@@ -253,8 +253,9 @@ BUILTIN_MODULES = ("go_jax.methods.simple", "go_jax.methods.list_scheduling",
                    "go_jax.methods.partitioning")
 
 # Built-in modules with an optional dependency: module -> (pip package, methods it registers).
-# Such a module imports its dependency at the top; when the import fails, only these methods
-# are missing, and `get` says what to install.
+# Such a module imports its dependency at the top (or, where that import is slow, checks with
+# importlib.util.find_spec that it is there and imports it on first use); when that fails, only
+# these methods are missing, and `get` says what to install.
 OPTIONAL_DEPENDENCIES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "go_jax.methods.partition": ("pymetis", ("metis",)),
     "go_jax.methods.exact": ("ortools", ("cpsat",)),

@@ -39,10 +39,10 @@ the Solution's reason), name the fallback they return, and keep the solver statu
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+import importlib.util
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from go_jax import objectives
 from go_jax.methods import Problem, Proposal, evaluate, register
@@ -51,6 +51,21 @@ from simulator.graph import upward_rank
 _TOL = 1e-6  # tolerance (in units) of the floor rounding of times
 MAX_TIME_STEPS = 2**30  # largest horizon, in time units, of the joint model
 MAX_BYTE_STEPS = 2**40  # largest left-hand side, in byte units, of a memory constraint
+
+# CP-SAT is imported where a model is built or solved (`cp_model_module`), not with this module:
+# importing it takes about half a second (it imports pandas), and every process that uses the
+# method registry imports this module. Whether it is installed is still checked here, so that
+# without ortools only the CP-SAT methods are missing (go_jax.methods.OPTIONAL_DEPENDENCIES).
+if importlib.util.find_spec("ortools.sat.python.cp_model") is None:
+  raise ModuleNotFoundError("No module named 'ortools.sat.python.cp_model'", name="ortools")
+if TYPE_CHECKING:
+  from ortools.sat.python import cp_model  # pylint: disable=g-import-not-at-top
+
+
+def cp_model_module():
+  """ortools.sat.python.cp_model, imported on first use."""
+  from ortools.sat.python import cp_model  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  return cp_model
 
 
 def check_common(name: str, n: int, config) -> None:
@@ -64,7 +79,7 @@ def check_common(name: str, n: int, config) -> None:
 
 
 def make_solver(config, seed: int) -> cp_model.CpSolver:
-  solver = cp_model.CpSolver()
+  solver = cp_model_module().CpSolver()
   solver.parameters.max_time_in_seconds = float(config["time_limit_s"])
   solver.parameters.num_workers = int(config["num_workers"])
   solver.parameters.random_seed = int(seed) % (2**31)
@@ -74,6 +89,7 @@ def make_solver(config, seed: int) -> cp_model.CpSolver:
 def no_solution(name: str, solver: cp_model.CpSolver, status, model: cp_model.CpModel,
                 config) -> str:
   """Why CP-SAT returned no solution, in words (with the validator's message if invalid)."""
+  cp_model = cp_model_module()  # pylint: disable=redefined-outer-name
   status_name = solver.StatusName(status)
   if status == cp_model.MODEL_INVALID:
     return (f"{name}: CP-SAT rejected the model (MODEL_INVALID: {model.Validate()!r}; a bug, "
@@ -158,7 +174,7 @@ class _Joint:
     self.root = graph.colocation_root()
     self.horizon = int(dur_u.max(axis=1).sum() + (
         trans_u.reshape(len(trans_u), -1).max(axis=1).sum() if len(trans_u) else 0))
-    m = self.model = cp_model.CpModel()
+    m = self.model = cp_model_module().CpModel()
     self.start = [m.NewIntVar(0, self.horizon, f"s{i}") for i in range(n)]
     self.end = [m.NewIntVar(0, self.horizon, f"e{i}") for i in range(n)]
     self.lits: List[List] = [None] * n
@@ -307,6 +323,7 @@ def cpsat(problem: Problem, config) -> Proposal:
   (when that model was solved), simulated_model_action and simulated_model_makespan (the
   relaxation's action as the simulator scores it), returned, wall_s.
   """
+  cp_model = cp_model_module()  # pylint: disable=redefined-outer-name
   g, topo = problem.graph, problem.topology
   check_common("cpsat", g.num_nodes, config)
   dur = objectives.durations(g, topo)

@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Dict, List
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from go_jax.methods import Problem, Proposal, register, simple
-from go_jax.methods.exact import byte_unit, check_common, make_solver, no_solution
+# exact.py checks that ortools is installed (ModuleNotFoundError, so that only the CP-SAT
+# methods are missing without it) and imports CP-SAT on first use.
+from go_jax.methods.exact import byte_unit, check_common, cp_model_module, make_solver, \
+    no_solution
 from simulator.graph import upward_rank
 
 
@@ -111,7 +113,7 @@ def _memory_model(dm: _DeviceMemory, hint: List[int]):
   exact = all(float(x).is_integer() for x in np.concatenate([dm.out, dm.temp])) and unit == 1
   out_u = (dm.out if exact else np.round(dm.out / unit)).astype(np.int64)
   temp_u = (dm.temp if exact else np.round(dm.temp / unit)).astype(np.int64)
-  m = cp_model.CpModel()
+  m = cp_model_module().CpModel()
   at = [[m.NewBoolVar(f"a{i}_{k}") for k in range(n)] for i in range(n)]
   for i in range(n):
     m.AddExactlyOne(at[i])
@@ -218,7 +220,7 @@ def cpsat_memory(problem: Problem, config) -> Proposal:
   solver = make_solver(config, problem.seed)
   status = solver.Solve(m)
   info.update(status=solver.StatusName(status), wall_s=solver.WallTime(), byte_unit=unit)
-  if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+  if status in (cp_model_module().OPTIMAL, cp_model_module().FEASIBLE):
     info.update(model_objective=dm.params + solver.ObjectiveValue() * unit,
                 model_bound=dm.params + solver.BestObjectiveBound() * unit)
     found = [0] * dm.n

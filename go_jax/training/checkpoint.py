@@ -25,10 +25,17 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 from flax import serialization
 
 from simulator import fileio
+
+
+def _orbax():
+  """orbax.checkpoint, imported when a Checkpointer is made: it takes about a third of a second
+  to import, and every process that uses the method registry imports this module (fine-tuning
+  never writes orbax checkpoints)."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  return ocp
 
 
 class Checkpointer:
@@ -37,6 +44,7 @@ class Checkpointer:
   def __init__(self, directory: str, keep: int = 3):
     if keep < 1:
       raise ValueError(f"checkpoints to keep must be >= 1, got {keep}")
+    ocp = self._ocp = _orbax()
     self.directory = os.path.abspath(directory)
     self._multi = jax.process_count() > 1
     if self._multi:  # process 0 alone saves (go_jax.distributed: process 0 writes)
@@ -60,7 +68,7 @@ class Checkpointer:
     """Saves `state` as checkpoint `step` (asynchronous; `wait` or `close` to finish)."""
     if self._multi:  # host copies: this process's orbax saves alone, outside collectives
       state = jax.device_get(state)
-    self._manager.save(int(step), args=ocp.args.StandardSave(state))
+    self._manager.save(int(step), args=self._ocp.args.StandardSave(state))
 
   def restore(self, template, step: Optional[int] = None):
     """The checkpoint `step` (default: newest) restored into the structure of `template`."""
@@ -71,7 +79,7 @@ class Checkpointer:
         lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
         if not isinstance(x, jax.ShapeDtypeStruct) else x, template)
     try:
-      restored = self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+      restored = self._manager.restore(step, args=self._ocp.args.StandardRestore(abstract))
     except (ValueError, KeyError, TypeError) as e:
       raise ValueError(f"checkpoint {step} in {self.directory} does not match this run's "
                        f"state (was it written with another config?): {e}") from e
