@@ -141,7 +141,7 @@ def test_before_runs_in_the_driver_and_its_error_is_the_cells(ray_executor):
   assert done[2][0] is None and str(done[2][1]) == "no checkpoint for 2"
 
 
-def test_executor_registry_and_bad_options():
+def test_executor_registry_and_bad_options(monkeypatch):
   assert executors.names() == ["local", "ray"]
   assert isinstance(executors.make(), executors.LocalExecutor)
   with pytest.raises(ValueError, match="unknown executor 'dask'"):
@@ -150,8 +150,13 @@ def test_executor_registry_and_bad_options():
     executors.make("ray", cpus_per_cell=0)
   with pytest.raises(ValueError, match="takes no options"):
     executors.make("local", address="auto")
+  monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")  # the driver's other flags are kept
   env = executors.worker_env(cpus_per_cell=1, gpus_per_cell=0)
-  assert env["JAX_PLATFORMS"] == "cpu" and "multi_thread_eigen=false" in env["XLA_FLAGS"]
+  assert env["JAX_PLATFORMS"] == "cpu"
+  assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_cpu_multi_thread_eigen=false"
+  # a driver that already sets the flag (as the test run does: tests/conftest.py) is inherited
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+  assert "XLA_FLAGS" not in executors.worker_env(cpus_per_cell=1, gpus_per_cell=0)
   assert "JAX_PLATFORMS" not in executors.worker_env(cpus_per_cell=4, gpus_per_cell=1)
 
 
