@@ -38,6 +38,7 @@ def _figure(**kwargs) -> "Figure":
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top,redefined-outer-name
   return Figure(**kwargs)
 
+
 # Labels are never drawn for graphs with more ops than this (there would be no room anyway, and
 # tens of thousands of Text artists make rendering slow).
 MAX_LABELED_OPS = 400

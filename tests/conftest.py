@@ -43,9 +43,10 @@ def _start_compile_cache(config) -> None:
 
 # XLA:CPU's classic LLVM IR emitters instead of its newer MLIR fusion emitters, for the whole
 # test run (the xdist workers, the launchers the tests start and the Ray workers inherit
-# XLA_FLAGS, so that they all share the run's cache): they compile the same program in 25-45%
-# less time (the CI policy's PPO update: 9.2 -> 5.2 s with most optimisations off, 25 -> 22 s at
-# the shipped size with them on), and the suite is bound by compiling. The compiled code runs
+# XLA_FLAGS, so that they all share the run's cache): they compile the same program in 12-45%
+# less time (the CI policy's PPO update: 9.2 -> 5.2 s with most optimisations off; at the
+# shipped size with them on, 25 -> 22 s with the first call), and the suite is bound by
+# compiling. The compiled code runs
 # about 15% slower (the simulator's loop), which the tests do not feel. Benchmarks and users'
 # runs keep XLA's default; the results here are checked against the float64 reference
 # simulator either way. GO_JAX_TEST_XLA_DEFAULT=1 (or an XLA_FLAGS naming the flag) keeps XLA's
@@ -72,8 +73,9 @@ def pytest_unconfigure(config):
 
 
 def pytest_configure(config):
-  """Registers the markers the tests use (`pytest -m "not slow"` leaves the slow ones out) and
-  starts the run's compilation cache (_start_compile_cache)."""
+  """Registers the markers the tests use (`pytest -m "not slow"` leaves the slow ones out),
+  sets the run's XLA emitters (_classic_cpu_emitters) and starts its compilation cache
+  (_start_compile_cache)."""
   _classic_cpu_emitters(config)
   _start_compile_cache(config)
   config.addinivalue_line("markers", "slow: takes a minute or more (builds and installs a wheel)")
