@@ -46,11 +46,10 @@ def _start_compile_cache(config) -> None:
 # XLA_FLAGS, so that they all share the run's cache): they compile the same program in 12-45%
 # less time (the CI policy's PPO update: 9.2 -> 5.2 s with most optimisations off; at the
 # shipped size with them on, 25 -> 22 s with the first call), and the suite is bound by
-# compiling. The compiled code runs
-# about 15% slower (the simulator's loop), which the tests do not feel. Benchmarks and users'
-# runs keep XLA's default; the results here are checked against the float64 reference
-# simulator either way. GO_JAX_TEST_XLA_DEFAULT=1 (or an XLA_FLAGS naming the flag) keeps XLA's
-# choice.
+# compiling. The compiled code runs about 15% slower (the simulator's loop), which the tests do
+# not feel. Benchmarks and users' runs keep XLA's default; the results here are checked against
+# the float64 reference simulator either way. GO_JAX_TEST_XLA_DEFAULT=1 (or an XLA_FLAGS naming
+# the flag) keeps XLA's choice.
 CPU_EMITTERS_FLAG = "--xla_cpu_use_fusion_emitters=false"
 XLA_DEFAULT_ENV = "GO_JAX_TEST_XLA_DEFAULT"
 

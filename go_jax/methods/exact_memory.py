@@ -220,7 +220,8 @@ def cpsat_memory(problem: Problem, config) -> Proposal:
   solver = make_solver(config, problem.seed)
   status = solver.Solve(m)
   info.update(status=solver.StatusName(status), wall_s=solver.WallTime(), byte_unit=unit)
-  if status in (cp_model_module().OPTIMAL, cp_model_module().FEASIBLE):
+  cp_model = cp_model_module()
+  if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
     info.update(model_objective=dm.params + solver.ObjectiveValue() * unit,
                 model_bound=dm.params + solver.BestObjectiveBound() * unit)
     found = [0] * dm.n
