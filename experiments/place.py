@@ -102,7 +102,8 @@ flags.DEFINE_integer("finetune_updates", None, "Optional cap on fine-tuning upda
 flags.DEFINE_float("learning_rate", place_lib.DEFAULT_LEARNING_RATE,
                    "Fine-tuning learning rate (constant).", lower_bound=0.0)
 flags.DEFINE_integer("samples", None, "K, actions sampled per update (default: the "
-                     "checkpoint config's).", lower_bound=1)
+                     "method's: 256 for go's fine-tuning, else the checkpoint config's).",
+                     lower_bound=1)
 flags.DEFINE_list("baselines", list(place_lib.DEFAULT_BASELINES),
                   "Baseline methods (go_jax.methods); unregistered ones are skipped. Default "
                   "with --task=fusion: " + ",".join(place_tasks.FUSION_BASELINES) + ".")

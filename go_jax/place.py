@@ -248,7 +248,8 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
       None: the method's own shipped checkpoint).
     finetune_seconds: fine-tuning wall-clock budget (0: zero-shot only).
     finetune_updates: optional cap on fine-tuning updates (None: the time budget decides).
-    learning_rate, samples: fine-tuning learning rate and K (None: the checkpoint's K).
+    learning_rate, samples: fine-tuning learning rate and K (None: the method's default,
+      methods/learned.py FINETUNE_SAMPLES, else the checkpoint's K).
     baselines: method names; ones not registered (e.g. metis without pymetis) are skipped;
       None: the task's (DEFAULT_BASELINES; fusion: no_fusion, fuse_all, xla_fusion).
     brkga_budget: simulator evaluations of brkga and brkga_seeded.

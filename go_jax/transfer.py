@@ -172,7 +172,9 @@ def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
       for row in cfg["rows"]:
         budget = float(cfg["finetune_seconds"].get(row, cfg["finetune_seconds"]["default"]))
         opts = dict(checkpoint=checkpoint_of(row, cfg), finetune_seconds=budget,
-                    samples=int(cfg["samples"]), learning_rate=float(cfg["finetune_lr"]))
+                    learning_rate=float(cfg["finetune_lr"]))
+        if cfg["samples"] is not None:  # None: the method's own K (learned.FINETUNE_SAMPLES)
+          opts["samples"] = int(cfg["samples"])
         if cfg.get("finetune_self_imitation") is not None:
           opts["self_imitation"] = float(cfg["finetune_self_imitation"])
         if cfg.get("finetune_updates"):  # a fixed number of updates, not a wall-clock budget

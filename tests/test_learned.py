@@ -80,6 +80,23 @@ def test_budget_caps_the_updates(instance):
     methods.solve("go_hint", graph, topo, samples=K, budget=K)
 
 
+def test_finetune_samples_default_applies_to_fine_tuning_only(instance, monkeypatch):
+  """`samples=None` fine-tunes with the method's FINETUNE_SAMPLES (go: 256), not the
+  checkpoint's K; zero-shot and an evaluation budget keep the checkpoint's. Patched to K here
+  so that the file's one compiled update serves it."""
+  assert learned.FINETUNE_SAMPLES == {"go": 256}
+  graph, topo = instance
+  monkeypatch.setattr(learned, "FINETUNE_SAMPLES", {"go_hint": K})
+  tuned = methods.solve("go_hint", graph, topo, max_updates=1, seed=3)
+  assert tuned.info["samples"] == K and tuned.evaluations == K + 1
+  checkpoint_k = int(pretrained.load_config("go_hint").samples)
+  assert checkpoint_k != K
+  monkeypatch.setattr(learned, "FINETUNE_SAMPLES", {"go_hint": checkpoint_k + 1})
+  with pytest.raises(ValueError, match=f"budget {checkpoint_k} is below one update "
+                     f"\\({checkpoint_k} samples"):
+    methods.solve("go_hint", graph, topo, max_updates=1, budget=checkpoint_k)
+
+
 def test_more_devices_than_the_policy_serves(instance):
   graph, _ = instance
   with pytest.raises(ValueError, match="go_hint: the policy serves at most 8 devices, the "

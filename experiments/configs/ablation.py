@@ -27,6 +27,7 @@ def get_config():
   c.graphs = pretrain.HELD_OUT
   c.rows = ROWS
   c.finetune_updates = 100
+  c.samples = 64  # a fixed step budget: every row's updates draw the same K (the table's setting)
   c.pretrain_dir = "runs/ablation"
   c.pretrain_options = "updates=720,imitation_steps=600"
   c.use_shipped = False  # the shipped `go` had 4x this budget: not comparable

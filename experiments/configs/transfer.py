@@ -28,7 +28,9 @@ def get_config():
   c.rows = tuple(pretrain.ROWS)
   c.objective = "makespan"
   c.seed = 0
-  c.samples = 64  # K of zero-shot best-of-K and of each fine-tuning update
+  # K of zero-shot best-of-K and of each fine-tuning update; None: each method's own (its
+  # checkpoint's, 64; `go` fine-tunes with 256: go_jax/methods/learned.py FINETUNE_SAMPLES).
+  c.samples = ml_collections.config_dict.placeholder(int)
   c.finetune_seconds = {"default": 120.0}
   c.finetune_lr = 1e-3
   # Fine-tuning's PPO self-imitation weight (go_jax/training/ppo.py); None: each method's
