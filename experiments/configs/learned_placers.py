@@ -104,7 +104,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
             "placeto": seen(c.graphs, pretrain_placeto.TRAIN_GRAPHS)}
   c.objective = "makespan"
   c.seed = 0
-  c.samples = ml_collections.config_dict.placeholder(int)  # None: each method's K (learned.FINETUNE_SAMPLES)
+  c.samples = ml_collections.config_dict.placeholder(int)  # None: each method's K
   c.within = 0.05  # "time to within 5% of the final result"
   c.compare_at = 120.0  # GO against Placeto and HDP after this many seconds
   c.shard = "0/1"  # "i/n": this process runs cells i, i + n, ... (several share one --out)

@@ -19,7 +19,8 @@ Overrides: `checkpoint` (a shipped name or a folder of `pretrained.export`; "non
 parameters of the method's own policy, fine-tuning only), `finetune_seconds` (0: zero-shot, the
 best of the greedy action and K samples of one forward pass; > 0: PPO fine-tuning from the
 checkpoint for that wall-clock budget, setup and compilation included), `samples` (K; None: the
-checkpoint's, or when fine-tuning the method's `FINETUNE_SAMPLES` where it has one), `learning_rate` of fine-tuning, `self_imitation` (fine-tuning's PPO
+checkpoint's, or when fine-tuning without an evaluation budget the method's `FINETUNE_SAMPLES`
+where it has one), `learning_rate` of fine-tuning, `self_imitation` (fine-tuning's PPO
 self-imitation weight, go_jax/training/ppo.py; None: the checkpoint's training config's) and
 `max_updates` (a cap on fine-tuning updates; given alone it fine-tunes for that many updates
 without a time limit).
@@ -223,7 +224,7 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   fusing = task == "fusion"
   tune = seconds > 0 or max_updates is not None
   samples = config["samples"]
-  if samples is None and tune and problem.budget is None:  # an evaluation budget: the checkpoint's
+  if samples is None and tune and problem.budget is None:  # a budget keeps the checkpoint's K
     samples = FINETUNE_SAMPLES.get(method)
   try:
     cfg = go_config(train_config, objective=problem.objective,
