@@ -160,6 +160,10 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   with pytest.raises(ValueError, match="updates must be >= 1"):
     pretrain.get_config("go,updates=0")
   abl = ablation.get_config()
+  # the ablation rows train the shipped `go`'s recipe (copy term on) at a quarter of its steps
+  quarter = pretrain.get_config(transfer.pretrain_arg("go_s1", abl))
+  assert quarter.policy.load_comm and quarter.seed == 1
+  assert (quarter.updates, quarter.imitation.steps) == (870, 760)
   cells = [c for c in transfer.plan(transfer.settings(abl)) if c.label == "go_s1"]
   assert cells and all(dict(c.options)["max_updates"] == 100 and
                        dict(c.options)["finetune_seconds"] == 0.0 for c in cells)

@@ -5,11 +5,12 @@
 Rows: the full model `go` with three pretraining seeds (go, go_s1, go_s2: the spread) and the
 ablations of `go` without GNN, attention, segment recurrence, superposition, device-load state
 or imitation warm start (go_jax/transfer.py ROWS). Every row is pretrained on the same 161
-instances (experiments/configs/pretrain.py) with the same fixed step budget, `pretrain_options`:
-600 behaviour-cloning steps then 720 PPO updates (a row without imitation gets 300 more PPO
-updates instead, the time the cloning takes), about a quarter of the shipped checkpoints'
-30-minute budget, so that the nine rows fit one session on the 2-core CPU; a step budget, not a
-wall-clock one, so the rows do not depend on the machine's load while they train. Each row is
+instances (experiments/configs/pretrain.py) with the shipped `go`'s recipe (the copy term on,
+`comm=1`; it only acts where the load state is on) and the same fixed step budget,
+`pretrain_options`: 760 behaviour-cloning steps then 870 PPO updates (a row without imitation
+gets 380 more PPO updates instead, the time the cloning takes), a quarter of the shipped `go`'s
+3,000 + 3,480 steps, so that the nine rows fit one session on the 2-core CPU; a step budget, not
+a wall-clock one, so the rows do not depend on the machine's load while they train. Each row is
 then evaluated zero-shot (greedy and best of 64) and fine-tuned for 100 PPO updates (3-25 s
 per instance here; a count, not seconds, for the same reason) on the transfer benchmark's eight
 held-out PipeDream instances, against the same baselines as the transfer table.
@@ -29,6 +30,6 @@ def get_config():
   c.finetune_updates = 100
   c.samples = 64  # a fixed step budget: every row's updates draw the same K (the table's setting)
   c.pretrain_dir = "runs/ablation"
-  c.pretrain_options = "updates=720,imitation_steps=600"
+  c.pretrain_options = "updates=870,imitation_steps=760,comm=1"  # shipped recipe, 1/4 steps
   c.use_shipped = False  # the shipped `go` had 4x this budget: not comparable
   return c
