@@ -12,8 +12,8 @@ gets 380 more PPO updates instead, the time the cloning takes), a quarter of the
 3,000 + 3,480 steps, so that the nine rows fit one session on the 2-core CPU; a step budget, not
 a wall-clock one, so the rows do not depend on the machine's load while they train. Each row is
 then evaluated zero-shot (greedy and best of 64) and fine-tuned for 100 PPO updates (a count,
-not seconds, for the same reason) on the transfer benchmark's eight
-held-out PipeDream instances, against the same baselines as the transfer table.
+not seconds, for the same reason) on the transfer benchmark's eight held-out PipeDream
+instances, against the same baselines as the transfer table.
 Pretrained rows live in runs/ablation/<row>; missing ones are pretrained first.
 """
 
