@@ -178,6 +178,12 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
     transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))  # every row of the ablation table is a valid (seeded) row
   assert {transfer.parse_row(r)[0] for r in abl.rows} == {
       r for r in transfer.ROWS if r not in ("gdp", "go_hint")}
+  # ... and each is pretrained with the same three seeds (the spread of every row)
+  seeds = {}
+  for r in abl.rows:
+    row, seed = transfer.parse_row(r)
+    seeds.setdefault(row, set()).add(seed)
+  assert all(s == {0, 1, 2} for s in seeds.values()) and len(abl.rows) == 3 * len(seeds)
   # the transfer slice experiments/bench_executor.py times: 4 graphs x (7 baselines + go, gdp),
   # the shipped checkpoints (never pretraining) and a fixed update count, not seconds
   from experiments.configs import bench_executor_transfer  # pylint: disable=g-import-not-at-top
