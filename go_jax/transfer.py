@@ -16,8 +16,10 @@ sweeps GO, GDP and the ablations.
 Outputs in `out/`: results.json (every row; written atomically after each cell and resumed
 from: a cell already there is skipped), results.csv, results.md (`markdown`: per instance the
 best baseline and each learned row's ratio to it; per learned row the summary figures:
-geometric-mean ratios, fine-tuned within 5% / ahead, zero-shot within 15%). Search seconds are
-wall time on this machine and include loading and compilation.
+geometric-mean ratios, fine-tuned within 5% / ahead, zero-shot within 15%; and where a row was
+pretrained with several seeds, "go", "go_s1", ..., the spread of those figures over its seeds:
+`seed_spread`). Search seconds are wall time on this machine and include loading and
+compilation.
 """
 
 from __future__ import annotations
@@ -248,6 +250,8 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     get = lambda st: [v["learned"][(name, st)]["ratio"] for v in comp.values()
                       if (name, st) in v["learned"]]
     tuned, greedy, best_k = get(TUNED), get(GREEDY), get(BEST_K)
+    feasible = [bool(v["learned"][(name, GREEDY)].get("feasible", True)) for v in comp.values()
+                if (name, GREEDY) in v["learned"]]
     secs = [v["learned"][(name, TUNED)]["search_seconds"] for v in comp.values()
             if (name, TUNED) in v["learned"]]
     secs = [x for x in secs if x is not None]
@@ -256,6 +260,8 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                     tuned_ahead=sum(r < 1.0 - 1e-9 for r in tuned if r is not None),
                     tuned_n=len(tuned), greedy_geo=_gmean(greedy),
                     greedy_within_15=sum(r <= 1.15 for r in greedy if r is not None),
+                    greedy_feasible=sum(feasible),
+                    greedy_worst=max((r for r in greedy if r is not None), default=None),
                     best_k_geo=_gmean(best_k), tuned_seconds_max=max(secs) if secs else None))
   return out
 
@@ -264,6 +270,43 @@ def _ratio(r: Mapping[str, Any]) -> str:
   if r.get("ratio") is None:
     return "-"
   return f"{r['ratio']:.3f}" + ("" if r.get("feasible") else " (OOM)")
+
+
+def seed_spread(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
+  """Per learned row with two or more pretraining seeds ("go", "go_s1", "go_s2"; `parse_row`):
+  the seeds, and each summary figure's per-seed values, lowest, mean and highest: the spread
+  that an ablation's difference is read against (experiments/configs/ablation.py)."""
+  groups: Dict[str, List[Dict[str, Any]]] = {}
+  for s in summary(rows):
+    try:
+      base, seed = parse_row(s["row"])
+    except ValueError:  # a label that is not a learned row (a custom one): no seed to group by
+      continue
+    groups.setdefault(base, []).append(dict(s, seed=seed))
+  out = []
+  for base, members in groups.items():
+    if len(members) < 2:
+      continue
+    members.sort(key=lambda m: m["seed"])
+    entry: Dict[str, Any] = dict(row=base, seeds=[m["seed"] for m in members])
+    for key in ("tuned_geo", "greedy_geo", "greedy_worst", "best_k_geo", "tuned_ahead",
+                "greedy_feasible"):
+      values = [m[key] for m in members]
+      finite = [v for v in values if v is not None and math.isfinite(v)]
+      entry[key] = dict(values=values, min=min(finite) if finite else None,
+                        mean=sum(finite) / len(finite) if finite else None,
+                        max=max(finite) if finite else None)
+    entry["instances"] = members[0]["instances"]
+    out.append(entry)
+  return out
+
+
+def _spread_text(figure: Mapping[str, Any], digits: int = 3) -> str:
+  """"lowest-highest (mean m)" of one seed_spread figure."""
+  if figure["min"] is None:
+    return "-"
+  return (f"{figure['min']:.{digits}f}-{figure['max']:.{digits}f} "
+          f"(mean {figure['mean']:.{digits}f})")
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], cfg: Optional[Mapping[str, Any]] = None) -> str:
@@ -298,6 +341,18 @@ def markdown(rows: Sequence[Mapping[str, Any]], cfg: Optional[Mapping[str, Any]]
         f"{s['greedy_geo']:.3f}", f"{s['greedy_within_15']}/{s['instances']}",
         f"{s['best_k_geo']:.3f}", f"{s['tuned_seconds_max'] or 0:.0f}"]
        for s in summary(rows)], ["l"] + ["r"] * 8))
+  spread = seed_spread(rows)
+  if spread:
+    counts = lambda f: "/".join(str(v) for v in f["values"])
+    lines += ["", "Per row over its pretraining seeds (lowest-highest, mean; counts per seed):",
+              "", results.markdown_table(
+                  ["row", "seeds", "fine-tuned: geo-mean", "ahead", "zero-shot greedy: geo-mean",
+                   "zero-shot worst", "greedy feasible", "best of K: geo-mean"],
+                  [[e["row"], ", ".join(map(str, e["seeds"])), _spread_text(e["tuned_geo"]),
+                    counts(e["tuned_ahead"]), _spread_text(e["greedy_geo"]),
+                    _spread_text(e["greedy_worst"]), counts(e["greedy_feasible"]),
+                    _spread_text(e["best_k_geo"])] for e in spread],
+                  ["l", "l"] + ["r"] * 6)]
   baselines = list(cfg["baselines"]) if cfg else list(dict.fromkeys(
       r["label"] for r in rows if not is_learned(r)))
   body = []

@@ -109,6 +109,27 @@ def test_summary_geometric_means_by_hand():
   assert s["greedy_geo"] == pytest.approx((2.0 * 1.1) ** 0.5)
   assert s["tuned_geo"] == pytest.approx((0.5 * 1.04) ** 0.5)
   assert (s["tuned_within_5"], s["tuned_ahead"], s["greedy_within_15"]) == (2, 1, 1)
+  assert s["greedy_feasible"] == 2 and s["greedy_worst"] == pytest.approx(2.0)
+
+
+def test_seed_spread_by_hand():
+  def row(label, stage, objective, feasible=True):
+    return results.empty_row(label=label, method="go", stage=stage, graph="g", topology="t",
+                             objective=objective, feasible=feasible, error="",
+                             search_seconds=1.0)
+  rows = [row("heft", None, 2.0)]
+  for label, greedy, tuned in (("no_gnn", 3.0, 1.8), ("no_gnn_s1", 2.2, 2.1),
+                               ("no_gnn_s2", 2.6, 1.9), ("go", 2.4, 1.9)):
+    rows += [row(label, "zero-shot greedy", greedy, feasible=greedy < 2.9),
+             row(label, "zero-shot best of 4", greedy), row(label, "fine-tuned", tuned)]
+  (e,) = transfer.seed_spread(rows)  # "go" has one seed: no spread to report
+  assert e["row"] == "no_gnn" and e["seeds"] == [0, 1, 2] and e["instances"] == 1
+  assert e["greedy_geo"]["values"] == pytest.approx([1.5, 1.1, 1.3])
+  assert (e["greedy_geo"]["min"], e["greedy_geo"]["max"]) == pytest.approx((1.1, 1.5))
+  assert e["greedy_geo"]["mean"] == pytest.approx(1.3)
+  assert e["tuned_ahead"]["values"] == [1, 0, 1] and e["greedy_feasible"]["values"] == [0, 1, 1]
+  text = transfer.markdown(rows)
+  assert "over its pretraining seeds" in text and "| no_gnn | 0, 1, 2 | 0.900-1.050" in text
 
 
 def test_config_errors(tmp_path):
