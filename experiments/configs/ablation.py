@@ -20,6 +20,7 @@ Pretrained rows live in runs/ablation/<row>; missing ones are pretrained first.
 
 from experiments.configs import pretrain, transfer
 
+# The full model and its six ablations, each pretrained with every seed of SEEDS.
 ABLATIONS = ("go", "no_gnn", "no_attention", "no_recurrence", "no_superposition",
              "no_load_state", "no_imitation")
 SEEDS = (0, 1, 2)
