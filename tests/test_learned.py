@@ -81,10 +81,10 @@ def test_budget_caps_the_updates(instance):
 
 
 def test_finetune_samples_default_applies_to_fine_tuning_only(instance, monkeypatch):
-  """`samples=None` fine-tunes with the method's FINETUNE_SAMPLES (go: 256), not the
+  """`samples=None` fine-tunes with the method's FINETUNE_SAMPLES (go, gdp: 256), not the
   checkpoint's K; under an evaluation budget it keeps the checkpoint's. Patched to K here so
   that the file's one compiled update serves it."""
-  assert learned.FINETUNE_SAMPLES == {"go": 256}
+  assert learned.FINETUNE_SAMPLES == {"go": 256, "gdp": 256}
   graph, topo = instance
   monkeypatch.setattr(learned, "FINETUNE_SAMPLES", {"go_hint": K})
   tuned = methods.solve("go_hint", graph, topo, max_updates=1, seed=3)

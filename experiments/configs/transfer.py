@@ -29,7 +29,8 @@ def get_config():
   c.objective = "makespan"
   c.seed = 0
   # K of zero-shot best-of-K and of each fine-tuning update; None: each method's own (its
-  # checkpoint's, 64; `go` fine-tunes with 256: go_jax/methods/learned.py FINETUNE_SAMPLES).
+  # checkpoint's, 64; `go` and `gdp` fine-tune with 256: go_jax/methods/learned.py
+  # FINETUNE_SAMPLES).
   c.samples = ml_collections.config_dict.placeholder(int)
   c.finetune_seconds = {"default": 120.0}
   c.finetune_lr = 1e-3
