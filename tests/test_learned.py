@@ -97,6 +97,29 @@ def test_finetune_samples_default_applies_to_fine_tuning_only(instance, monkeypa
     methods.solve("go_hint", graph, topo, max_updates=1, budget=checkpoint_k)
 
 
+class _Stop(Exception):
+  pass
+
+
+def test_explore_reaches_fine_tuning_only(instance, monkeypatch):
+  """The `explore` option sets fine-tuning's exploration floor (go_jax/training/ppo.py);
+  zero-shot samples the policy as trained. A spy stands in for fine-tuning (nothing compiles)."""
+  from go_jax import training  # pylint: disable=g-import-not-at-top
+  graph, topo = instance
+  assert learned.FINETUNE_EXPLORE == {"gdp": 0.02} and learned.EXPLORE_BELOW == 0.5
+  seen = []
+
+  def spy(cfg, *args, **kwargs):
+    seen.append((cfg.get("explore"), cfg.get("explore_below")))
+    raise _Stop
+
+  monkeypatch.setattr(training, "finetune", spy)
+  for options in (dict(max_updates=1, explore=0.25), dict(explore=0.25)):
+    with pytest.raises(_Stop):
+      methods.solve("go_hint", graph, topo, **options)
+  assert seen[0] == (0.25, 0.5) and not seen[1][0]  # zero-shot: the checkpoint's own (none)
+
+
 def test_more_devices_than_the_policy_serves(instance):
   graph, _ = instance
   with pytest.raises(ValueError, match="go_hint: the policy serves at most 8 devices, the "
@@ -111,6 +134,8 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(max_updates=1.5), "max_updates must be an integer >= 1"),
     (dict(learning_rate=0.0), "learning_rate must be > 0"),
     (dict(self_imitation=-1.0), "self_imitation must be a number >= 0 or None"),
+    (dict(explore=1.0), r"explore must be a number in \[0, 1\) or None"),
+    (dict(explore_below=0), "explore_below must be a number > 0 or None"),
     (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
     (dict(checkpoint="none"), "only fine-tuning uses"),
     (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
@@ -134,9 +159,12 @@ def test_registered_kinds_and_defaults():
     shipped = learned.FUSION_CHECKPOINT if name == "go_joint3" else name
     assert spec.defaults["checkpoint"] == shipped and spec.defaults["finetune_seconds"] == 0
     assert spec.defaults["self_imitation"] == learned.FINETUNE_SELF_IMITATION.get(name)
+    assert spec.defaults["explore"] == learned.FINETUNE_EXPLORE.get(name)
+    assert spec.defaults["explore_below"] == learned.EXPLORE_BELOW
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
-                                  "self_imitation", "max_updates", "max_nodes", "coarse_nodes",
-                                  "coarse_max_group_weight", "coarse_temp_bound",
+                                  "self_imitation", "explore", "explore_below",
+                                  "max_updates", "max_nodes",
+                                  "coarse_nodes", "coarse_max_group_weight", "coarse_temp_bound",
                                   "coarse_out_bound", "coarse_memory_scale",
                                   "coarse_critical_order"}
     assert spec.defaults["max_nodes"] == learned.LARGE_GRAPH_NODES

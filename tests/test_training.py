@@ -177,6 +177,25 @@ def test_finetune_from_pretrained_params(trained, tmp_path):
   assert result.placement.shape == (16,) and result.reference == 16.0
 
 
+def test_finetune_gates_the_exploration_floor_by_the_starting_entropy(trained):
+  """`explore_below` applies the floor only where the starting policy's placement entropy per
+  decision is below it: the trained toy policy is sure (well under ln 2 = 0.69 nats) and a
+  fresh one is not; without `explore_below` the floor always applies."""
+  trainer, state, *_ = trained
+  cfg = dict(TOY_CONFIG, explore=0.2, explore_below=0.3)
+  sure = tuning.finetune(cfg, four_chains(), TOY_TOPOLOGY, state.params, max_updates=20,
+                         policy=standin(), progress=False)
+  unsure = tuning.finetune(cfg, four_chains(), TOY_TOPOLOGY, trainer.init(5).params,
+                           max_updates=20, policy=standin(), progress=False)
+  always = tuning.finetune(dict(cfg, explore_below=None), four_chains(), TOY_TOPOLOGY,
+                           trainer.init(5).params, max_updates=20, policy=standin(),
+                           progress=False)
+  assert sure.start_entropy < 0.3 < unsure.start_entropy <= np.log(2) + 1e-5
+  assert (sure.explore, unsure.explore, always.explore) == (0.2, 0.0, 0.2)
+  # under the floor the samples' entropy stays at or above the mixture's 0.325 nats
+  assert min(h["entropy_per_decision"] for h in sure.history) >= 0.325 - 1e-3
+
+
 def test_finetune_counts_setup_and_compile_inside_its_budget(trained, caplog):
   """A budget spent before the first update still runs that one call (the zero-shot stages),
   then stops; setup, compile and search seconds add up to the whole; progress is logged and
@@ -294,6 +313,28 @@ def test_self_imitation_pulls_the_greedy_action_to_the_best_so_far():
   assert losses[0][0] > 0.5 > 0.1 > losses[-1][-1]  # from about ln 2 per decision to near 0
 
 
+def test_exploration_floor_keeps_every_device_possible():
+  """Without an entropy bonus the toy's policy collapses to near-certain decisions; with
+  `explore` = 0.2 every device keeps probability >= 0.1 (of 2), so the entropy per decision
+  stays >= that mixture's (0.325 nats), and the greedy action is the same function of the
+  network's logits (the mixture keeps each node's most likely device)."""
+  ent, place = {}, {}
+  for explore in (0.0, 0.2):
+    trainer = toy_trainer(entropy_coef=0.0, explore=explore, updates=100)
+    state = trainer.init(0)
+    for _ in range(5):
+      state, metrics = trainer.update_chunk(state)
+    ent[explore] = float(metrics["entropy_per_decision"][-1])
+    out = ppo._apply(trainer.policy.module, state.params, trainer.data.feats, explore)
+    probs = np.asarray(jax.nn.softmax(out.placement_logits[0, :16, :2], axis=-1))
+    place[explore] = np.asarray(jax.device_get(trainer.greedy(state.params))[0][0, :16])
+    np.testing.assert_array_equal(place[explore], probs.argmax(-1))
+    if explore:
+      assert probs.min() >= explore / 2 - 1e-6
+      np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+  assert ent[0.0] < 0.1 < 0.325 - 1e-3 <= ent[0.2]
+
+
 @pytest.mark.parametrize("field,value,match", [
     ("task", "fission", "unknown task"),
     ("advantage", "gae", "unknown advantage"),
@@ -301,6 +342,7 @@ def test_self_imitation_pulls_the_greedy_action_to_the_best_so_far():
     ("minibatches", 3, "multiple of minibatches"),
     ("reference", "nope", "unknown method"),
     ("self_imitation_coef", -1.0, "self_imitation_coef must be >= 0"),
+    ("explore", 1.0, "explore must be in"),
 ])
 def test_bad_config_raises_clear_errors(field, value, match):
   with pytest.raises(ValueError, match=match):

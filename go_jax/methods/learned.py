@@ -21,7 +21,11 @@ best of the greedy action and K samples of one forward pass; > 0: PPO fine-tunin
 checkpoint for that wall-clock budget, setup and compilation included), `samples` (K; None: the
 checkpoint's, or when fine-tuning without an evaluation budget the method's `FINETUNE_SAMPLES`
 where it has one), `learning_rate` of fine-tuning, `self_imitation` (fine-tuning's PPO
-self-imitation weight, go_jax/training/ppo.py; None: the checkpoint's training config's) and
+self-imitation weight, go_jax/training/ppo.py; None: the checkpoint's training config's),
+`explore` (fine-tuning's exploration floor, ppo.py; None: the checkpoint's training config's,
+0 for every shipped one; `gdp` defaults to `FINETUNE_EXPLORE`), `explore_below` (the floor
+applies only where the starting policy's placement entropy per decision is below this many
+nats, go_jax/training/tuning.py; None: everywhere) and
 `max_updates` (a cap on fine-tuning updates; given alone it fine-tunes for that many updates
 without a time limit).
 
@@ -90,6 +94,16 @@ FINETUNE_SELF_IMITATION = {"go": 2.0}
 # `go`, 0.956 against 1.027 for `gdp` ("`gdp` fine-tuned with 256 samples per update"). Four
 # times the samples per update cost about twice the time: half the updates, each better informed.
 FINETUNE_SAMPLES = {"go": 256, "gdp": 256}
+# Fine-tuning's default exploration floor per method (its `explore` option: the weight of the
+# uniform device choice mixed into the placement distribution, go_jax/training/ppo.py; a method
+# not listed keeps its checkpoint's, 0 for every shipped one), applied only where the starting
+# policy is sure of the placement (`explore_below`, default EXPLORE_BELOW nats per decision).
+# Chosen on 8 validation instances, two seeds (BENCHMARKS.md, "An exploration floor for `gdp`'s
+# fine-tuning"): the shipped `gdp` starts at 0.01-0.08 nats on the PipeDream CNNs, where PPO
+# collapses it within 10-40 updates, and at 1.4-2.1 on the other families, where the floor kept
+# it from sharpening (Transformer-XL-4: 1.14 against 0.47 of HEFT); no instance lies between.
+FINETUNE_EXPLORE = {"gdp": 0.02}
+EXPLORE_BELOW = 0.5
 NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-transfer comparison
 STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
 METHOD_NAMES = ("go", "go_hint", "gdp", "go_fusion", "go_joint3")  # registered below
@@ -120,14 +134,22 @@ def _is_count(x) -> bool:
   return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1
 
 
+def _check_explore(explore) -> float:
+  if isinstance(explore, bool) or not isinstance(explore, (int, float)) or not 0 <= explore < 1:
+    raise ValueError(f"explore must be a number in [0, 1) or None, got {explore!r}")
+  return float(explore)
+
+
 def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING_RATE,
               samples: Optional[int] = None, task: Optional[str] = None,
               reference: Optional[str] = None,
-              self_imitation: Optional[float] = None) -> ml_collections.ConfigDict:
+              self_imitation: Optional[float] = None,
+              explore: Optional[float] = None,
+              explore_below: Optional[float] = None) -> ml_collections.ConfigDict:
   """A copy of a training config set up to fine-tune on one instance for a time budget: one
   graph per update, one update per call, a constant learning rate, K = `samples` (None: the
-  config's), the `task` / reward `reference` method and the self-imitation weight given (None:
-  the config's)."""
+  config's), the `task` / reward `reference` method, the self-imitation weight and the
+  exploration floor given (None: the config's)."""
   cfg = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict")
                                   else dict(config))
   if not learning_rate > 0:
@@ -144,6 +166,13 @@ def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING
         not self_imitation >= 0:
       raise ValueError(f"self_imitation must be a number >= 0 or None, got {self_imitation!r}")
     cfg.self_imitation_coef = float(self_imitation)
+  if explore is not None:
+    cfg.explore = _check_explore(explore)
+  if explore_below is not None:
+    if isinstance(explore_below, bool) or not isinstance(explore_below, (int, float)) or \
+        not explore_below > 0:
+      raise ValueError(f"explore_below must be a number > 0 or None, got {explore_below!r}")
+    cfg.explore_below = float(explore_below)
   if samples is not None:
     if not _is_count(samples):
       raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
@@ -228,10 +257,15 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   if samples is None and tune and problem.budget is None:  # a budget keeps the checkpoint's K
     samples = FINETUNE_SAMPLES.get(method)
   try:
+    explore = config["explore"]  # fine-tuning's only: zero-shot samples the policy as trained
+    if explore is not None and not tune:
+      _check_explore(explore)
     cfg = go_config(train_config, objective=problem.objective,
                     learning_rate=config["learning_rate"], samples=samples,
                     task=task, reference="no_fusion" if fusing else None,
-                    self_imitation=config["self_imitation"])
+                    self_imitation=config["self_imitation"],
+                    explore=explore if tune else None,
+                    explore_below=config["explore_below"])
   except ValueError as e:
     raise ValueError(f"{method}: {e}") from e
   if task is not None and not train_config.policy.get("fusion_head", False):
@@ -281,7 +315,8 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   updates = int(f.updates) if tune else 0
   info.update(compile_seconds=f.compile_seconds, setup_seconds=f.setup_seconds)
   if tune:
-    info.update(finetune_seconds=f.seconds, learning_rate=float(cfg.learning_rate))
+    info.update(finetune_seconds=f.seconds, learning_rate=float(cfg.learning_rate),
+                explore=f.explore, start_entropy=f.start_entropy)
   best = min(stages, key=lambda s: s["objective"])  # the earliest of equal ones
   curve = anytime_curve(stages + [dict(h, seconds=h["seconds"] + load_seconds)
                                   for h in f.history if "seconds" in h])
@@ -420,7 +455,9 @@ def _defaults(name: str) -> Dict[str, Any]:
   """Options of a learned method starting from the shipped checkpoint `name`."""
   return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
               learning_rate=DEFAULT_LEARNING_RATE,
-              self_imitation=FINETUNE_SELF_IMITATION.get(name), max_updates=None,
+              self_imitation=FINETUNE_SELF_IMITATION.get(name),
+              explore=FINETUNE_EXPLORE.get(name), explore_below=EXPLORE_BELOW,
+              max_updates=None,
               max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES,
               coarse_max_group_weight=COARSE_MAX_GROUP_WEIGHT,
               coarse_temp_bound=COARSE_TEMP_BOUND, coarse_out_bound=COARSE_OUT_BOUND,

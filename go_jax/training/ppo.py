@@ -35,6 +35,14 @@ memory-feasible), so the policy's most likely action follows the best it has fou
 only its samples' average. The samples' best is well ahead of the greedy action on the training
 set (BENCHMARKS.md: 1.02-1.05x HEFT against 1.19x), and the zero-shot answer is the greedy one.
 
+Exploration floor (`explore` = e > 0): the placement distribution every update samples from,
+scores and trains is (1 - e) x the policy's + e x uniform over the graph's devices, so no
+decision's probability falls below e / D however sure the network becomes. An entropy bonus
+cannot do this: once PPO has saturated the logits its gradient vanishes (BENCHMARKS.md, "An
+exploration floor for `gdp`'s fine-tuning": a hinge bonus below 0.1 nats per decision still let
+the entropy fall to 0 within 10 updates). The greedy action is unchanged (the mixture keeps
+each node's most likely device).
+
 Randomness comes from the PRNG key in the state (config.prng_impl, default "rbg": XLA's
 RngBitGenerator, which compiles much faster than threefry inside large loops; see
 go_jax/methods/evolution.py). The key is stored as raw key data so checkpoints hold plain
@@ -66,9 +74,18 @@ TRACES: Dict[str, int] = {"update_chunk": 0, "greedy": 0}
 
 
 # ------------------------------------------------------------------ one PPO update
-def _apply(module: nn.Module, params, feats):
-  """Forward pass of every graph of a batch (feats fields (G, ...))."""
-  return jax.vmap(module.apply, in_axes=(None, 0))(params, feats)
+def _apply(module: nn.Module, params, feats, explore: float = 0.0):
+  """Forward pass of every graph of a batch (feats fields (G, ...)); with `explore` > 0 the
+  placement distribution is mixed with the uniform one over each graph's devices (module
+  docstring: exploration floor)."""
+  out = jax.vmap(module.apply, in_axes=(None, 0))(params, feats)
+  if explore > 0:
+    mask = jnp.asarray(feats.device_mask, bool)[:, None, :]  # (G, 1, Dmax)
+    logp = jax.nn.log_softmax(out.placement_logits, axis=-1)
+    count = jnp.sum(mask, axis=-1, keepdims=True).astype(jnp.float32)
+    mixed = jnp.logaddexp(jnp.log1p(-explore) + logp, jnp.log(explore) - jnp.log(count))
+    out = out.replace(placement_logits=jnp.where(mask, mixed, out.placement_logits))
+  return out
 
 
 @flax.struct.dataclass
@@ -101,7 +118,7 @@ def _imitation_targets(state: TrainState, idx, data: TrainData, levels: int) -> 
 
 def _loss(params, module, hp: HParams, task, data: TrainData, batch: _Batch,
           imitate: Optional[_Imitate] = None):
-  out = _apply(module, params, data.feats)
+  out = _apply(module, params, data.feats, hp.explore)
   logp = rollout.log_prob(task, data, out, batch.actions)
   ratio = jnp.exp(logp - batch.logp)
   adv = batch.advantage
@@ -202,7 +219,7 @@ def ppo_update(state: TrainState, all_data: TrainData, module, hp: HParams):
   idx = _pick_instances(k_pick, hp, num_instances)
   data = jax.tree_util.tree_map(lambda x: x[idx], all_data)
 
-  out = jax.lax.stop_gradient(_apply(module, state.params, data.feats))
+  out = jax.lax.stop_gradient(_apply(module, state.params, data.feats, hp.explore))
   sampled = rollout.sample(k_sample, out, hp.samples)
   both = jax.tree_util.tree_map(lambda s, g: jnp.concatenate([s, g], 1), sampled,
                                 rollout.greedy(out))
@@ -252,12 +269,25 @@ def greedy_actions(params, data: TrainData, *, module, hp: HParams):
   Scored on the host (`loop.summarize`), so this compiles only the policy, not another
   simulator."""
   TRACES["greedy"] += 1
-  out = _apply(module, params, data.feats)
+  return _greedy(_apply(module, params, data.feats), data, hp)
+
+
+def _greedy(out, data: TrainData, hp: HParams):
   task = rollout.get_task(hp.task)
   actions = rollout.greedy(out)
   place, prio = rollout.to_simulator(task, data, actions)
   fuse = rollout.to_fuse(task, data, actions)
   return place[:, 0], prio[:, 0], None if fuse is None else fuse[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("module", "hp"))
+def greedy_and_entropy(params, data: TrainData, *, module, hp: HParams):
+  """`greedy_actions` and (I,) the policy's own placement entropy per decision (nats; no
+  exploration floor): fine-tuning reads it to decide whether to apply the floor
+  (go_jax/training/tuning.py), from the one forward pass it needs anyway."""
+  TRACES["greedy"] += 1
+  out = _apply(module, params, data.feats)
+  return _greedy(out, data, hp) + (rollout.placement_entropy(data, out),)
 
 
 # ------------------------------------------------------------------ setup
@@ -325,6 +355,10 @@ class Trainer:
     """Greedy action of every instance: (placement (I, Np) int32, priority (I, Np) float32,
     fuse (I, Np) bool or None)."""
     return greedy_actions(params, self.data, module=self.policy.module, hp=self.hp)
+
+  def greedy_and_entropy(self, params):
+    """`greedy` and (I,) float32 the placement entropy per decision (ppo.greedy_and_entropy)."""
+    return greedy_and_entropy(params, self.data, module=self.policy.module, hp=self.hp)
 
   @property
   def placements_per_update(self) -> int:

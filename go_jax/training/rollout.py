@@ -148,6 +148,14 @@ def _entropy(logits):
   return -jnp.sum(jnp.where(p > 0, p * logp, 0.0), axis=-1)
 
 
+def placement_entropy(data: TrainData, out: PolicyOutput):
+  """(G,) the placement head's entropy per placement decision (nats), over the nodes whose
+  placement the policy decides: how sure the policy is of where ops go."""
+  decides = (data.decides_place & data.feats.node_mask).astype(jnp.float32)  # (G, Np)
+  ent = jnp.sum(_entropy(out.placement_logits) * decides, axis=-1)
+  return ent / jnp.maximum(jnp.sum(decides, axis=-1), 1.0)
+
+
 def entropy(task: Task, data: TrainData, out: PolicyOutput):
   """((G,) summed entropy of the action distribution, (G,) number of decisions summed)."""
   place_mask, level_mask = _masks(task, data)

@@ -57,6 +57,7 @@ class HParams:
   ema_decay: float = 0.9
   prng_impl: str = "rbg"
   self_imitation_coef: float = 0.0  # weight of the best-so-far cross-entropy (ppo.py)
+  explore: float = 0.0  # weight of the uniform device choice mixed into the placement (ppo.py)
 
   @property
   def optimizer_steps(self) -> int:
@@ -127,6 +128,8 @@ def check_hparams(hp: HParams, num_instances: int) -> None:
     raise ValueError(f"warmup_updates must be >= 0, got {hp.warmup_updates}")
   if not hp.self_imitation_coef >= 0:
     raise ValueError(f"self_imitation_coef must be >= 0, got {hp.self_imitation_coef}")
+  if not 0.0 <= hp.explore < 1.0:
+    raise ValueError(f"explore must be in [0, 1), got {hp.explore}")
   if hp.prng_impl not in ("rbg", "threefry2x32", "unsafe_rbg"):
     raise ValueError(f"prng_impl must be rbg, unsafe_rbg or threefry2x32, got {hp.prng_impl!r}")
 

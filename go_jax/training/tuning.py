@@ -9,6 +9,14 @@ within it), tracking the best action and logging progress; it also reports the z
 greedy objective of the parameters it started from, and the setup, compile and search seconds
 apart (`compile_clock`: this process's compile seconds, from jax.monitoring). Split from
 `loop` (the training run), whose action scoring it shares.
+
+Gated exploration floor: with `config.explore` > 0 and `config.explore_below` set, the floor
+(go_jax/training/ppo.py) applies only when the starting policy's placement entropy per decision
+on the instance is below `explore_below` nats, i.e. when it is already nearly sure of every op
+and PPO would collapse it within a few updates; an unsure policy (e.g. near-uniform on a family
+it learned little of) fine-tunes without it, since there the floor's random devices keep the
+samples from sharpening at all (BENCHMARKS.md, "An exploration floor for `gdp`'s fine-tuning").
+The entropy comes from the zero-shot greedy pass, so deciding costs no extra forward pass.
 """
 
 from __future__ import annotations
@@ -59,6 +67,10 @@ class FinetuneResult:
   state: ppo.TrainState
   fuse: Optional[np.ndarray] = None  # (N,) bool the best action's fuse requests (fusion tasks)
   zero_shot_fuse: Optional[np.ndarray] = None  # (N,) bool the zero-shot greedy action's
+  # the starting policy's placement entropy per decision (nats) and the exploration floor the
+  # updates used (0: none; module docstring)
+  start_entropy: float = math.nan
+  explore: float = 0.0
 
 
 # Seconds between two progress lines of `finetune` (the first and last update always log).
@@ -149,7 +161,13 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   probs = trainer.problems
   setup_seconds = time.perf_counter() - t0 - (compile_clock() - compiled_before)
   deadline = None if max_seconds is None else t0 + float(max_seconds)
-  zero_place, zero_prio, zero_fuse = jax.device_get(trainer.greedy(state.params))  # compiles
+  zero_place, zero_prio, zero_fuse, start_entropy = jax.device_get(  # compiles the policy
+      trainer.greedy_and_entropy(state.params))
+  start_entropy = float(start_entropy[0])
+  below = cfg.get("explore_below")
+  if trainer.hp.explore > 0 and below is not None and not start_entropy < float(below):
+    # the update is not compiled yet: a changed static hyper-parameter costs nothing
+    trainer = dataclasses.replace(trainer, hp=dataclasses.replace(trainer.hp, explore=0.0))
   zero_scored = score_action(probs, 0, zero_place[0], zero_prio[0],
                              None if zero_fuse is None else zero_fuse[0])
   zero_seconds = time.perf_counter() - t0
@@ -213,7 +231,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
                         seconds=seconds, setup_seconds=setup_seconds,
                         compile_seconds=compile_seconds,
                         search_seconds=seconds - setup_seconds - compile_seconds,
-                        history=history, state=state)
+                        history=history, state=state, start_entropy=start_entropy,
+                        explore=float(trainer.hp.explore))
 
 
 @dataclasses.dataclass
