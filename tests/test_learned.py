@@ -106,7 +106,7 @@ def test_explore_reaches_fine_tuning_only(instance, monkeypatch):
   zero-shot samples the policy as trained. A spy stands in for fine-tuning (nothing compiles)."""
   from go_jax import training  # pylint: disable=g-import-not-at-top
   graph, topo = instance
-  assert learned.FINETUNE_EXPLORE == {"gdp": 0.02} and learned.EXPLORE_BELOW == 0.5
+  assert learned.FINETUNE_EXPLORE == {} and learned.EXPLORE_BELOW == 0.5
   seen = []
 
   def spy(cfg, *args, **kwargs):
