@@ -148,8 +148,8 @@ def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING
               explore_below: Optional[float] = None) -> ml_collections.ConfigDict:
   """A copy of a training config set up to fine-tune on one instance for a time budget: one
   graph per update, one update per call, a constant learning rate, K = `samples` (None: the
-  config's), the `task` / reward `reference` method, the self-imitation weight and the
-  exploration floor given (None: the config's)."""
+  config's), the `task` / reward `reference` method, the self-imitation weight, the
+  exploration floor and its gate `explore_below` given (None: the config's)."""
   cfg = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict")
                                   else dict(config))
   if not learning_rate > 0:
