@@ -25,6 +25,9 @@ the population's sort) where a sharded value meets a replicated one.
 
 CPU cores become devices with `simulator.runtime.configure_cpu_devices`; several hosts join
 with `go_jax.distributed.initialize` (docs/cluster.md).
+
+`host_devices(batch)`: where an accelerator is the default backend, the host CPU devices that a
+small batch of the host API (`simulator.simulate.simulate`) runs on instead (see HOST_BATCH).
 """
 
 from __future__ import annotations
@@ -36,6 +39,17 @@ import jax.numpy as jnp
 import numpy as np
 
 AXIS = "batch"
+# Batches of at most this many actions that `simulate` (the host API) is given run on the host's
+# CPU devices when the default backend is an accelerator. The commit loop is sequential: one
+# iteration per commit whatever the batch, and on a GPU each iteration is about 30 kernel
+# launches, so a small batch is launch-bound: on an H200 (2026-11-26) about 100 us per iteration
+# at B = 1,024, N = 1,000 (0.103 s for 1,041 iterations), while one CPU core spends about
+# 0.8 us per action per iteration (2-core EPYC, same size); the two cross near B = 125 per
+# core. The large-graph path simulates a handful of actions over 61k-131k iterations (memory
+# calibration, verification, the registry's re-simulation) and took 14.7 / 9.4 / 14.2 s on the
+# GPU against 3.4 / 1.4 / 2.2 s on the 2-core CPU (BENCHMARKS.md, "GO on the largest graphs").
+# Searches and training batches inside one jit are not routed: they stay on the accelerator.
+HOST_BATCH = 64
 
 
 def mesh_sharding(devices: Optional[Sequence] = None, spec=(AXIS,)):
@@ -55,6 +69,20 @@ def batch_sharding(batch: Optional[int] = None, devices: Optional[Sequence] = No
   if sharding is None or (batch is not None and batch % sharding.mesh.size):
     return None
   return sharding
+
+
+def host_devices(batch: int, backend: Optional[str] = None):
+  """The host CPU devices (this process's) that a batch of `batch` actions should be simulated
+  on instead of the default backend's devices, or None: the default backend (`backend`, default
+  `jax.default_backend()`) is the CPU, or the batch is larger than HOST_BATCH, or this JAX has
+  no CPU backend."""
+  backend = jax.default_backend() if backend is None else backend
+  if backend == "cpu" or batch > HOST_BATCH:
+    return None
+  try:
+    return jax.local_devices(backend="cpu")
+  except RuntimeError:  # no CPU platform in this process
+    return None
 
 
 def num_parts(sharding) -> int:

@@ -44,7 +44,8 @@ from simulator.graph import CompGraph
 from simulator import sharding as sharding_lib
 from simulator import fusion, padding
 from simulator.padding import PaddedGraph, pad_graph, tree_shape
-from simulator.memory_peaks import Events, peak_memory, rank_order, resident_base
+from simulator.events import schedule_events, sequential_transfers
+from simulator.memory_peaks import peak_memory, rank_order, resident_base
 from simulator.reference import check_actions
 from simulator.topology import Topology
 
@@ -89,7 +90,7 @@ class _Carry:
   finish: jnp.ndarray  # (Np,)
   # (Np,) when the op's send channel starts its transfers (max(finish, channel free)); each
   # destination's start and the last arrival are recomputed from it after the loop
-  # (`_transfer_times`), so the carry holds one number per op instead of D + 1
+  # (`events.transfer_times`), so the carry holds one number per op instead of D + 1
   send_t0: jnp.ndarray
   cur: jnp.ndarray  # () int32 op whose successor edges are being processed
   ptr: jnp.ndarray  # () int32 next edge of `cur` to process
@@ -99,21 +100,6 @@ class _Carry:
 
 def _dtype():
   return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-
-
-def _sequential_transfers(base, times, mask):
-  """Back-to-back transfers on one send channel in ascending destination order.
-
-  Returns (start, arrival) of each destination, shape (..., D). Accumulated one destination at
-  a time (not cumsum) so float rounding matches the reference's sequential additions exactly.
-  """
-  starts, arrivals = [], []
-  a = base
-  for e in range(times.shape[-1]):
-    starts.append(a)
-    a = a + jnp.where(mask[..., e], times[..., e], 0.0)
-    arrivals.append(a)
-  return jnp.stack(starts, -1), jnp.stack(arrivals, -1)
 
 
 def _first_true(mask):
@@ -209,7 +195,7 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
     mask = cons[op] & (dev_ids != dstar)  # rule 3
     times = lat[dstar] + out_bytes[op] / bw[dstar]
     t0 = jnp.maximum(fin, c.chan[dstar])
-    _, arrival = _sequential_transfers(t0, times, mask)
+    _, arrival = sequential_transfers(t0, times, mask)
     chan_new = jnp.where(mask.any(), arrival[-1], c.chan[dstar])
     on_d = do & (dev_ids == dstar)
     drop_op = jnp.where(do, op, np_)
@@ -226,74 +212,11 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
         cur_avail=jnp.where(do, jnp.where(dev_ids == dstar, fin, arrival), c.cur_avail))
 
   c = jax.lax.while_loop(lambda c: c.it < pg.num_iters, body, carry)
-  makespan, start, finish, events = _schedule_events(pg, topo, place, cons, c.start, c.finish,
-                                                     c.send_t0, dt)
+  makespan, start, finish, events = schedule_events(pg, topo, place, cons, c.start, c.finish,
+                                                    c.send_t0, dt)
   if root is not None:  # members report their group's times
     start, finish = start[root], finish[root]
   return makespan, start, finish, events
-
-
-def _transfer_times(pg, topo, place, tmask, send_t0, dt):
-  """(tstart (Np, D), send_end (Np,)) of every op as the loop made them: the start of u's
-  transfer to each device e it sends to (tmask (Np, D): where it sends), and the arrival of its
-  last transfer (-inf if it sends none). The same additions, in the same order, as the loop's
-  `_sequential_transfers` from the channel start it recorded, so the times are bit-identical
-  to the loop's."""
-  times = (jnp.asarray(topo.latency, dt)[place]
-           + pg.out_bytes.astype(dt)[:, None] / jnp.asarray(topo.bandwidth, dt)[place])
-  tstart, arrival = _sequential_transfers(send_t0, times, tmask)
-  return tstart, jnp.where(tmask.any(-1), arrival[:, -1], -INF)
-
-
-def _schedule_events(pg, topo, place, cons, start, finish, send_t0, dt):
-  """Makespan (rule 6) and the memory events of rule 7 from the committed schedule."""
-  np_ = pg.cost.shape[0]
-  d = topo.speed.shape[0]
-  dev_ids = jnp.arange(d)
-  makespan = jnp.max(jnp.where(pg.node_mask, finish, -INF))
-  out_b = pg.out_bytes.astype(dt)
-  tmp_b = pg.temp_bytes.astype(dt)
-
-  # Transfers of every op as the loop made them: tstart[u, e] where u sends to e, and the
-  # arrival of u's last transfer (its latest: one channel, back to back) in send_end.
-  tmask = cons & (dev_ids[None, :] != place[:, None])  # (Np, D)
-  tstart, send_end = _transfer_times(pg, topo, place, tmask, send_t0, dt)
-  # last_use[u, e]: latest finish of u's consumers on device e.
-  recv_dev = place[pg.receivers]
-  last_use = jnp.full((np_, d), -INF, dt).at[pg.senders, recv_dev].max(
-      jnp.where(pg.edge_mask, finish[pg.receivers], -INF))
-  has_cons = cons.any(-1)
-  own_last = jnp.take_along_axis(last_use, place[:, None], 1)[:, 0]
-  out_end = jnp.maximum(jnp.maximum(finish, own_last), send_end)
-  out_end = jnp.where(has_cons, out_end, makespan)
-
-  def sized(nbytes, t0, t1, valid):  # half-open [t0, t1): empty intervals weigh nothing
-    return jnp.where(valid & (t1 > t0), nbytes, 0.0)
-
-  real = pg.node_mask
-  own_out = sized(out_b, start, out_end, real)
-  own_tmp = sized(tmp_b, start, finish, real)
-  # One received copy per (op, device): edge k represents it if it is the first such edge.
-  ek = jnp.arange(pg.senders.shape[0], dtype=jnp.int32)
-  first = jnp.full((np_, d), ek.shape[0], jnp.int32).at[pg.senders, recv_dev].min(
-      jnp.where(pg.edge_mask, ek, ek.shape[0]))
-  rep = pg.edge_mask & (first[pg.senders, recv_dev] == ek) & tmask[pg.senders, recv_dev]
-  c_t0 = tstart[pg.senders, recv_dev]
-  c_t1 = last_use[pg.senders, recv_dev]
-  copy_b = sized(out_b[pg.senders], c_t0, c_t1, rep)
-
-  # Memory events (+bytes at alloc, -bytes at free); peaks are taken in `peak_memory`.
-  ev_dev = jnp.concatenate([place, place, recv_dev, place, recv_dev])
-  ev_time = jnp.concatenate([out_end, finish, c_t1, start, c_t0])
-  ev_delta = jnp.concatenate([-own_out, -own_tmp, -copy_b, own_out + own_tmp, copy_b])
-  ev_time = jnp.where(ev_delta != 0, ev_time, 0.0)  # weightless events: keep times finite
-  # Resident parameter bytes per op, summed per device by `simulate_padded`
-  # (`memory_peaks.resident_base`) outside this function: summed here, inside the vmapped
-  # loop's program, XLA:CPU added them in another order in sub-batches than in one batch
-  # (peaks differed in the last bits); there the sum is the same for every block size.
-  resident = jnp.where(real, pg.param_bytes.astype(dt), 0.0)
-  return makespan, start, finish, Events(time=ev_time, dev=ev_dev, delta=ev_delta,
-                                          base=(resident, place))
 
 
 def loop_state_bytes(num_nodes_padded: int, num_devices: int, itemsize: int = 4) -> int:
@@ -305,15 +228,16 @@ def loop_state_bytes(num_nodes_padded: int, num_devices: int, itemsize: int = 4)
 
 
 def block_size(block: Optional[int], batch: int, num_nodes_padded: int = 1024,
-               num_devices: int = 8, itemsize: int = 4) -> int:
+               num_devices: int = 8, itemsize: int = 4, platform: Optional[str] = None) -> int:
   """Actions per sequential sub-batch of the commit loop for a batch of `batch` (0: the whole
   batch in one loop): the batch split into equal sub-batches of at most `block` (so at most
-  one row per sub-batch is padding). None picks `block` by backend: on a CPU the power of two
-  in [CPU_BLOCK_MIN, CPU_BLOCK_MAX] nearest below CPU_BLOCK_BYTES / `loop_state_bytes`;
+  one row per sub-batch is padding). None picks `block` by the platform the loop runs on
+  (`platform`; None: the default backend): on a CPU the power of two in
+  [CPU_BLOCK_MIN, CPU_BLOCK_MAX] nearest below CPU_BLOCK_BYTES / `loop_state_bytes`;
   elsewhere 0."""
   if block is None:
     block = 0
-    if jax.default_backend() == "cpu":
+    if (jax.default_backend() if platform is None else platform) == "cpu":
       fit = CPU_BLOCK_BYTES // loop_state_bytes(num_nodes_padded, num_devices, itemsize)
       block = min(max(1 << max(int(fit).bit_length() - 1, 0), CPU_BLOCK_MIN), CPU_BLOCK_MAX)
   if block < 0:
@@ -339,7 +263,7 @@ def _blocked(fn, block: int, *xs):
 
 def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
                     fuse=None, peak_method: Optional[str] = None,
-                    block: Optional[int] = None) -> SimResult:
+                    block: Optional[int] = None, platform: Optional[str] = None) -> SimResult:
   """Pure, traceable simulator: placement (B, Np) int, priority (B, Np) float.
 
   Results keep the padded node axis. Padded nodes must carry a valid device id (e.g. 0); their
@@ -350,7 +274,9 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   (`memory_peaks.peak_memory`); a static argument under jit. `block` (static; None: `block_size`'s
   default for the backend) runs the commit loop over sequential sub-batches of that many
   actions: the same results, bit for bit, but on a CPU each sub-batch's loop state stays in
-  the core's cache (module docstring).
+  the core's cache (module docstring). `platform` (static; None: the default backend) is the
+  platform the computation runs on, which those two defaults follow: "cpu" where the host
+  API runs a small batch on the host while an accelerator is the default (`simulate`).
   """
   if fuse is not None and pg.fusion is None:
     raise ValueError("simulate_padded(fuse=...) needs a graph padded with fusion tables "
@@ -360,8 +286,10 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   pos2op, _ = rank_order(key)
   d = topology.speed.shape[-1]
   one = lambda pl, po, fu: _simulate_one(pg, topology, pl, po, fu)
+  if peak_method is None and platform is not None:
+    peak_method = "scan" if platform == "cpu" else "segments"
   blk = block_size(block, placement.shape[0], pg.cost.shape[-1], d,
-                   jnp.dtype(_dtype()).itemsize)
+                   jnp.dtype(_dtype()).itemsize, platform)
   if blk:
     def row(pl, po, fu):  # one action through the loop and its memory peaks (a batch of 1)
       makespan, start, finish, events = one(pl, po, fu)
@@ -377,18 +305,19 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)
 
 
-_simulate_jit = jax.jit(simulate_padded, static_argnames=("peak_method", "block"))
+_simulate_jit = jax.jit(simulate_padded, static_argnames=("peak_method", "block", "platform"))
 _PAD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # Sizes set by `pad_to` per graph object: (num_nodes, num_edges, chunk), None = the default.
 _PAD_SIZES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-@functools.partial(jax.jit, static_argnames=("sharding",))
-def _simulate_split(pg, topology, *batch, sharding):
+@functools.partial(jax.jit, static_argnames=("sharding", "platform"))
+def _simulate_split(pg, topology, *batch, sharding, platform=None):
   """`simulate_padded` with the batch split across the sharding's devices, each device
   simulating its own part (`sharding.map_batch`: its own loop, sub-batched on a CPU)."""
-  return sharding_lib.map_batch(lambda g, t, *x: simulate_padded(g, t, *x), sharding,
-                                (pg, topology), batch)
+  return sharding_lib.map_batch(
+      lambda g, t, *x: simulate_padded(g, t, *x, platform=platform), sharding,
+      (pg, topology), batch)
 
 
 def _jitted_for(placement):
@@ -444,18 +373,19 @@ def batch_sharding(devices=None):
 
 
 def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[int] = None,
-                  shard: bool = True, fuse=None):
+                  shard: bool = True, fuse=None, devices=None):
   """(padded graph, placement (Bb, Np), priority (Bb, Np)[, fuse (Bb, Np)]) ready for
   `simulate_padded`; the fuse mask is returned only when given.
 
   Actions must already be validated (`check_actions`, `check_fuse`). The batch is padded to
   `padding.batch_bucket(B)` (or `batch_bucket`) by repeating its first row, so that varying B
   does not recompile for every size (at least `MIN_BATCH` rows); with `shard` and several
-  local devices it is split across them (when each gets at least one real row).
+  local devices (or `devices`, where given) it is split across them (when each gets at least
+  one real row). With `devices` the batch is put on them, split or on the first one alone.
   """
   b, n = placement.shape
   pg = padded(graph, fusion=fuse is not None)
-  sharding = batch_sharding() if shard else None
+  sharding = batch_sharding(devices) if shard else None
   if sharding is not None and b < sharding.mesh.size:
     sharding = None
   parts = 1 if sharding is None else sharding.mesh.size
@@ -468,15 +398,16 @@ def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[
   pr = np.zeros((bb, pg.num_nodes_padded), np.float64)
   pl[:b, :n], pr[:b, :n] = placement, priority
   pl[b:], pr[b:] = pl[0], pr[0]
-  if sharding is not None:
-    pl, pr = jax.device_put(pl, sharding), jax.device_put(pr, sharding)
+  where = sharding if sharding is not None else None if devices is None else list(devices)[0]
+  if where is not None:
+    pl, pr = jax.device_put(pl, where), jax.device_put(pr, where)
   if fuse is None:
     return pg, pl, pr
   fu = np.zeros((bb, pg.num_nodes_padded), bool)
   fu[:b, :n] = fuse
   fu[b:] = fu[0]
-  if sharding is not None:
-    fu = jax.device_put(fu, sharding)
+  if where is not None:
+    fu = jax.device_put(fu, where)
   return pg, pl, pr, fu
 
 
@@ -500,20 +431,33 @@ def simulate(graph: CompGraph, topology: Topology, placement, priority,
   times; the graph needs a cost reference).
 
   A single action of shape (N,) is accepted and treated as B = 1. See `prepare_batch` for the
-  padding of the batch and its split across devices.
+  padding of the batch and its split across devices. Where an accelerator is the default
+  backend, a batch of at most `sharding.HOST_BATCH` actions runs on this process's CPU devices
+  instead (`sharding.host_devices`: a small batch is launch-bound there); the results are the
+  CPU's, which the simulator's semantics make identical up to float rounding.
   """
   placement, priority = check_actions(graph, topology, placement, priority)
   if fuse is not None:
     fuse = np.atleast_2d(check_fuse(graph, fuse, placement.shape))
   placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
   b, n = placement.shape
+  host = sharding_lib.host_devices(b)
   if fuse is None:
-    pg, pl, pr = prepare_batch(graph, placement, priority, batch_bucket, shard)
+    pg, pl, pr = prepare_batch(graph, placement, priority, batch_bucket, shard, devices=host)
     batch = (pl, pr)
   else:
-    pg, pl, pr, fu = prepare_batch(graph, placement, priority, batch_bucket, shard, fuse)
+    pg, pl, pr, fu = prepare_batch(graph, placement, priority, batch_bucket, shard, fuse,
+                                   devices=host)
     batch = (pl, pr, fu)
   fn, static = _jitted_for(batch[0])
+  if host is not None:  # the graph and topology join the batch on the host
+    sharding = static.get("sharding")
+    pg, topology = (sharding_lib.put_replicated((pg, topology), list(sharding.mesh.devices.flat))
+                    if sharding is not None else jax.device_put((pg, topology), host[0]))
+    static = dict(static, platform="cpu")
   res = fn(pg, topology, *batch, **static)
-  return SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
-                   finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])
+  res = SimResult(makespan=res.makespan[:b], start=res.start[:b, :n],
+                  finish=res.finish[:b, :n], peak_memory=res.peak_memory[:b], oom=res.oom[:b])
+  if host is not None:  # back on the default device, uncommitted, as a default-backend run's
+    res = jax.tree_util.tree_map(lambda x: jnp.asarray(np.asarray(x)), res)
+  return res

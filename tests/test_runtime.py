@@ -31,6 +31,18 @@ for seed in range(6):
     np.testing.assert_array_equal(np.asarray(res.start[b]), ref.start)
     np.testing.assert_array_equal(np.asarray(res.peak_memory[b]), ref.peak_memory)
     assert float(res.makespan[b]) == ref.makespan and bool(res.oom[b]) == ref.oom
+# With an accelerator as the default backend, a small batch runs split over the host's CPU
+# devices (simulator.sharding.host_devices): here the backend is made to say "gpu".
+from simulator import sharding
+g, topo, place, prio = random_instance(3, 40, 3)
+plain = simulate(g, topo, place[:3], prio[:3])
+jax.default_backend = lambda: "gpu"
+assert sharding.host_devices(3) == jax.local_devices(backend="cpu")
+assert sharding.host_devices(sharding.HOST_BATCH + 1) is None
+routed = simulate(g, topo, place[:3], prio[:3])
+for name in ("makespan", "start", "finish", "peak_memory", "oom"):
+  np.testing.assert_array_equal(np.asarray(getattr(routed, name)), np.asarray(getattr(plain, name)))
+assert not routed.makespan.committed  # returned to the default device, as a plain run's
 print("OK")
 """
 

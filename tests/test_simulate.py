@@ -249,6 +249,30 @@ def test_public_simulate_reuses_its_compilation():
   assert sim._simulate_jit._cache_size() == before
 
 
+def test_small_batches_run_on_the_host_beside_an_accelerator(monkeypatch):
+  """With an accelerator as the default backend (faked here), `simulate` runs a batch of at
+  most HOST_BATCH actions on the host CPU with the CPU's loop settings (sub-batches, the
+  sequential peak pass): the same results as a CPU run, returned uncommitted. Larger batches
+  stay on the default backend. tests/test_runtime.py checks the split over several CPUs."""
+  from simulator import sharding  # pylint: disable=g-import-not-at-top
+  sim = __import__("sys").modules["simulator.simulate"]
+  g, topo, place, prio = random_instance(4, 60, 3)
+  plain = simulate(g, topo, place, prio, fuse=None)
+  calls = []
+  jitted = sim._simulate_jit
+  monkeypatch.setattr(sim, "_simulate_jit", lambda *a, **k: calls.append(k) or jitted(*a, **k))
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  routed = simulate(g, topo, place, prio)
+  assert calls == [{"platform": "cpu"}]
+  for name in ("makespan", "start", "finish", "peak_memory", "oom"):
+    np.testing.assert_array_equal(np.asarray(getattr(routed, name)),
+                                  np.asarray(getattr(plain, name)), err_msg=name)
+  assert not routed.makespan.committed
+  assert sharding.host_devices(sharding.HOST_BATCH) == jax.local_devices(backend="cpu")
+  assert sharding.host_devices(sharding.HOST_BATCH + 1) is None
+  assert sharding.host_devices(1, backend="cpu") is None
+
+
 def test_sub_batches_are_bit_identical():
   """simulate_padded(block=k): the batch in sequential sub-batches of at most k (padded with
   copies of row 0), each with its own memory peaks, gives every field bit for bit as one batch
