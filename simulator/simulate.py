@@ -16,6 +16,12 @@ N ops:
   and the vmapped loop wastes no iterations.
 * Newly known ops are inserted with scatter-min on their leaf-to-root path (commutative, so
   several insertions into one tree in one iteration cannot conflict).
+* An iteration's two halves, a chunk of edges and a commit, run in either order with the same
+  results (`commit_first`). On a CPU the edges come first (2-4% faster there). Elsewhere the
+  commit comes first: its descent then reads the trees before the iteration writes them, and
+  not between the insertions and the removal, where XLA's GPU pipeline copied the two lower
+  tree levels twice per iteration (an H200 at N = 1000, B = 16,384: 886 ms of the loop's
+  1.10 s were those copies; BENCHMARKS.md "On a GPU").
 * On a CPU the batch runs as sequential sub-batches (`block_size`: a few MB of loop state
   each, e.g. 64 actions at N = 1000, D = 8) through `lax.map`, each a vmapped loop: the loop's
   state of a whole batch does not fit the cache, a sub-batch's does. The state is kept small
@@ -110,8 +116,10 @@ def _first_true(mask):
   return jnp.where(idx == n, 0, idx)
 
 
-def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None):
-  """Simulates one action; vmapped over the batch by `simulate_padded`."""
+def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None,
+                  commit_first: bool = False):
+  """Simulates one action; vmapped over the batch by `simulate_padded`. `commit_first` orders
+  each loop iteration's two halves (module docstring): the same results either way."""
   dt = _dtype()
   place = placement.astype(jnp.int32)[pg.coloc_root]  # rule 1
   place = jnp.where(pg.node_mask, place, 0)
@@ -153,26 +161,30 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
       ptr=jnp.int32(0), end=jnp.int32(0),
       cur_avail=jnp.zeros(d, dt))
 
-  def body(c: _Carry) -> _Carry:
-    # --- successor edges of the op committed last: readiness (rule 4) ---------------------
-    e = c.ptr + jnp.arange(k, dtype=jnp.int32)
-    valid = e < c.end
+  def edges(c: _Carry, levels, ptr, end, cur_avail):
+    """Successor edges ptr..ptr+k of the op committed last: readiness (rule 4); newly known
+    ops inserted with scatter-min on their leaf-to-root paths."""
+    e = ptr + jnp.arange(k, dtype=jnp.int32)
+    valid = e < end
     j = pg.receivers[jnp.where(valid, e, 0)]
     dj = place[j]
-    ready = c.ready.at[j].max(jnp.where(valid, c.cur_avail[dj], -INF))
+    ready = c.ready.at[j].max(jnp.where(valid, cur_avail[dj], -INF))
     pending = c.pending.at[j].add(-valid.astype(jnp.int32))
     newly = valid & (pending[j] == 0)
     val = jnp.where(newly, ready[j], INF)
     lj = pos[j]
     levels = tuple(lv.at[dj * sizes[l] + (lj >> (shift * (levels_n - l)))].min(val)
-                   for l, lv in enumerate(c.levels))
-    ptr = c.ptr + k
+                   for l, lv in enumerate(levels))
+    return ready, pending, levels
 
-    # --- commit (rule 5) once the previous op's edges are all processed --------------------
+  def commit(c: _Carry, levels, do):
+    """Rule 5 on `levels` where `do` and an op is known: the device that starts first and its
+    candidate (the descent), removed from its tree; its finish and transfers (rules 2, 3).
+    Returns (levels, committed, op, the carry's updated fields)."""
     s_all = jnp.maximum(c.free, levels[0])
     s = jnp.min(s_all)
     dstar = _first_true(s_all == s)  # first minimum: ties -> lowest device id
-    do = (ptr >= c.end) & (s < INF)
+    do = do & (s < INF)
     node = jnp.int32(0)
     path, kids, picks = [node], [], []
     for l in range(1, levels_n + 1):
@@ -190,7 +202,6 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
     new_vals = new_vals[::-1]  # aligned with `path` (level 0 .. L)
     levels = tuple(lv.at[jnp.where(do, dstar * sizes[l] + path[l], lv.shape[0])].set(
         new_vals[l], mode="drop") for l, lv in enumerate(levels))  # dropped unless `do`
-
     fin = s + (cost[op] / speed[dstar] + overhead[dstar])  # rule 2
     mask = cons[op] & (dev_ids != dstar)  # rule 3
     times = lat[dstar] + out_bytes[op] / bw[dstar]
@@ -199,17 +210,30 @@ def _simulate_one(pg: PaddedGraph, topo: Topology, placement, pos2op, fuse=None)
     chan_new = jnp.where(mask.any(), arrival[-1], c.chan[dstar])
     on_d = do & (dev_ids == dstar)
     drop_op = jnp.where(do, op, np_)
-    return _Carry(
-        it=c.it + 1, levels=levels,
+    return levels, do, op, dict(
         free=jnp.where(on_d, fin, c.free), chan=jnp.where(on_d, chan_new, c.chan),
-        ready=ready, pending=pending,
         start=c.start.at[drop_op].set(s, mode="drop"),
         finish=c.finish.at[drop_op].set(fin, mode="drop"),
-        send_t0=c.send_t0.at[drop_op].set(t0, mode="drop"),
-        cur=jnp.where(do, op, c.cur),
-        ptr=jnp.where(do, pg.succ_ptr[op], ptr),
-        end=jnp.where(do, pg.succ_ptr[op + 1], c.end),
+        send_t0=c.send_t0.at[drop_op].set(t0, mode="drop"), cur=jnp.where(do, op, c.cur),
         cur_avail=jnp.where(do, jnp.where(dev_ids == dstar, fin, arrival), c.cur_avail))
+
+  def body(c: _Carry) -> _Carry:
+    # One iteration: a chunk of the last committed op's edges, and a commit once they are all
+    # processed. Either order gives the same schedule and trip count (a commit in the edges-
+    # first order sees exactly the trees the commit-first order's next iteration reads).
+    if commit_first:  # the trees are read before they are written, then written in sequence
+      levels, do, op, out = commit(c, c.levels, c.ptr >= c.end)
+      ptr = jnp.where(do, pg.succ_ptr[op], c.ptr)
+      end = jnp.where(do, pg.succ_ptr[op + 1], c.end)
+      ready, pending, levels = edges(c, levels, ptr, end, out["cur_avail"])
+      ptr = ptr + k
+    else:  # the descent reads the trees between the insertions and the removal
+      ready, pending, levels = edges(c, c.levels, c.ptr, c.end, c.cur_avail)
+      levels, do, op, out = commit(c, levels, c.ptr + k >= c.end)
+      ptr = jnp.where(do, pg.succ_ptr[op], c.ptr + k)
+      end = jnp.where(do, pg.succ_ptr[op + 1], c.end)
+    return _Carry(it=c.it + 1, levels=levels, ready=ready, pending=pending, ptr=ptr, end=end,
+                  **out)
 
   c = jax.lax.while_loop(lambda c: c.it < pg.num_iters, body, carry)
   makespan, start, finish, events = schedule_events(pg, topo, place, cons, c.start, c.finish,
@@ -263,7 +287,8 @@ def _blocked(fn, block: int, *xs):
 
 def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
                     fuse=None, peak_method: Optional[str] = None,
-                    block: Optional[int] = None, platform: Optional[str] = None) -> SimResult:
+                    block: Optional[int] = None, platform: Optional[str] = None,
+                    commit_first: Optional[bool] = None) -> SimResult:
   """Pure, traceable simulator: placement (B, Np) int, priority (B, Np) float.
 
   Results keep the padded node axis. Padded nodes must carry a valid device id (e.g. 0); their
@@ -277,6 +302,8 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   the core's cache (module docstring). `platform` (static; None: the default backend) is the
   platform the computation runs on, which those two defaults follow: "cpu" where the host
   API runs a small batch on the host while an accelerator is the default (`simulate`).
+  `commit_first` (static; None: off on a CPU, on elsewhere) orders each loop iteration's
+  commit before its edges (module docstring); the results are the same.
   """
   if fuse is not None and pg.fusion is None:
     raise ValueError("simulate_padded(fuse=...) needs a graph padded with fusion tables "
@@ -285,8 +312,11 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   key = jnp.where(pg.node_mask, -jnp.asarray(priority, _dtype()), INF)
   pos2op, _ = rank_order(key)
   d = topology.speed.shape[-1]
-  one = lambda pl, po, fu: _simulate_one(pg, topology, pl, po, fu)
-  if peak_method is None and platform is not None:
+  platform = jax.default_backend() if platform is None else platform
+  if commit_first is None:
+    commit_first = platform != "cpu"
+  one = lambda pl, po, fu: _simulate_one(pg, topology, pl, po, fu, commit_first)
+  if peak_method is None:
     peak_method = "scan" if platform == "cpu" else "segments"
   blk = block_size(block, placement.shape[0], pg.cost.shape[-1], d,
                    jnp.dtype(_dtype()).itemsize, platform)
@@ -305,7 +335,8 @@ def simulate_padded(pg: PaddedGraph, topology: Topology, placement, priority,
   return SimResult(makespan=makespan, start=start, finish=finish, peak_memory=peak, oom=oom)
 
 
-_simulate_jit = jax.jit(simulate_padded, static_argnames=("peak_method", "block", "platform"))
+_simulate_jit = jax.jit(simulate_padded,
+                        static_argnames=("peak_method", "block", "platform", "commit_first"))
 _PAD_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # Sizes set by `pad_to` per graph object: (num_nodes, num_edges, chunk), None = the default.
 _PAD_SIZES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
