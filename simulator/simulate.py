@@ -17,11 +17,11 @@ N ops:
 * Newly known ops are inserted with scatter-min on their leaf-to-root path (commutative, so
   several insertions into one tree in one iteration cannot conflict).
 * An iteration's two halves, a chunk of edges and a commit, run in either order with the same
-  results (`commit_first`). On a CPU the edges come first (2-4% faster there). Elsewhere the
-  commit comes first: its descent then reads the trees before the iteration writes them, and
-  not between the insertions and the removal, where XLA's GPU pipeline copied the two lower
-  tree levels twice per iteration (an H200 at N = 1000, B = 16,384: 886 ms of the loop's
-  1.10 s were those copies; BENCHMARKS.md "On a GPU").
+  results (`commit_first`). On a CPU the edges come first (2-3% faster there on large
+  batches). Elsewhere the commit comes first: its descent then reads the trees before the
+  iteration writes them, not between the insertions and the removal, where XLA's GPU pipeline
+  copied the two lower tree levels twice per iteration (an H200 at N = 1000, B = 16,384:
+  886 ms of the loop's 1.10 s were those copies; BENCHMARKS.md "On a GPU").
 * On a CPU the batch runs as sequential sub-batches (`block_size`: a few MB of loop state
   each, e.g. 64 actions at N = 1000, D = 8) through `lax.map`, each a vmapped loop: the loop's
   state of a whole batch does not fit the cache, a sub-batch's does. The state is kept small
