@@ -311,15 +311,26 @@ def test_hinted_policy_starts_at_the_hint_and_trains():
 def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   g = HELD_OUT[1]
   # the shipped checkpoint's tuned search (SEARCH_PARAMS): population 160, 32 elites, no
-  # mutants, so 128 evaluations per generation: 2 generations
-  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=256)
-  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 256
+  # mutants, so 128 evaluations per generation: 2 generations within 320 - 32, then the polish
+  # (a tenth of the budget: 32 evaluations, 2 climb steps of 16) from the BRKGA's best
+  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=320)
+  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 256 + 32
   assert (sol.info["population"], sol.info["elites"], sol.info["mutants"]) == (160, 32, 0)
+  assert sol.info["generations"] == 2 and sol.info["polish_evaluations"] == 32
+  assert sol.info["best_objective"] <= sol.info["brkga_objective"]
   again = evaluate(g, TOPO, sol.placement, sol.priority, "peak_memory")
-  assert again["objective"] == sol.objective
+  assert again["objective"] == sol.objective == sol.info["best_objective"]
+  plain = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=256,
+                        polish=0)
+  assert plain.evaluations == 256 and "polish_evaluations" not in plain.info
+  for bad, match in (({"polish": 1.0}, "polish must be a fraction"),
+                     ({"polish_batch": 0}, "polish_batch must be >= 1"),
+                     ({"polish_swap": 1.5}, "polish_swap must be in")):
+    with pytest.raises(ValueError, match=match):
+      methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=320, **bad)
   # the options override it: the checkpoint's training search (80 evaluations a generation)
   sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=160,
-                      population=100, elite_frac=0.2, mutant_frac=0.1)
+                      population=100, elite_frac=0.2, mutant_frac=0.1, polish=0)
   assert sol.evaluations == 160 and (sol.info["population"], sol.info["mutants"]) == (100, 10)
   cfg, module, _ = regal_method.load_checkpoint("regal_hint", "regal_hint")
   assert module.hints and module.graph_aware and cfg.objective == "peak_memory"

@@ -16,10 +16,17 @@ otherwise bisection on the regularized incomplete beta function (BISECTION_STEPS
 resolution; compiled only for guides built with `closed_form=False`).
 Crossover: a child takes key (i, k) from its elite parent when a random byte is below
 `threshold[i]` = min(round(256 * bias[i]), 256), the plain BRKGA's coin with a per-op bias.
+
+Polish (config `polish`, a fraction of the budget, 0: none; docs/regal.md section 4.2): the
+last floor(polish * budget) evaluations go to `local_search`'s hill climb
+(go_jax/methods/regal_baselines.py) from the guided BRKGA's best, in the same jit, in whole
+batches of `polish_batch` moves with swap probability `polish_swap`; the BRKGA gets the rest.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any, Dict
 
 import flax
@@ -29,6 +36,7 @@ import numpy as np
 
 from go_jax.methods import Problem, Proposal
 from go_jax.methods import evolution
+from go_jax.methods import regal_baselines
 from simulator import sharding as sharding_lib
 from simulator.padding import PaddedGraph
 from simulator.simulate import padded
@@ -105,12 +113,56 @@ def uniform_guide(num_nodes_padded: int, num_devices: int, elite_bias: float) ->
   return make_guide(np.ones(shape), np.ones(shape), np.full(num_nodes_padded, elite_bias))
 
 
+@functools.partial(jax.jit, static_argnames=("kind", "population", "elites", "mutants",
+                                             "elite_bias", "scan_len", "sharding", "batch"))
+def _polished_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, seed_mask,
+                  guide, polish_key, polish_steps, swap_prob, movable, num_movable, *,
+                  kind: str, population: int, elites: int, mutants: int, elite_bias: float,
+                  scan_len: int, sharding, batch: int):
+  """The guided BRKGA, then the hill climb from its best chromosome: one jit."""
+  pop, best = evolution._brkga_run(  # pylint: disable=protected-access
+      pg, topo, key, ub, num_gens, seed_keys, seed_mask, kind=kind, population=population,
+      elites=elites, mutants=mutants, elite_bias=elite_bias, scan_len=scan_len,
+      sharding=sharding, guide=guide)
+  d = topo.speed.shape[0]
+  keys = pop.keys[0]
+  place0 = jnp.argmax(keys[:, :d], -1).astype(jnp.int32)[pg.coloc_root]  # groups: root's
+  place0 = jnp.where(pg.node_mask, place0, 0)
+  climb = regal_baselines._climb(  # pylint: disable=protected-access
+      pg, topo, polish_key, ub, polish_steps, jnp.int32(0), swap_prob, place0, keys[:, d],
+      movable, num_movable, kind=kind, batch=batch)
+  return best, climb
+
+
+def _polish_settings(config: Dict[str, Any], budget: int, name: str):
+  """(evaluations kept from the BRKGA, climb steps, batch, swap probability) from the config,
+  checked; no steps where the polish share holds less than one batch."""
+  frac = float(config.get("polish") or 0.0)
+  batch = 16 if config.get("polish_batch") is None else int(config["polish_batch"])
+  swap = 0.5 if config.get("polish_swap") is None else float(config["polish_swap"])
+  if not 0.0 <= frac < 1.0:
+    raise ValueError(f"{name}: polish must be a fraction of the budget in [0, 1), got {frac}")
+  if batch < 1:
+    raise ValueError(f"{name}: polish_batch must be >= 1, got {batch}")
+  if not 0.0 <= swap <= 1.0:
+    raise ValueError(f"{name}: polish_swap must be in [0, 1], got {swap}")
+  kept = int(frac * budget)
+  steps = kept // batch
+  return (kept if steps else 0), steps, batch, swap
+
+
 def search(problem: Problem, guide: Guide, config: Dict[str, Any],
            name: str = "guided_brkga") -> Proposal:
   """The guided BRKGA on one problem, with brkga's config fields (population, elite_frac,
   mutant_frac, elite_bias, evaluations) and budget semantics; `seed_heuristics` is not used
-  (REGAL's populations are drawn from the guide). With `uniform_guide` its answer and info are
-  exactly those of `methods.solve("brkga", ...)` with the same seed and config."""
+  (REGAL's populations are drawn from the guide). With `uniform_guide` and no polish its answer
+  and info are exactly those of `methods.solve("brkga", ...)` with the same seed and config.
+  With a polish (module docstring) the BRKGA runs within the rest of the budget and info adds
+  brkga_objective, polish_evaluations and polish_improvements."""
+  budget = evolution.search_budget(problem, config)
+  polish, steps, batch, swap = _polish_settings(config, budget, name)
+  if polish:
+    problem = dataclasses.replace(problem, budget=budget - polish)
   p, e, mu, bias, gens = evolution._brkga_generations(  # pylint: disable=protected-access
       problem, config, name)
   pg = padded(problem.graph)
@@ -121,18 +173,35 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
                      f"needs {want} (padded ops, devices + 1)")
   seed_keys, seed_mask = evolution._seed_keys(problem, pg.num_nodes_padded, False)  # pylint: disable=protected-access
   ub = jnp.float32(problem.upper_bound())
-  pop, best = evolution._brkga_run(  # pylint: disable=protected-access
-      pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens),
-      seed_keys, seed_mask, kind=problem.objective, population=p, elites=e, mutants=mu,
-      elite_bias=bias, scan_len=evolution.step_bucket(gens),
-      sharding=sharding_lib.batch_sharding(p - e), guide=guide)
-  keys = np.asarray(pop.keys[0])
+  run = dict(kind=problem.objective, population=p, elites=e, mutants=mu, elite_bias=bias,
+             scan_len=evolution.step_bucket(gens), sharding=sharding_lib.batch_sharding(p - e))
+  info = dict(generations=gens, population=p, elites=e, mutants=mu)
+  if not polish:
+    pop, best = evolution._brkga_run(  # pylint: disable=protected-access
+        pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens),
+        seed_keys, seed_mask, guide=guide, **run)
+    keys = np.asarray(pop.keys[0])
+    best = np.asarray(best, np.float64)[:gens]
+    return Proposal(placement=np.argmax(keys[:n, :d], axis=-1),
+                    priority=keys[:n, d].astype(np.float64), evaluations=gens * (p - e),
+                    info=dict(info, best_per_generation=best.tolist(),
+                              best_objective=float(best[-1])))
+  roots = np.flatnonzero(problem.graph.colocation_root() == np.arange(n))
+  movable = np.zeros(pg.num_nodes_padded, np.int32)
+  movable[:roots.size] = roots
+  best, climb = _polished_run(
+      pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens), seed_keys,
+      seed_mask, guide, jax.random.fold_in(evolution.loop_key(problem), 1), jnp.int32(steps),
+      jnp.float32(swap), movable, jnp.int32(roots.size), batch=batch, **run)
   best = np.asarray(best, np.float64)[:gens]
-  return Proposal(placement=np.argmax(keys[:n, :d], axis=-1),
-                  priority=keys[:n, d].astype(np.float64), evaluations=gens * (p - e),
-                  info=dict(best_per_generation=best.tolist(), generations=gens,
-                            best_objective=float(best[-1]), population=p, elites=e,
-                            mutants=mu))
+  root = problem.graph.colocation_root()
+  return Proposal(placement=np.asarray(climb.place[:n], np.int64)[root],  # groups follow
+                  priority=np.asarray(climb.prio[:n], np.float64),
+                  evaluations=gens * (p - e) + steps * batch,
+                  info=dict(info, best_per_generation=best.tolist(),
+                            brkga_objective=float(best[-1]), best_objective=float(climb.obj),
+                            polish_evaluations=steps * batch,
+                            polish_improvements=int(climb.improvements)))
 
 
 def batched_best(pg: PaddedGraph, topo: Topology, keys, ub, guides: Guide, *, kind: str,
