@@ -17,8 +17,9 @@ checkpoint's population, elite / mutant fractions and elite_bias (for a shipped 
 listed in SEARCH_PARAMS, those tuned for its guided search; options `population`,
 `elite_frac`, `mutant_frac` override either), the problem's seed and `budget` evaluations
 (default `evaluations` = 5000, REGAL's "BRKGA 5K" budget), the last `polish` share of them
-(0 by default; 0.1 for the shipped 2-device `regal_hint`) a hill climb from the BRKGA's best
-(options `polish`, `polish_batch`, `polish_swap`; go_jax/regal/guided.py). `info` holds the
+(0 by default; 0.1, 0.3 and 0.9 for the shipped `regal_hint` at 2, 4 and 8 devices) a hill
+climb from the BRKGA's best (options `polish`, `polish_batch`, `polish_swap`;
+go_jax/regal/guided.py). `info` holds the
 checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
 (`uniform_share`) and brkga's per-generation best objectives. A topology with more devices than
 the policy's `max_devices`, a checkpoint of another algorithm or with parameters that do not fit
@@ -50,14 +51,18 @@ _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtim
 # because they also improved the validation graphs (regal:seed=2000..2019: +2.15% against
 # +1.14% over BRKGA 5K); docs/regal.md section 4.1. Options population / elite_frac /
 # mutant_frac override these; a checkpoint given as a folder uses its own config's.
-# The 2-device `regal_hint` also ends with a short hill climb from the BRKGA's best (`polish`:
-# the last tenth of the budget, 500 of 5,000 evaluations, in batches of 16 moves, swap
-# probability 0.5; go_jax/regal/guided.py): chosen on the training graphs (regal:seed=0..31, seed 0: +4.21% against +3.71%
-# over BRKGA 5K) and adopted because it also improved the validation split (60 graphs of a
-# built REGAL-style dataset: +3.16% against +2.78%); docs/regal.md section 4.2.
+# `regal_hint` also ends with a hill climb from the BRKGA's best (`polish`, a share of the
+# budget, in batches of 16 moves, swap probability 0.5; go_jax/regal/guided.py): a tenth at 2
+# devices, 0.3 at 4 and 0.9 at 8, each chosen on the training graphs (regal:seed=0..31, seed 0,
+# improvement over BRKGA 5K: +4.21% / +3.98% / +7.22% against +3.71% / +1.67% / -1.13% without)
+# and adopted because it also improved the validation split (60 graphs of a built REGAL-style
+# dataset: +3.16% / +4.22% / +7.91% against +2.78% / +1.99% / +1.22%); docs/regal.md 4.2.
+_POLISH = {"polish_batch": 16, "polish_swap": 0.5}
 SEARCH_PARAMS: Dict[str, Dict[str, Any]] = {
-    "regal_hint": {"population": 160, "elite_frac": 0.2, "mutant_frac": 0.0,
-                   "polish": 0.1, "polish_batch": 16, "polish_swap": 0.5},
+    "regal_hint": {"population": 160, "elite_frac": 0.2, "mutant_frac": 0.0, "polish": 0.1,
+                   **_POLISH},
+    "regal_hint_d4": {"polish": 0.3, **_POLISH},
+    "regal_hint_d8": {"polish": 0.9, **_POLISH},
 }
 SEARCH_OPTIONS = ("population", "elite_frac", "mutant_frac", "polish", "polish_batch",
                   "polish_swap")
