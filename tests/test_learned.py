@@ -120,6 +120,33 @@ def test_explore_reaches_fine_tuning_only(instance, monkeypatch):
   assert seen[0] == (0.25, 0.5) and not seen[1][0]  # zero-shot: the checkpoint's own (none)
 
 
+@pytest.mark.parametrize("name", ["go_hint", "gdp"])
+def test_polish_climbs_from_the_best_stage(instance, name):
+  """`polish`: after PPO, the hill climb from the best stage for the rest of finetune_seconds
+  (here: one call of 4 steps, since one update already spends the budget). The fine-tuned stage
+  is then no worse than any earlier one; a placement method keeps the critical-path priority."""
+  graph, topo = instance
+  sol = methods.solve(name, graph, topo, samples=K, seed=3, max_updates=1,
+                      finetune_seconds=0.01, polish=0.5)
+  _check_stages(sol, graph, topo)
+  stages = sol.info["stages"]
+  assert stages[-1]["stage"] == learned.STAGE_TUNED
+  assert stages[-1]["objective"] <= min(s["objective"] for s in stages[:-1]) * (1 + 1e-6)
+  assert sol.objective == stages[-1]["objective"]
+  polish = sol.info["polish"]
+  assert polish["steps"] >= 4 and polish["calls"] >= 1
+  assert polish["start_stage"] in [s["stage"] for s in stages[:-1]]
+  assert polish["best_objective"] == pytest.approx(sol.objective, rel=1e-5)
+  np.testing.assert_array_equal(sol.placement, sol.placement[graph.colocation_root()])
+  if name == "gdp":
+    np.testing.assert_array_equal(stages[-1]["priority"], upward_rank(graph))
+  # no time budget, or an evaluation budget: nothing to polish in
+  for options in (dict(max_updates=1), dict(max_updates=1, finetune_seconds=0.01,
+                                            budget=2 * (K + 1))):
+    plain = methods.solve(name, graph, topo, samples=K, seed=3, polish=0.5, **options)
+    assert "polish" not in plain.info
+
+
 def test_more_devices_than_the_policy_serves(instance):
   graph, _ = instance
   with pytest.raises(ValueError, match="go_hint: the policy serves at most 8 devices, the "
@@ -136,6 +163,8 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(self_imitation=-1.0), "self_imitation must be a number >= 0 or None"),
     (dict(explore=1.0), r"explore must be a number in \[0, 1\) or None"),
     (dict(explore_below=0), "explore_below must be a number > 0 or None"),
+    (dict(polish=1.0), r"polish must be a share of finetune_seconds in \[0, 1\)"),
+    (dict(polish="half"), "polish must be a share"),
     (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
     (dict(checkpoint="none"), "only fine-tuning uses"),
     (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
@@ -161,9 +190,10 @@ def test_registered_kinds_and_defaults():
     assert spec.defaults["self_imitation"] == learned.FINETUNE_SELF_IMITATION.get(name)
     assert spec.defaults["explore"] == learned.FINETUNE_EXPLORE.get(name)
     assert spec.defaults["explore_below"] == learned.EXPLORE_BELOW
+    assert spec.defaults["polish"] == learned.FINETUNE_POLISH.get(name, 0.0)
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
                                   "self_imitation", "explore", "explore_below",
-                                  "max_updates", "max_nodes",
+                                  "polish", "max_updates", "max_nodes",
                                   "coarse_nodes", "coarse_max_group_weight", "coarse_temp_bound",
                                   "coarse_out_bound", "coarse_memory_scale",
                                   "coarse_critical_order"}

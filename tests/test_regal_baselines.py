@@ -94,6 +94,26 @@ def test_local_search_options(graph, topo):
     methods.solve("local_search", graph, topo, budget=0)
 
 
+@pytest.mark.parametrize("swap_prob", [0.0, 0.5])
+def test_timed_climb_from_a_given_action(graph, topo, swap_prob):
+  """The fine-tuning polish's climb: never worse than the given action, re-simulates to its
+  best objective, groups kept together, the priority order kept when no swaps are drawn."""
+  start = methods.solve("gp_dfs", graph, topo, objective="peak_memory")
+  problem = methods.Problem(graph, topo, "peak_memory", 2, None, None)
+  place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
+                                                  0.5, swap_prob=swap_prob, batch=8)
+  assert info["start_objective"] == pytest.approx(start.objective, rel=1e-6)
+  assert info["best_objective"] <= info["start_objective"] and info["steps"] >= 4
+  again = methods.evaluate(graph, topo, place, prio, "peak_memory")
+  assert again["objective"] == pytest.approx(info["best_objective"], rel=1e-6)
+  np.testing.assert_array_equal(place, place[graph.colocation_root()])
+  if swap_prob == 0.0:
+    np.testing.assert_array_equal(np.argsort(prio, kind="stable"),
+                                  np.argsort(start.priority, kind="stable"))
+  with pytest.raises(ValueError, match="swap_prob"):
+    regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=1.5)
+
+
 # ------------------------------------------------------------------ xla_memory
 def _toy():
   """a -> b1 -> b2 -> d and a -> c1 -> c2 -> d; b1 and c1 output 100 bytes, the rest 1 byte.

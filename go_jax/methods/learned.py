@@ -25,8 +25,10 @@ self-imitation weight, go_jax/training/ppo.py; None: the checkpoint's training c
 `explore` (fine-tuning's exploration floor, ppo.py; None: the method's `FINETUNE_EXPLORE`
 where it has one, else the checkpoint's training config's, 0 for every shipped one),
 `explore_below` (the floor applies only where the starting policy's placement entropy per
-decision is below this many nats, go_jax/training/tuning.py; None: everywhere) and
-`max_updates` (a cap on fine-tuning updates; given alone it fine-tunes for that many updates
+decision is below this many nats, go_jax/training/tuning.py; None: everywhere), `polish`
+(the last share of finetune_seconds goes to local search's hill climb from the best stage so
+far, regal_baselines.timed_climb; 0: none; default `FINETUNE_POLISH`; docs/design.md section 7)
+and `max_updates` (a cap on fine-tuning updates; given alone it fine-tunes for that many updates
 without a time limit).
 
 Both run `training.finetune` on the instance with the one-instance config of `go_config`:
@@ -63,19 +65,18 @@ update simulates K sampled actions and the greedy one.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Dict, List, Optional
 
 import ml_collections
 import numpy as np
 
-from go_jax.methods import (Problem, Proposal, anytime_curve, evaluate, evaluate_batch,
-                            register)
-from simulator import coarsen as coarsen_lib
-from simulator import topology_spec
-from simulator.graph import CompGraph, upward_rank
-from simulator.simulate import simulate
+from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
+from go_jax.methods.learned_large import (  # re-exported: the large-graph path's names
+    COARSE_MAX_GROUP_WEIGHT, COARSE_MEMORY_SCALE, COARSE_OUT_BOUND, COARSE_TEMP_BOUND,
+    CRITICAL_SUFFIX, MEMORY_SCALES, PHASES, coarse_options, expand_priority, memory_scale)
+from go_jax.methods import learned_large
+from simulator.graph import upward_rank
 
 DEFAULT_LEARNING_RATE = 1e-3
 # One update per call: the first call's K samples are then drawn from the starting parameters,
@@ -104,29 +105,20 @@ FINETUNE_SAMPLES = {"go": 256, "gdp": 256}
 # taken back; the choice to take it back was made after seeing the held-out set.
 FINETUNE_EXPLORE: Dict[str, float] = {}
 EXPLORE_BELOW = 0.5
+# Fine-tuning's default polish per method (its `polish` option: the share of finetune_seconds
+# spent, after PPO, on local search's hill climb from the best stage's action,
+# regal_baselines.timed_climb; docs/design.md section 7), chosen on the same four validation
+# instances, two seeds (BENCHMARKS.md, "A hill climb at the end of fine-tuning"): `gdp` with
+# 0.2, geometric mean of the ratio to HEFT 0.800 against 0.956 without (better on 7 of 8).
+FINETUNE_POLISH: Dict[str, float] = {"gdp": 0.2}
+POLISH_BATCH = 64  # moves scored per climb step (local_search's default)
+POLISH_SWAP = 0.3  # joint methods: share of priority swaps among the moves (local_search's)
 NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-transfer comparison
 STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
 METHOD_NAMES = ("go", "go_hint", "gdp", "go_fusion", "go_joint3")  # registered below
 FUSION_CHECKPOINT = "go_fusion"  # the shipped checkpoint of both fusion methods
 LARGE_GRAPH_NODES = 4096  # default max_nodes: larger graphs are coarsened to coarse_nodes
 COARSE_NODES = 512  # the node bucket of the shipped checkpoints' pretraining graphs
-# The large-graph path's own coarsening (not `coarsen`'s defaults, which pretraining graphs,
-# `,coarsen=N` specs and Placeto keep): no group above this fraction of the total cost, so a
-# name scope cannot become a quarter of the step, and merged ops hold only their members' peak
-# live bytes (simulator/coarsen.py's "peak" temp bound), so coarse actions can fit in memory.
-# Transfers: a merged op sends all of its outputs read outside ("sum", coarsen's rule; the
-# "edge_max" alternative sends what one consumer group reads but then understates the output
-# memory its device holds: on GNMT-8 its coarse-feasible answers were OOM on the original).
-# Memory: the coarse capacities are the original's times the smallest coarse / original
-# peak-memory ratio over a few spread placements ("calibrated"), not the single-device
-# footprints' ratio ("footprint"), which a spread placement does not follow.
-COARSE_MAX_GROUP_WEIGHT = 0.01
-COARSE_TEMP_BOUND = "peak"
-COARSE_OUT_BOUND = "sum"
-COARSE_MEMORY_SCALE = "calibrated"
-MEMORY_SCALES = ("footprint", "calibrated")
-CRITICAL_SUFFIX = ", critical-path order"  # a coarse stage's placement, the original's order
-PHASES = ("coarsen", "memory", "load", "setup", "compile", "search", "expand", "verify")
 
 
 def _is_count(x) -> bool:
@@ -218,6 +210,40 @@ def _stage(problem: Problem, name: str, placement, priority, seconds: float,
           "feasible": scored["feasible"]}
 
 
+def _polish_share(method: str, share, seconds: float, problem: Problem,
+                  task: Optional[str]) -> float:
+  """The checked `polish` option; 0 where there is nothing to polish in: no fine-tuning time
+  budget, a problem budget of evaluations (the climb is timed), a fusing task (the climb does
+  not fuse) or one device."""
+  if share is None:
+    return 0.0
+  if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+    raise ValueError(f"{method}: polish must be a share of finetune_seconds in [0, 1), got "
+                     f"{share!r}")
+  if (not seconds or problem.budget is not None or task is not None
+      or problem.topology.num_devices < 2):
+    return 0.0
+  return float(share)
+
+
+def _polished(problem: Problem, stages: List[Dict[str, Any]], seconds: float,
+              placement_only: bool, info: Dict[str, Any]) -> Dict[str, Any]:
+  """The fine-tuned stage after the polish: the hill climb from the best stage so far for the
+  rest of the time (at least one call); its action, re-simulated. info gains "polish"."""
+  from go_jax.methods import regal_baselines  # pylint: disable=g-import-not-at-top  (cycle)
+  t0 = time.perf_counter()
+  best = min(stages, key=lambda s: s["objective"])
+  place, prio, climb = regal_baselines.timed_climb(
+      problem, best["placement"], best["priority"], max(seconds, 0.0),
+      swap_prob=0.0 if placement_only else POLISH_SWAP, batch=POLISH_BATCH)
+  tuned = stages[-1]
+  out = _stage(problem, STAGE_TUNED, place, prio,
+               tuned["seconds"] + time.perf_counter() - t0,
+               best["priority"] if placement_only else None, tuned["fuse"])
+  info["polish"] = dict(climb, start_stage=best["stage"], ppo_objective=tuned["objective"])
+  return out
+
+
 def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
                   placement_only: bool, task: Optional[str] = None) -> Proposal:
   """The registered learned methods' body (see the module docstring). `task` overrides the
@@ -233,7 +259,8 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
                      f"got {coarse_nodes!r}")
   coarse_options(method, config)
   if task is None and limit is not None and problem.graph.num_nodes > limit:
-    return solve_coarsened(method, problem, config, placement_only, int(coarse_nodes))
+    return learned_large.solve_coarsened(method, problem, config, placement_only,
+                                         int(coarse_nodes), _solve)
   return _solve(method, problem, config, placement_only, task)
 
 
@@ -248,6 +275,7 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   if max_updates is not None and not _is_count(max_updates):
     raise ValueError(f"{method}: max_updates must be an integer >= 1 or None, got "
                      f"{max_updates!r}")
+  polish = _polish_share(method, config.get("polish"), seconds, problem, task)
   shipped = FUSION_CHECKPOINT if task is not None else method
   train_config, source, label = _load(method, config["checkpoint"], shipped)
   _check_devices(method, train_config, problem.topology)
@@ -298,6 +326,8 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   # from the checkpoint's parameters), so both share one compiled update per instance shape.
   # The time budget counts loading the checkpoint too (at least one update runs anyway).
   left = max(float(seconds) - load_seconds, 1e-6) if seconds > 0 else None
+  if polish:
+    left *= 1.0 - polish
   f = training.finetune(cfg, problem.graph, problem.topology, params, max_seconds=left,
                         max_updates=max_updates if tune else 1, seed=problem.seed,
                         name=f"{method} on {problem.graph.name}", progress=tune,
@@ -312,6 +342,9 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   if tune:
     stages.append(_stage(problem, STAGE_TUNED, f.placement, f.priority,
                          load_seconds + f.seconds, fixed, f.fuse))
+    if polish:
+      stages[-1] = _polished(problem, stages, float(seconds) - (time.perf_counter() - t0),
+                             placement_only, info)
   updates = int(f.updates) if tune else 0
   info.update(compile_seconds=f.compile_seconds, setup_seconds=f.setup_seconds)
   if tune:
@@ -325,139 +358,13 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
                   evaluations=max(updates, 1) * (k + 1), info=info, fuse=best["fuse"])
 
 
-def expand_priority(coarse: coarsen_lib.Coarsened, priority, tie_break) -> np.ndarray:
-  """(N,) float ranks 0..N-1 of the original ops: by their group's coarse `priority` (M,), ties
-  (the members of one group) by `tie_break` (N,), e.g. the original graph's critical path;
-  higher runs first, as for every priority."""
-  group = coarsen_lib.expand(np.asarray(priority, np.float64), coarse.mapping)
-  order = np.lexsort((np.asarray(tie_break, np.float64), group))
-  ranks = np.empty(order.size, np.float64)
-  ranks[order] = np.arange(order.size)
-  return ranks
-
-
-def coarse_options(method: str, config: Dict[str, Any]) -> Dict[str, Any]:
-  """The large-graph path's coarsening options from `config` (defaults: COARSE_*), checked."""
-  cap = config.get("coarse_max_group_weight", COARSE_MAX_GROUP_WEIGHT)
-  if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float))
-                          or not 0 < cap <= 1):
-    raise ValueError(f"{method}: coarse_max_group_weight must be a fraction in (0, 1] or None, "
-                     f"got {cap!r}")
-  out = dict(max_group_weight=cap)
-  for key, default, valid in (("temp_bound", COARSE_TEMP_BOUND, coarsen_lib.TEMP_BOUNDS),
-                              ("out_bound", COARSE_OUT_BOUND, coarsen_lib.OUT_BOUNDS),
-                              ("memory_scale", COARSE_MEMORY_SCALE, MEMORY_SCALES)):
-    out[key] = config.get("coarse_" + key, default)
-    if out[key] not in valid:
-      raise ValueError(f"{method}: coarse_{key} must be one of {valid}, got {out[key]!r}")
-  out["critical_order"] = config.get("coarse_critical_order", True)
-  if not isinstance(out["critical_order"], (bool, np.bool_)):
-    raise ValueError(f"{method}: coarse_critical_order must be True or False, got "
-                     f"{out['critical_order']!r}")
-  return out
-
-
-def memory_scale(graph: CompGraph, coarse: coarsen_lib.Coarsened, topology, how: str,
-                 critical=None) -> float:
-  """Factor from the original capacities to the coarse problem's: "footprint": the coarse /
-  original single-device footprints; "calibrated": the smallest coarse / original peak memory
-  (per device, over devices holding at least a quarter of the largest one's) over three spread
-  placements of the coarse graph (its topological order
-  cut into D cost-balanced blocks, uniform random over D devices and over D // 2), each
-  expanded to the original, memory unbounded, critical-path priorities (one batched simulation
-  of each graph; a fixed seed). `critical`: the original graph's `upward_rank`, if known."""
-  if how == "footprint":
-    return (topology_spec.single_device_footprint(coarse.graph, topology)
-            / max(topology_spec.single_device_footprint(graph, topology), 1.0))
-  cg, d = coarse.graph, topology.num_devices
-  order = cg.topological_order()
-  cum = np.cumsum(cg.cost[order])
-  block = np.empty(cg.num_nodes, np.int64)
-  block[order] = np.minimum((cum - cg.cost[order]) / max(cum[-1], 1e-30) * d, d - 1)
-  rng = np.random.default_rng(0)
-  places = np.stack([block, rng.integers(0, d, cg.num_nodes),
-                     rng.integers(0, max(d // 2, 1), cg.num_nodes)])
-  free = topology.with_memory(np.inf)
-  coarse_prio = upward_rank(cg)
-  peak_c = np.asarray(simulate(cg, free, places, np.broadcast_to(coarse_prio, places.shape))
-                      .peak_memory, np.float64)
-  critical = upward_rank(graph) if critical is None else critical
-  prios = np.broadcast_to(expand_priority(coarse, coarse_prio, critical),
-                          (len(places), graph.num_nodes))
-  peak_o = np.asarray(simulate(graph, free, np.stack([coarse.expand(p) for p in places]),
-                               prios).peak_memory, np.float64)
-  busy = peak_o >= 0.25 * peak_o.max(axis=1, keepdims=True)  # devices that matter
-  return float(np.min(np.where(busy, peak_c / np.maximum(peak_o, 1.0), np.inf)))
-
-
-def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
-                    placement_only: bool, coarse_nodes: int) -> Proposal:
-  """A learned method on a graph too large for it: coarsen to `coarse_nodes`, solve there,
-  expand every stage to the original ops and re-simulate them there (module docstring)."""
-  graph = problem.graph
-  t0 = time.perf_counter()
-  opts = coarse_options(method, config)
-  coarse = coarsen_lib.coarsen(
-      graph, coarse_nodes, name=f"{graph.name}@coarse{coarse_nodes}",
-      max_group_weight=opts["max_group_weight"], temp_bound=opts["temp_bound"],
-      out_bound=opts["out_bound"])
-  t1 = time.perf_counter()
-  critical = upward_rank(graph)
-  topo, scale = problem.topology, 1.0
-  caps = np.asarray(topo.mem_capacity, np.float64)
-  if np.all(np.isfinite(caps)):  # the same tightness on the coarse graph (module docstring)
-    scale = memory_scale(graph, coarse, topo, opts["memory_scale"], critical)
-    topo = topo.with_memory(caps * scale)
-  tm = time.perf_counter()
-  budget = problem.budget
-  if budget is not None:  # the stages' re-simulation on the original graph counts too
-    budget = max(int(budget) - 3, 1)
-  prop = _solve(method, dataclasses.replace(problem, graph=coarse.graph, topology=topo,
-                                            budget=budget), config, placement_only)
-  t2 = time.perf_counter()
-  stages = prop.info["stages"]
-  places = np.stack([coarse.expand(s["placement"]) for s in stages])
-  prios = np.stack([critical if placement_only else
-                    expand_priority(coarse, s["priority"], critical) for s in stages])
-  if not placement_only and opts["critical_order"]:
-    # each placement also with the original graph's critical-path order (the coarse order
-    # leaves every group's members in one block, which a fine-grained order can interleave)
-    stages = stages + [dict(s, stage=f"{s['stage']}{CRITICAL_SUFFIX}") for s in stages]
-    places = np.concatenate([places, places])
-    order = expand_priority(coarse, np.zeros(coarse.graph.num_nodes), critical)  # strict
-    prios = np.concatenate([prios, np.broadcast_to(order, prios.shape)])
-  t3 = time.perf_counter()
-  scored = evaluate_batch(graph, problem.topology, places, prios, problem.objective)
-  t4 = time.perf_counter()
-  out = [dict(s, placement=p, priority=q, objective=r["objective"], feasible=r["feasible"],
-              seconds=s["seconds"] + (tm - t0), coarse_objective=s["objective"],
-              coarse_feasible=s["feasible"])
-         for s, p, q, r in zip(stages, places, prios, scored)]
-  best = min(out, key=lambda s: s["objective"])  # the earliest of equal ones
-  info = dict(prop.info)
-  fixed = sum(float(info.get(k) or 0.0) for k in ("load_seconds", "setup_seconds",
-                                                 "compile_seconds"))
-  info.update(
-      stages=out, stage=best["stage"], curve=anytime_curve(out),
-      coarse_curve=info.get("curve"),
-      coarsened={"nodes": graph.num_nodes, "coarse_nodes": coarse.graph.num_nodes,
-                 "target_nodes": coarse_nodes, "steps": [list(x) for x in coarse.steps],
-                 "memory_scale": float(scale), "options": opts},
-      phases={"coarsen": t1 - t0, "memory": tm - t1, "load": float(info.get("load_seconds") or 0.0),
-              "setup": float(info.get("setup_seconds") or 0.0),
-              "compile": float(info.get("compile_seconds") or 0.0),
-              "search": max(t2 - tm - fixed, 0.0), "expand": t3 - t2, "verify": t4 - t3})
-  return Proposal(best["placement"], None if placement_only else best["priority"],
-                  evaluations=prop.evaluations + len(out), info=info)
-
-
 def _defaults(name: str) -> Dict[str, Any]:
   """Options of a learned method starting from the shipped checkpoint `name`."""
   return dict(checkpoint=name, finetune_seconds=0.0, samples=None,
               learning_rate=DEFAULT_LEARNING_RATE,
               self_imitation=FINETUNE_SELF_IMITATION.get(name),
               explore=FINETUNE_EXPLORE.get(name), explore_below=EXPLORE_BELOW,
-              max_updates=None,
+              polish=FINETUNE_POLISH.get(name, 0.0), max_updates=None,
               max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES,
               coarse_max_group_weight=COARSE_MAX_GROUP_WEIGHT,
               coarse_temp_bound=COARSE_TEMP_BOUND, coarse_out_bound=COARSE_OUT_BOUND,

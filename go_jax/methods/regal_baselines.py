@@ -49,6 +49,7 @@ xla_memory (schedule): XLA's DefaultMemoryScheduler (xla/service/hlo_memory_sche
 from __future__ import annotations
 
 import functools
+import time
 from typing import Dict, List, Tuple
 
 import flax
@@ -227,6 +228,65 @@ def _dense_rank(prio: np.ndarray) -> np.ndarray:
   return rank.reshape(-1).astype(np.float32)
 
 
+def _climb_inputs(problem: Problem, placement, priority):
+  """(padded graph, place0 (Np,), prio0 (Np,) dense ranks, movable roots (Np,), count) of a
+  climb from the action (placement, priority) of `problem`'s graph."""
+  g = problem.graph
+  pg = padded(g)
+  np_, n = pg.num_nodes_padded, g.num_nodes
+  place0 = np.zeros(np_, np.int32)
+  place0[:n] = np.asarray(placement, np.int64)[g.colocation_root()]
+  prio0 = np.zeros(np_, np.float32)
+  prio0[:n] = _dense_rank(priority)
+  roots = np.flatnonzero(g.colocation_root() == np.arange(n))
+  movable = np.zeros(np_, np.int32)
+  movable[:roots.size] = roots
+  return pg, place0, prio0, movable, jnp.int32(roots.size)
+
+
+def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_prob: float,
+                batch: int = 64, chunk_seconds: float = 2.0) -> Tuple[np.ndarray, np.ndarray,
+                                                                       Dict[str, float]]:
+  """`local_search`'s hill climb from a given action for about `seconds` of wall time.
+
+  Returns (placement (N,), priority (N,), info). Runs `_climb` in calls of about
+  `chunk_seconds` (the first, of 4 steps, compiles and times a step; the wall clock is read
+  between calls, never inside the jitted loop); each call starts from the previous one's action
+  with the key folded with the call's index and scores its start first, so the answer is never
+  worse than the given action. swap_prob 0 keeps the priority (placement methods). info:
+  start_objective, best_objective, steps, calls, improvements, seconds.
+  """
+  if not 0.0 <= swap_prob <= 1.0:
+    raise ValueError(f"timed_climb: swap_prob must be in [0, 1], got {swap_prob}")
+  if batch < 1:
+    raise ValueError(f"timed_climb: batch must be >= 1, got {batch}")
+  t0 = time.perf_counter()
+  pg, place, prio, movable, num_movable = _climb_inputs(problem, placement, priority)
+  key, ub = jax.random.key(problem.seed, impl="rbg"), jnp.float32(problem.upper_bound())
+  steps, calls, done, improvements, start_obj, obj = 4, 0, 0, 0, None, None
+  while True:
+    t1 = time.perf_counter()
+    c = _climb(pg, problem.topology, jax.random.fold_in(key, calls), ub, jnp.int32(steps),
+               jnp.int32(0), jnp.float32(swap_prob), place, prio, movable, num_movable,
+               kind=problem.objective, batch=batch)
+    place, prio = c.place, c.prio
+    obj = float(c.obj)  # blocks: the call is done
+    start_obj = float(c.start_obj) if start_obj is None else start_obj
+    calls, done, improvements = calls + 1, done + steps, improvements + int(c.improvements)
+    now = time.perf_counter()
+    per_step = (now - t1) / steps
+    left = seconds - (now - t0)
+    if left < per_step:
+      break
+    steps = max(1, int(min(left, chunk_seconds) / per_step))
+  g = problem.graph
+  n = g.num_nodes
+  return (np.asarray(place[:n], np.int64)[g.colocation_root()],  # groups follow their root
+          np.asarray(prio[:n], np.float64),
+          {"start_objective": start_obj, "best_objective": obj, "steps": done, "calls": calls,
+           "improvements": improvements, "seconds": time.perf_counter() - t0})
+
+
 @register("local_search", "joint",
           "hill climbing from GP + DFS: relocate a colocation group / swap schedule neighbours",
           start="gp_dfs", evaluations=5000, batch=64, swap_prob=0.3, patience=0)
@@ -244,21 +304,13 @@ def local_search(problem: Problem, config) -> Proposal:
     raise ValueError(f"local_search: swap_prob must be in [0, 1], got {swap_prob}")
   k = min(k, budget)
   steps = budget // k
-  g = problem.graph
   start, prio = _start_action(problem, str(config["start"]))
-  pg = padded(g)
-  np_, n = pg.num_nodes_padded, g.num_nodes
-  place0 = np.zeros(np_, np.int32)
-  place0[:n] = np.asarray(start.placement, np.int64)[g.colocation_root()]
-  prio0 = np.zeros(np_, np.float32)
-  prio0[:n] = _dense_rank(prio)
-  roots = np.flatnonzero(g.colocation_root() == np.arange(n))
-  movable = np.zeros(np_, np.int32)
-  movable[:roots.size] = roots
+  pg, place0, prio0, movable, num_movable = _climb_inputs(problem, start.placement, prio)
   c = _climb(pg, problem.topology, jax.random.key(problem.seed, impl="rbg"),
              jnp.float32(problem.upper_bound()), jnp.int32(steps), jnp.int32(patience),
-             jnp.float32(swap_prob), place0, prio0, movable, jnp.int32(roots.size),
+             jnp.float32(swap_prob), place0, prio0, movable, num_movable,
              kind=problem.objective, batch=k)
+  g, n = problem.graph, problem.graph.num_nodes
   done = int(c.step)
   return Proposal(
       placement=np.asarray(c.place[:n], np.int64)[g.colocation_root()],  # groups follow
