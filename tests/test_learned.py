@@ -135,6 +135,7 @@ def test_polish_climbs_from_the_best_stage(instance, name):
   assert sol.objective == stages[-1]["objective"]
   polish = sol.info["polish"]
   assert polish["steps"] >= 4 and polish["calls"] >= 1
+  assert sol.evaluations == K + 1 + learned.POLISH_BATCH * polish["steps"]
   assert polish["start_stage"] in [s["stage"] for s in stages[:-1]]
   assert polish["best_objective"] == pytest.approx(sol.objective, rel=1e-5)
   np.testing.assert_array_equal(sol.placement, sol.placement[graph.colocation_root()])
