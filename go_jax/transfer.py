@@ -179,6 +179,8 @@ def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
           opts["samples"] = int(cfg["samples"])
         if cfg.get("finetune_self_imitation") is not None:
           opts["self_imitation"] = float(cfg["finetune_self_imitation"])
+        if cfg.get("finetune_polish") is not None:  # None: learned.FINETUNE_POLISH
+          opts["polish"] = float(cfg["finetune_polish"])
         if cfg.get("finetune_updates"):  # a fixed number of updates, not a wall-clock budget
           opts.update(finetune_seconds=0.0, max_updates=int(cfg["finetune_updates"]))
         cells.append(harness.Cell(method_of(row), *common, label=row,

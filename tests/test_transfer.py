@@ -195,6 +195,11 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   opts = [dict(c.options) for c in transfer.plan(transfer.settings(dict(
       tiny_config(tmp_path), finetune_self_imitation=0.0))) if c.label == "go_hint"]
   assert opts and all(o["self_imitation"] == 0.0 for o in opts)
+  assert all("polish" not in dict(c.options)  # the fine-tuning polish: likewise
+             for c in transfer.plan(transfer.settings(tiny_config(tmp_path))))
+  opts = [dict(c.options) for c in transfer.plan(transfer.settings(dict(
+      tiny_config(tmp_path), finetune_polish=0.0))) if c.label == "go_hint"]
+  assert opts and all(o["polish"] == 0.0 for o in opts)
   with pytest.raises(ValueError, match="finetune_updates"):
     transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))  # every row of the ablation table is a valid (seeded) row
   assert {transfer.parse_row(r)[0] for r in abl.rows} == {

@@ -37,6 +37,10 @@ def get_config():
   # Fine-tuning's PPO self-imitation weight (go_jax/training/ppo.py); None: each method's
   # default (go_jax/methods/learned.py FINETUNE_SELF_IMITATION).
   c.finetune_self_imitation = ml_collections.config_dict.placeholder(float)
+  # The share of each fine-tuning's time spent on a hill climb from its best answer at the end
+  # (the learned methods' `polish`); None: each method's default (go_jax/methods/learned.py
+  # FINETUNE_POLISH: 0.2 for `go` and `gdp`); 0: PPO alone.
+  c.finetune_polish = ml_collections.config_dict.placeholder(float)
   # An int: fine-tune every row for this many PPO updates instead of finetune_seconds (a
   # budget that does not depend on the machine's load; configs/ablation.py).
   c.finetune_updates = ml_collections.config_dict.placeholder(int)
