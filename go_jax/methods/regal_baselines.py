@@ -238,10 +238,16 @@ def _climb_inputs(problem: Problem, placement, priority):
   place0[:n] = np.asarray(placement, np.int64)[g.colocation_root()]
   prio0 = np.zeros(np_, np.float32)
   prio0[:n] = _dense_rank(priority)
-  roots = np.flatnonzero(g.colocation_root() == np.arange(n))
-  movable = np.zeros(np_, np.int32)
+  return (pg, place0, prio0) + movable_roots(g, np_)
+
+
+def movable_roots(graph, num_nodes_padded: int):
+  """(movable (Np,) int32: the colocation roots first, then zeros; their count, int32): the ops
+  a climb relocates (moving a root moves its group)."""
+  roots = np.flatnonzero(graph.colocation_root() == np.arange(graph.num_nodes))
+  movable = np.zeros(num_nodes_padded, np.int32)
   movable[:roots.size] = roots
-  return pg, place0, prio0, movable, jnp.int32(roots.size)
+  return movable, jnp.int32(roots.size)
 
 
 def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_prob: float,

@@ -186,13 +186,11 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
                     priority=keys[:n, d].astype(np.float64), evaluations=gens * (p - e),
                     info=dict(info, best_per_generation=best.tolist(),
                               best_objective=float(best[-1])))
-  roots = np.flatnonzero(problem.graph.colocation_root() == np.arange(n))
-  movable = np.zeros(pg.num_nodes_padded, np.int32)
-  movable[:roots.size] = roots
+  movable, num_movable = regal_baselines.movable_roots(problem.graph, pg.num_nodes_padded)
   best, climb = _polished_run(
       pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens), seed_keys,
       seed_mask, guide, jax.random.fold_in(evolution.loop_key(problem), 1), jnp.int32(steps),
-      jnp.float32(swap), movable, jnp.int32(roots.size), batch=batch, **run)
+      jnp.float32(swap), movable, num_movable, batch=batch, **run)
   best = np.asarray(best, np.float64)[:gens]
   root = problem.graph.colocation_root()
   return Proposal(placement=np.asarray(climb.place[:n], np.int64)[root],  # groups follow
