@@ -114,6 +114,40 @@ def test_timed_climb_from_a_given_action(graph, topo, swap_prob):
     regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=1.5)
 
 
+def test_timed_climb_with_kicks(graph, topo):
+  """kick > 0: an iterated local search. It restarts from the best action, perturbed, at every
+  local optimum, and returns the best action of all its calls (never worse than the start; it
+  re-simulates to its objective)."""
+  start = methods.solve("gp_dfs", graph, topo, objective="makespan")
+  problem = methods.Problem(graph, topo, "makespan", 1, None, None)
+  regal_baselines.timed_climb(problem, start.placement, start.priority, 0.0, swap_prob=0.3,
+                              batch=8)  # one call of 4 steps: compiles, so the timed run is all climb
+  place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
+                                                  1.0, swap_prob=0.3, batch=8,
+                                                  chunk_seconds=0.05, kick=0.5)
+  assert info["calls"] >= 2 and info["kicks"] >= 1  # big kicks and short calls: some are stuck
+  assert info["best_objective"] <= info["start_objective"]
+  again = methods.evaluate(graph, topo, place, prio, "makespan")
+  assert again["objective"] == pytest.approx(info["best_objective"], rel=1e-6)
+  np.testing.assert_array_equal(place, place[graph.colocation_root()])
+  with pytest.raises(ValueError, match="kick must be a share"):
+    regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, kick=2.0)
+
+
+def test_climb_moves_along_edges(graph, topo):
+  """edge_prob 1 (every relocation along an edge where its ends' devices differ): the climb
+  still re-simulates to its objective and never gets worse."""
+  start = methods.solve("gp_dfs", graph, topo, objective="makespan")
+  problem = methods.Problem(graph, topo, "makespan", 4, None, None)
+  place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
+                                                  0.3, swap_prob=0.3, batch=8, edge_prob=1.0)
+  assert info["best_objective"] <= info["start_objective"]
+  again = methods.evaluate(graph, topo, place, prio, "makespan")
+  assert again["objective"] == pytest.approx(info["best_objective"], rel=1e-6)
+  with pytest.raises(ValueError, match="edge_prob must be in"):
+    regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, edge_prob=1.5)
+
+
 # ------------------------------------------------------------------ xla_memory
 def _toy():
   """a -> b1 -> b2 -> d and a -> c1 -> c2 -> d; b1 and c1 output 100 bytes, the rest 1 byte.

@@ -148,12 +148,17 @@ def _neighbours(place, start, coloc_root, node_mask, d: int):
 
 @functools.partial(jax.jit, static_argnames=("kind", "batch"))
 def _climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, swap_prob,
-           place0, prio0, movable, num_movable, *, kind: str, batch: int):
-  """The whole hill climb: at most `num_steps` (traced) batches of `batch` moves."""
+           place0, prio0, movable, num_movable, edge_prob=0.0, *, kind: str, batch: int):
+  """The whole hill climb: at most `num_steps` (traced) batches of `batch` moves.
+
+  edge_prob: the share of relocations drawn along an edge (a random edge's consumer group
+  moves to its producer's device, or the other way round) instead of a random group to a
+  random other device; 0 draws exactly what it drew before the option existed."""
   TRACES["local_search"] += 1
   d = topo.speed.shape[0]
   np_ = place0.shape[0]
   num_real = jnp.sum(pg.node_mask).astype(jnp.int32)
+  num_edges = jnp.sum(pg.edge_mask).astype(jnp.int32)  # the real edges come first
   rows = jnp.arange(batch)
 
   def pick(x, n):  # uniform integer in [0, n) from a uniform x in [0, 1)
@@ -174,6 +179,15 @@ def _climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, swap_p
     swap = (u[:, 0] < swap_prob) if d > 1 else jnp.ones(batch, bool)
     op = movable[pick(u[:, 1], num_movable)]
     new_dev = (c.place[op] + 1 + pick(u[:, 2], max(d - 1, 1))) % d
+    # along an edge: one end's group joins the other end's device (own key: the draws above
+    # stay those of edge_prob 0)
+    v = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, c.step), 1), (batch, 3))
+    e = pick(v[:, 1], jnp.maximum(num_edges, 1))
+    up = v[:, 2] < 0.5
+    mover = pg.coloc_root[jnp.where(up, pg.senders[e], pg.receivers[e])]
+    target = c.place[pg.coloc_root[jnp.where(up, pg.receivers[e], pg.senders[e])]]
+    along = (v[:, 0] < edge_prob) & (num_edges > 0) & (c.place[mover] != target)
+    op, new_dev = jnp.where(along, mover, op), jnp.where(along, target, new_dev)
     place = jnp.broadcast_to(c.place, (batch, np_))
     place = place.at[rows, op].set(jnp.where(swap, c.place[op], new_dev))
     nxt, prv = _neighbours(c.place, c.start, pg.coloc_root, pg.node_mask, d)
@@ -251,34 +265,58 @@ def movable_roots(graph, num_nodes_padded: int):
 
 
 def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_prob: float,
-                batch: int = 64, chunk_seconds: float = 2.0) -> Tuple[np.ndarray, np.ndarray,
-                                                                       Dict[str, float]]:
+                batch: int = 64, chunk_seconds: float = 2.0, kick: float = 0.0,
+                edge_prob: float = 0.0) -> Tuple[np.ndarray, np.ndarray, Dict[str, float]]:
   """`local_search`'s hill climb from a given action for about `seconds` of wall time.
 
   Returns (placement (N,), priority (N,), info). Runs `_climb` in calls of about
   `chunk_seconds` (the first, of 4 steps, compiles and times a step; the wall clock is read
   between calls, never inside the jitted loop); each call starts from the previous one's action
   with the key folded with the call's index and scores its start first, so the answer is never
-  worse than the given action. swap_prob 0 keeps the priority (placement methods). info:
-  start_objective, best_objective, steps, calls, improvements, seconds.
+  worse than the given action. swap_prob 0 keeps the priority (placement methods). edge_prob:
+  the share of relocations drawn along an edge (`_climb`).
+
+  kick > 0 makes it an iterated local search: when a call ends without lowering the objective
+  of its own start (a local optimum of single moves, or a plateau), the next call starts from
+  the best action of all calls so far with round(kick x movable ops) of them (at least one)
+  moved to other devices at random (priorities kept); the best action of all calls is returned.
+  info:
+  start_objective, best_objective, steps, calls, improvements, kicks, seconds.
   """
   if not 0.0 <= swap_prob <= 1.0:
     raise ValueError(f"timed_climb: swap_prob must be in [0, 1], got {swap_prob}")
   if batch < 1:
     raise ValueError(f"timed_climb: batch must be >= 1, got {batch}")
+  if not 0.0 <= edge_prob <= 1.0:
+    raise ValueError(f"timed_climb: edge_prob must be in [0, 1], got {edge_prob}")
+  if not 0.0 <= kick <= 1.0:
+    raise ValueError(f"timed_climb: kick must be a share of the movable ops in [0, 1], got "
+                     f"{kick}")
   t0 = time.perf_counter()
   pg, place, prio, movable, num_movable = _climb_inputs(problem, placement, priority)
   key, ub = jax.random.key(problem.seed, impl="rbg"), jnp.float32(problem.upper_bound())
-  steps, calls, done, improvements, start_obj, obj = 4, 0, 0, 0, None, None
+  rng = np.random.default_rng(problem.seed)  # the kicks' draws (host side, between calls)
+  d, roots = problem.topology.num_devices, np.asarray(movable)[:int(num_movable)]
+  num_kick = max(1, int(round(kick * roots.size)))
+  steps, calls, done, improvements, kicks, start_obj = 4, 0, 0, 0, 0, None
+  best = (np.inf, np.inf, place, prio)  # (objective, tie, place, prio) of the best call end
   while True:
     t1 = time.perf_counter()
     c = _climb(pg, problem.topology, jax.random.fold_in(key, calls), ub, jnp.int32(steps),
                jnp.int32(0), jnp.float32(swap_prob), place, prio, movable, num_movable,
-               kind=problem.objective, batch=batch)
+               jnp.float32(edge_prob), kind=problem.objective, batch=batch)
     place, prio = c.place, c.prio
-    obj = float(c.obj)  # blocks: the call is done
+    obj, tie = float(c.obj), float(c.tie)  # blocks: the call is done
     start_obj = float(c.start_obj) if start_obj is None else start_obj
     calls, done, improvements = calls + 1, done + steps, improvements + int(c.improvements)
+    stuck = not obj < float(c.start_obj)  # the call lowered nothing from its own start
+    if (obj, tie) < best[:2]:
+      best = (obj, tie, place, prio)
+    if kick > 0 and d > 1 and stuck:  # a local optimum: restart from the best, perturbed
+      place = np.array(best[2])
+      ops = rng.choice(roots, size=min(num_kick, roots.size), replace=False)
+      place[ops] = (place[ops] + rng.integers(1, d, size=ops.size)) % d
+      prio, kicks = best[3], kicks + 1
     now = time.perf_counter()
     per_step = (now - t1) / steps
     left = seconds - (now - t0)
@@ -287,10 +325,11 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
     steps = max(1, int(min(left, chunk_seconds) / per_step))
   g = problem.graph
   n = g.num_nodes
+  obj, _, place, prio = best
   return (np.asarray(place[:n], np.int64)[g.colocation_root()],  # groups follow their root
           np.asarray(prio[:n], np.float64),
           {"start_objective": start_obj, "best_objective": obj, "steps": done, "calls": calls,
-           "improvements": improvements, "seconds": time.perf_counter() - t0})
+           "improvements": improvements, "kicks": kicks, "seconds": time.perf_counter() - t0})
 
 
 @register("local_search", "joint",
