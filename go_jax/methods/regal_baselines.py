@@ -280,8 +280,7 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
   of its own start (a local optimum of single moves, or a plateau), the next call starts from
   the best action of all calls so far with round(kick x movable ops) of them (at least one)
   moved to other devices at random (priorities kept); the best action of all calls is returned.
-  info:
-  start_objective, best_objective, steps, calls, improvements, kicks, seconds.
+  info: start_objective, best_objective, steps, calls, improvements, kicks, seconds.
   """
   if not 0.0 <= swap_prob <= 1.0:
     raise ValueError(f"timed_climb: swap_prob must be in [0, 1], got {swap_prob}")
