@@ -198,7 +198,8 @@ def test_registered_kinds_and_defaults():
     assert spec.defaults["polish_edge"] == learned.FINETUNE_POLISH_EDGE.get(name, 0.0)
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
                                   "self_imitation", "explore", "explore_below",
-                                  "polish", "polish_kick", "polish_edge", "max_updates", "max_nodes",
+                                  "polish", "polish_kick", "polish_edge", "max_updates",
+                                  "max_nodes",
                                   "coarse_nodes", "coarse_max_group_weight", "coarse_temp_bound",
                                   "coarse_out_bound", "coarse_memory_scale",
                                   "coarse_critical_order"}

@@ -120,8 +120,9 @@ def test_timed_climb_with_kicks(graph, topo):
   re-simulates to its objective)."""
   start = methods.solve("gp_dfs", graph, topo, objective="makespan")
   problem = methods.Problem(graph, topo, "makespan", 1, None, None)
+  # one call of 4 steps: it compiles, so the timed run below is all climb
   regal_baselines.timed_climb(problem, start.placement, start.priority, 0.0, swap_prob=0.3,
-                              batch=8)  # one call of 4 steps: compiles, so the timed run is all climb
+                              batch=8)
   place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
                                                   1.0, swap_prob=0.3, batch=8,
                                                   chunk_seconds=0.05, kick=0.5)
