@@ -168,6 +168,7 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(polish="half"), "polish must be a share"),
     (dict(polish_kick=1.5), r"polish_kick must be a share of the movable ops in \[0, 1\]"),
     (dict(polish_edge=-0.1), r"polish_edge must be a share of the relocations in \[0, 1\]"),
+    (dict(polish_relabel=2), r"polish_relabel must be a share of the moves in \[0, 1\]"),
     (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
     (dict(checkpoint="none"), "only fine-tuning uses"),
     (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
@@ -196,9 +197,11 @@ def test_registered_kinds_and_defaults():
     assert spec.defaults["polish"] == learned.FINETUNE_POLISH.get(name, 0.0)
     assert spec.defaults["polish_kick"] == learned.POLISH_KICK
     assert spec.defaults["polish_edge"] == learned.FINETUNE_POLISH_EDGE.get(name, 0.0)
+    assert spec.defaults["polish_relabel"] == learned.FINETUNE_POLISH_RELABEL.get(name, 0.0)
     assert set(spec.defaults) == {"checkpoint", "finetune_seconds", "samples", "learning_rate",
                                   "self_imitation", "explore", "explore_below",
-                                  "polish", "polish_kick", "polish_edge", "max_updates",
+                                  "polish", "polish_kick", "polish_edge", "polish_relabel",
+                                  "max_updates",
                                   "max_nodes",
                                   "coarse_nodes", "coarse_max_group_weight", "coarse_temp_bound",
                                   "coarse_out_bound", "coarse_memory_scale",

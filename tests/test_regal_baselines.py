@@ -149,6 +149,27 @@ def test_climb_moves_along_edges(graph, topo):
     regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, edge_prob=1.5)
 
 
+def test_climb_swaps_device_loads():
+  """relabel_prob 1 (every move swaps two devices' loads): a chain split over a slow link moves
+  whole onto a fast pair, the split itself unchanged."""
+  chain = CompGraph(cost=[1.0] * 6, senders=[0, 1, 2, 3, 4], receivers=[1, 2, 3, 4, 5],
+                    out_bytes=[1.0, 1.0, 100.0, 1.0, 1.0, 1.0], name="chain6")
+  bandwidth = np.array([[1.0, 1.0, 1e4], [1.0, 1.0, 1e4], [1e4, 1e4, 1.0]])  # 0-1 slow
+  topo3 = Topology.create(np.ones(3), np.zeros(3), np.full(3, np.inf), bandwidth,
+                          np.zeros((3, 3)))
+  problem = methods.Problem(chain, topo3, "makespan", 0, None, None)
+  start = np.array([0, 0, 0, 1, 1, 1])
+  prio = -np.arange(6.0)
+  place, _, info = regal_baselines.timed_climb(problem, start, prio, 0.2, swap_prob=0.0,
+                                               batch=8, relabel_prob=1.0)
+  assert info["start_objective"] == pytest.approx(106.0) and info["best_objective"] < 7.0
+  assert 2 in place and place[0] != place[5]  # one side now on device 2, the other kept
+  np.testing.assert_array_equal(place[:3] == place[0], [True] * 3)
+  np.testing.assert_array_equal(place[3:] == place[5], [True] * 3)
+  with pytest.raises(ValueError, match="relabel_prob must be in"):
+    regal_baselines.timed_climb(problem, start, prio, 0.1, swap_prob=0.0, relabel_prob=-1.0)
+
+
 # ------------------------------------------------------------------ xla_memory
 def _toy():
   """a -> b1 -> b2 -> d and a -> c1 -> c2 -> d; b1 and c1 output 100 bytes, the rest 1 byte.

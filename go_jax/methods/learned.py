@@ -31,7 +31,9 @@ far, regal_baselines.timed_climb; 0: none; default `FINETUNE_POLISH`; docs/desig
 `polish_kick` (the climb's kicks: at each local optimum it restarts from the best action with
 this share of the movable ops moved at random; 0: a plain climb; default `POLISH_KICK`),
 `polish_edge` (the share of the climb's relocations drawn along an edge: an op's group joins a
-producer's or consumer's device; default `FINETUNE_POLISH_EDGE`, else 0)
+producer's or consumer's device; default `FINETUNE_POLISH_EDGE`, else 0), `polish_relabel`
+(the share of the climb's moves that swap two devices' whole loads; default
+`FINETUNE_POLISH_RELABEL`, else 0)
 and `max_updates` (a cap on fine-tuning updates; given alone it fine-tunes for that many updates
 without a time limit).
 
@@ -124,6 +126,10 @@ POLISH_KICK = 0.0  # default polish_kick: a plain climb
 # margin: better on 4 of 8 cells, level on 2); for `gdp`, 0.5 against 0, 0.7987 against 0.7998
 # (better on 5 of 8 cells).
 FINETUNE_POLISH_EDGE: Dict[str, float] = {"go": 0.5, "gdp": 0.5}
+# Default polish_relabel per method (not listed: 0, no swaps of two devices' loads), chosen the
+# same way (BENCHMARKS.md, "Swaps of two devices' loads"): for `go`, 0.1 against 0, 0.7449
+# against 0.7557 (better on 6 of 8 cells). `gdp` was not validated with it.
+FINETUNE_POLISH_RELABEL: Dict[str, float] = {"go": 0.1}
 POLISH_SWAP = 0.3  # joint methods: share of priority swaps among the moves (local_search's)
 NO_CHECKPOINT = "none"  # fresh parameters: fine-tuning from scratch, the no-transfer comparison
 STAGE_GREEDY, STAGE_BEST, STAGE_TUNED = "zero-shot greedy", "zero-shot best of K", "fine-tuned"
@@ -240,7 +246,7 @@ def _polish_share(method: str, share, seconds: float, problem: Problem,
 
 def _polished(problem: Problem, stages: List[Dict[str, Any]], seconds: float,
               placement_only: bool, info: Dict[str, Any], kick: float,
-              edge: float) -> Dict[str, Any]:
+              edge: float, relabel: float) -> Dict[str, Any]:
   """The fine-tuned stage after the polish: the hill climb from the best stage so far for the
   rest of the time (at least one call); its action, re-simulated. info gains "polish"."""
   from go_jax.methods import regal_baselines  # pylint: disable=g-import-not-at-top  (cycle)
@@ -249,7 +255,7 @@ def _polished(problem: Problem, stages: List[Dict[str, Any]], seconds: float,
   place, prio, climb = regal_baselines.timed_climb(
       problem, best["placement"], best["priority"], max(seconds, 0.0),
       swap_prob=0.0 if placement_only else POLISH_SWAP, batch=POLISH_BATCH, kick=kick,
-      edge_prob=edge)
+      edge_prob=edge, relabel_prob=relabel)
   tuned = stages[-1]
   out = _stage(problem, STAGE_TUNED, place, prio,
                tuned["seconds"] + time.perf_counter() - t0,
@@ -291,8 +297,10 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
                      f"{max_updates!r}")
   polish = _polish_share(method, config.get("polish"), seconds, problem, task)
   kick, edge = config.get("polish_kick") or 0.0, config.get("polish_edge") or 0.0
+  relabel = config.get("polish_relabel") or 0.0
   for option, what, x in (("polish_kick", "a share of the movable ops", kick),
-                          ("polish_edge", "a share of the relocations", edge)):
+                          ("polish_edge", "a share of the relocations", edge),
+                          ("polish_relabel", "a share of the moves", relabel)):
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1:
       raise ValueError(f"{method}: {option} must be {what} in [0, 1], got {x!r}")
   shipped = FUSION_CHECKPOINT if task is not None else method
@@ -363,7 +371,7 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
                          load_seconds + f.seconds, fixed, f.fuse))
     if polish:
       stages[-1] = _polished(problem, stages, float(seconds) - (time.perf_counter() - t0),
-                             placement_only, info, kick, edge)
+                             placement_only, info, kick, edge, relabel)
   updates = int(f.updates) if tune else 0
   info.update(compile_seconds=f.compile_seconds, setup_seconds=f.setup_seconds)
   if tune:
@@ -385,7 +393,8 @@ def _defaults(name: str) -> Dict[str, Any]:
               self_imitation=FINETUNE_SELF_IMITATION.get(name),
               explore=FINETUNE_EXPLORE.get(name), explore_below=EXPLORE_BELOW,
               polish=FINETUNE_POLISH.get(name, 0.0), polish_kick=POLISH_KICK,
-              polish_edge=FINETUNE_POLISH_EDGE.get(name, 0.0), max_updates=None,
+              polish_edge=FINETUNE_POLISH_EDGE.get(name, 0.0),
+              polish_relabel=FINETUNE_POLISH_RELABEL.get(name, 0.0), max_updates=None,
               max_nodes=LARGE_GRAPH_NODES, coarse_nodes=COARSE_NODES,
               coarse_max_group_weight=COARSE_MAX_GROUP_WEIGHT,
               coarse_temp_bound=COARSE_TEMP_BOUND, coarse_out_bound=COARSE_OUT_BOUND,

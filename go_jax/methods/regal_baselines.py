@@ -148,12 +148,17 @@ def _neighbours(place, start, coloc_root, node_mask, d: int):
 
 @functools.partial(jax.jit, static_argnames=("kind", "batch"))
 def _climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, swap_prob,
-           place0, prio0, movable, num_movable, edge_prob=0.0, *, kind: str, batch: int):
+           place0, prio0, movable, num_movable, edge_prob=0.0, relabel_prob=0.0, *,
+           kind: str, batch: int):
   """The whole hill climb: at most `num_steps` (traced) batches of `batch` moves.
 
   edge_prob: the share of relocations drawn along an edge (a random edge's consumer group
   moves to its producer's device, or the other way round) instead of a random group to a
-  random other device; 0 draws exactly what it drew before the option existed."""
+  random other device; 0 draws exactly what it drew before the option existed.
+  relabel_prob: the share of moves that swap two devices' whole loads (every op on device a
+  goes to b and every op on b to a, priorities kept): on a topology whose links differ it maps
+  a partition onto better links in one move, where single relocations would first have to pass
+  through worse placements; 0 draws what it drew before the option existed."""
   TRACES["local_search"] += 1
   d = topo.speed.shape[0]
   np_ = place0.shape[0]
@@ -190,6 +195,15 @@ def _climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, swap_p
     op, new_dev = jnp.where(along, mover, op), jnp.where(along, target, new_dev)
     place = jnp.broadcast_to(c.place, (batch, np_))
     place = place.at[rows, op].set(jnp.where(swap, c.place[op], new_dev))
+    # a swap of two devices' loads (own key as above); it keeps the priorities
+    w = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, c.step), 2), (batch, 3))
+    relabel = (w[:, 0] < relabel_prob) & (d > 1)
+    da = pick(w[:, 1], d)
+    db = (da + 1 + pick(w[:, 2], max(d - 1, 1))) % d
+    swapped = jnp.where(c.place[None, :] == da[:, None], db[:, None],
+                        jnp.where(c.place[None, :] == db[:, None], da[:, None], c.place[None, :]))
+    place = jnp.where(relabel[:, None] & pg.node_mask[None, :], swapped, place)
+    swap = swap & ~relabel
     nxt, prv = _neighbours(c.place, c.start, pg.coloc_root, pg.node_mask, d)
     i = pick(u[:, 3], num_real)
     j = jnp.where(nxt[i] >= 0, nxt[i], jnp.where(prv[i] >= 0, prv[i], i))
@@ -266,7 +280,8 @@ def movable_roots(graph, num_nodes_padded: int):
 
 def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_prob: float,
                 batch: int = 64, chunk_seconds: float = 2.0, kick: float = 0.0,
-                edge_prob: float = 0.0) -> Tuple[np.ndarray, np.ndarray, Dict[str, float]]:
+                edge_prob: float = 0.0,
+                relabel_prob: float = 0.0) -> Tuple[np.ndarray, np.ndarray, Dict[str, float]]:
   """`local_search`'s hill climb from a given action for about `seconds` of wall time.
 
   Returns (placement (N,), priority (N,), info). Runs `_climb` in calls of about
@@ -274,7 +289,8 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
   between calls, never inside the jitted loop); each call starts from the previous one's action
   with the key folded with the call's index and scores its start first, so the answer is never
   worse than the given action. swap_prob 0 keeps the priority (placement methods). edge_prob:
-  the share of relocations drawn along an edge (`_climb`).
+  the share of relocations drawn along an edge; relabel_prob: the share of moves that swap two
+  devices' loads (both `_climb`).
 
   kick > 0 makes it an iterated local search: when a call ends without lowering the objective
   of its own start (a local optimum of single moves, or a plateau), the next call starts from
@@ -288,6 +304,8 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
     raise ValueError(f"timed_climb: batch must be >= 1, got {batch}")
   if not 0.0 <= edge_prob <= 1.0:
     raise ValueError(f"timed_climb: edge_prob must be in [0, 1], got {edge_prob}")
+  if not 0.0 <= relabel_prob <= 1.0:
+    raise ValueError(f"timed_climb: relabel_prob must be in [0, 1], got {relabel_prob}")
   if not 0.0 <= kick <= 1.0:
     raise ValueError(f"timed_climb: kick must be a share of the movable ops in [0, 1], got "
                      f"{kick}")
@@ -303,7 +321,8 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
     t1 = time.perf_counter()
     c = _climb(pg, problem.topology, jax.random.fold_in(key, calls), ub, jnp.int32(steps),
                jnp.int32(0), jnp.float32(swap_prob), place, prio, movable, num_movable,
-               jnp.float32(edge_prob), kind=problem.objective, batch=batch)
+               jnp.float32(edge_prob), jnp.float32(relabel_prob), kind=problem.objective,
+               batch=batch)
     place, prio = c.place, c.prio
     obj, tie = float(c.obj), float(c.tie)  # blocks: the call is done
     start_obj = float(c.start_obj) if start_obj is None else start_obj
