@@ -59,14 +59,14 @@ stage's placement is then expanded to the original ops (`Coarsened.expand`: memb
 group's device, coarse colocation applied) and its priority too (members take their group's
 priority, ties broken by the original graph's critical path), each placement also with the
 original critical-path order (`coarse_critical_order`), and all of them are re-simulated on the
-ORIGINAL graph in one batched call, which picks the best stage; `methods.solve` then re-simulates that one there,
-so the objective is the original graph's. `info` adds "coarsened" (original / coarse nodes,
-the strategies' steps, the memory scale; each stage keeps its "coarse_objective" and
-"coarse_feasible") and "phases" (seconds of coarsen, memory (the two footprints), load, setup,
-compile, search, expand, verify); "curve" is over the stages' original objectives. The fusing
-tasks (go_fusion, go_joint3) never coarsen: fused groups are costed from the original ops.
-A problem budget (simulator evaluations) caps fine-tuning at budget // (K + 1) updates: each
-update simulates K sampled actions and the greedy one.
+ORIGINAL graph in one batched call, which picks the best stage; `methods.solve` then
+re-simulates that one there, so the objective is the original graph's. `info` adds
+"coarsened" (original / coarse nodes, the strategies' steps, the memory scale; each stage keeps
+its "coarse_objective" and "coarse_feasible") and "phases" (seconds of coarsen, memory (the
+two footprints), load, setup, compile, search, expand, verify); "curve" is over the stages'
+original objectives. The fusing tasks (go_fusion, go_joint3) never coarsen: fused groups are
+costed from the original ops. A problem budget (simulator evaluations) caps fine-tuning at
+budget // (K + 1) updates: each update simulates K sampled actions and the greedy one.
 """
 
 from __future__ import annotations
