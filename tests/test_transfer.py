@@ -185,6 +185,27 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   quarter = pretrain.get_config(transfer.pretrain_arg("go_s1", abl))
   assert quarter.policy.load_comm and quarter.seed == 1
   assert (quarter.updates, quarter.imitation.steps) == (870, 760)
+  # the full budget: the shipped `go`'s step counts; row `go` is the shipped checkpoint,
+  # which was trained with exactly that recipe and seed
+  full_abl = ablation.get_config("full")
+  full_s1 = pretrain.get_config(transfer.pretrain_arg("go_s1", full_abl))
+  assert (full_s1.updates, full_s1.imitation.steps, full_s1.seed) == (3480, 3000, 1)
+  assert transfer.checkpoint_of("go", full_abl) == pretrained.available()["go"]
+  shipped = pretrained.load_config(pretrained.available()["go"])
+  assert (shipped.updates, shipped.imitation.steps, shipped.seed) == (3480, 3000, 0)
+  assert shipped.policy.load_comm and full_s1.policy.load_comm
+  assert (list(shipped.graphs), list(shipped.topologies)) == (
+      list(pretrain.TRAIN_GRAPHS), list(pretrain.TRAIN_TOPOLOGIES))
+  assert transfer.checkpoint_of("no_gnn", full_abl).endswith(
+      os.path.join("ablation_full", "no_gnn"))
+  assert not transfer.checkpoint_of("go", abl).startswith(pretrained.available()["go"])
+  zoo = transfer.settings(ablation.get_config("full,zoo"))  # zero-shot on the other family
+  assert list(zoo["graphs"]) == list(pretrain.HELD_OUT_OTHER) and zoo["finetune_updates"] is None
+  assert all(dict(c.options)["finetune_seconds"] == 0.0 and "max_updates" not in dict(c.options)
+             for c in transfer.plan(zoo) if c.label == "no_gnn")
+  for bad in ("half", "full,quarter", "zoo,pipedream"):
+    with pytest.raises(ValueError, match="ablation.py: bad argument"):
+      ablation.get_config(bad)
   cells = [c for c in transfer.plan(transfer.settings(abl)) if c.label == "go_s1"]
   assert cells and all(dict(c.options)["max_updates"] == 100 and
                        dict(c.options)["finetune_seconds"] == 0.0 for c in cells)

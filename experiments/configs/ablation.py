@@ -16,6 +16,16 @@ zero-shot (greedy and best of 64) and fine-tuned for 100 PPO updates (a count, n
 for the same reason) on the transfer benchmark's eight held-out PipeDream instances, against
 the same baselines as the transfer table.
 Pretrained rows live in runs/ablation/<row>; missing ones are pretrained first.
+
+The argument picks the budget and the held-out family ("quarter" by default):
+  --config=experiments/configs/ablation.py:full       the shipped `go`'s full step budget
+      (3,000 cloning steps + 3,480 PPO updates; about an hour per row on the 2-core CPU with
+      two side by side), rows in runs/ablation_full/<row>. Row `go` (seed 0) is the shipped
+      checkpoint itself: it was trained with exactly this recipe and seed.
+  --config=experiments/configs/ablation.py:full,zoo   the same rows zero-shot only (greedy
+      and best of K; no fine-tuning) on the other held-out family, `pretrain.HELD_OUT_OTHER`
+      (BERT-base, GPT-2 small, WaveNet 2x18, AmoebaNet at 512 ops). "zoo" alone: the quarter
+      budget's rows there.
 """
 
 from experiments.configs import pretrain, transfer
@@ -27,13 +37,35 @@ SEEDS = (0, 1, 2)
 ROWS = tuple(row + (f"_s{seed}" if seed else "") for row in ABLATIONS for seed in SEEDS)
 
 
-def get_config():
+# The step budgets (experiments/configs/pretrain.py options): the shipped `go`'s recipe (the
+# copy term on) at its full step counts, and at a quarter of them.
+BUDGETS = {
+    "quarter": ("updates=870,imitation_steps=760,comm=1", "runs/ablation"),
+    "full": ("updates=3480,imitation_steps=3000,comm=1", "runs/ablation_full"),
+}
+FAMILIES = ("pipedream", "zoo")
+
+
+def get_config(arg: str = "quarter"):
+  parts = [p for p in str(arg).split(",") if p]
+  budgets = [p for p in parts if p in BUDGETS]
+  families = [p for p in parts if p in FAMILIES]
+  unknown = [p for p in parts if p not in BUDGETS and p not in FAMILIES]
+  if unknown or len(budgets) > 1 or len(families) > 1:
+    raise ValueError(f"ablation.py: bad argument {arg!r}; give a budget of {sorted(BUDGETS)} "
+                     f"and/or a family of {list(FAMILIES)}, e.g. ablation.py:full,zoo")
+  budget = budgets[0] if budgets else "quarter"
   c = transfer.get_config()
   c.graphs = pretrain.HELD_OUT
   c.rows = ROWS
   c.finetune_updates = 100
   c.samples = 64  # a fixed step budget: every row's updates draw the same K (the table's setting)
-  c.pretrain_dir = "runs/ablation"
-  c.pretrain_options = "updates=870,imitation_steps=760,comm=1"  # shipped recipe, 1/4 steps
-  c.use_shipped = False  # the shipped `go` had 4x this budget: not comparable
+  c.pretrain_options, c.pretrain_dir = BUDGETS[budget]
+  # The quarter budget's rows are not comparable with the shipped `go` (4x their steps); at
+  # the full budget the shipped `go` is row `go`, seed 0 (its config.json: the same recipe).
+  c.use_shipped = budget == "full"
+  if families == ["zoo"]:
+    c.graphs = pretrain.HELD_OUT_OTHER
+    c.finetune_updates = None
+    c.finetune_seconds = {"default": 0.0}  # zero-shot only
   return c
