@@ -259,7 +259,9 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
     secs = [x for x in secs if x is not None]
     out.append(dict(row=name, instances=len(greedy), tuned_geo=_gmean(tuned),
                     tuned_within_5=sum(r <= 1.05 for r in tuned if r is not None),
-                    tuned_ahead=sum(r < 1.0 - 1e-9 for r in tuned if r is not None),
+                    # None, not 0, without a fine-tuned stage (a zero-shot-only run)
+                    tuned_ahead=(sum(r < 1.0 - 1e-9 for r in tuned if r is not None)
+                                 if tuned else None),
                     tuned_n=len(tuned), greedy_geo=_gmean(greedy),
                     greedy_within_15=sum(r <= 1.15 for r in greedy if r is not None),
                     greedy_feasible=sum(feasible),
@@ -311,6 +313,16 @@ def _spread_text(figure: Mapping[str, Any], digits: int = 3) -> str:
           f"(mean {figure['mean']:.{digits}f})")
 
 
+def _number(x: Optional[float], digits: int = 3) -> str:
+  """x to `digits` places; "-" where there is none (a zero-shot-only run has no fine-tuned
+  stage)."""
+  return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _count(k: int, n: int) -> str:
+  return f"{k}/{n}" if n else "-"
+
+
 def markdown(rows: Sequence[Mapping[str, Any]], cfg: Optional[Mapping[str, Any]] = None) -> str:
   """Per instance the best baseline and each learned row's ratios; per learned row the
   summary; the baselines' objectives (formatted in the objective's unit)."""
@@ -338,14 +350,14 @@ def markdown(rows: Sequence[Mapping[str, Any]], cfg: Optional[Mapping[str, Any]]
   lines.append(results.markdown_table(
       ["row", "instances", "fine-tuned: geo-mean ratio", "within 5%", "ahead",
        "zero-shot greedy: geo-mean", "within 15%", "best of K: geo-mean", "max fine-tune s"],
-      [[s["row"], s["instances"], f"{s['tuned_geo']:.3f}",
-        f"{s['tuned_within_5']}/{s['tuned_n']}", f"{s['tuned_ahead']}/{s['tuned_n']}",
-        f"{s['greedy_geo']:.3f}", f"{s['greedy_within_15']}/{s['instances']}",
-        f"{s['best_k_geo']:.3f}", f"{s['tuned_seconds_max'] or 0:.0f}"]
+      [[s["row"], s["instances"], _number(s["tuned_geo"]),
+        _count(s["tuned_within_5"], s["tuned_n"]), _count(s["tuned_ahead"], s["tuned_n"]),
+        _number(s["greedy_geo"]), _count(s["greedy_within_15"], s["instances"]),
+        _number(s["best_k_geo"]), _number(s["tuned_seconds_max"], 0)]
        for s in summary(rows)], ["l"] + ["r"] * 8))
   spread = seed_spread(rows)
   if spread:
-    counts = lambda f: "/".join(str(v) for v in f["values"])
+    counts = lambda f: "/".join(str(v) for v in f["values"]) if f["max"] is not None else "-"
     lines += ["", "Per row over its pretraining seeds (lowest-highest, mean; counts per seed):",
               "", results.markdown_table(
                   ["row", "seeds", "fine-tuned: geo-mean", "ahead", "zero-shot greedy: geo-mean",

@@ -130,6 +130,13 @@ def test_seed_spread_by_hand():
   assert e["tuned_ahead"]["values"] == [1, 0, 1] and e["greedy_feasible"]["values"] == [0, 1, 1]
   text = transfer.markdown(rows)
   assert "over its pretraining seeds" in text and "| no_gnn | 0, 1, 2 | 0.900-1.050" in text
+  # a zero-shot-only run (ablation.py:zoo): no fine-tuned figures, shown as "-", never nan
+  zs = [r for r in rows if r["stage"] != "fine-tuned"]
+  (e,) = transfer.seed_spread(zs)
+  assert e["tuned_ahead"]["values"] == [None] * 3 and e["tuned_geo"]["min"] is None
+  text = transfer.markdown(zs)
+  assert "nan" not in text and "| no_gnn | 0, 1, 2 | - | - | 1.100-1.500" in text
+  assert "| no_gnn_s1 | 1 | - | - | - | 1.100 | 1/1 | 1.100 | - |" in text
 
 
 def test_config_errors(tmp_path):
