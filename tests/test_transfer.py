@@ -229,7 +229,8 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
       tiny_config(tmp_path), finetune_polish=0.0))) if c.label == "go_hint"]
   assert opts and all(o["polish"] == 0.0 for o in opts)
   with pytest.raises(ValueError, match="finetune_updates"):
-    transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))  # every row of the ablation table is a valid (seeded) row
+    transfer.settings(dict(tiny_config(tmp_path), finetune_updates=0))
+  # every row of the ablation table is a valid (seeded) row
   assert {transfer.parse_row(r)[0] for r in abl.rows} == {
       r for r in transfer.ROWS if r not in ("gdp", "go_hint")}
   # ... and each is pretrained with the same three seeds (the spread of every row)
