@@ -20,8 +20,9 @@ Pretrained rows live in runs/ablation/<row>; missing ones are pretrained first.
 The argument picks the budget and the held-out family ("quarter" by default):
   --config=experiments/configs/ablation.py:full       the shipped `go`'s full step budget
       (3,000 cloning steps + 3,480 PPO updates; 1-2 hours per row on the 2-core CPU with two
-      side by side, `no_imitation`'s 4,980 updates longer), rows in runs/ablation_full/<row>. Row `go` (seed 0) is the shipped
-      checkpoint itself: it was trained with exactly this recipe and seed.
+      side by side, `no_imitation`'s 4,980 updates longer), rows in runs/ablation_full/<row>.
+      Row `go` (seed 0) is the shipped checkpoint itself: it was trained with exactly this
+      recipe and seed.
   --config=experiments/configs/ablation.py:full,zoo   the same rows zero-shot only (greedy
       and best of K; no fine-tuning) on the other held-out family, `pretrain.HELD_OUT_OTHER`
       (BERT-base, GPT-2 small, WaveNet 2x18, AmoebaNet at 512 ops). "zoo" alone: the quarter
