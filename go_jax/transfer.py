@@ -319,7 +319,7 @@ def _number(x: Optional[float], digits: int = 3) -> str:
   return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
 
 
-def _count(k: int, n: int) -> str:
+def _count(k: Optional[int], n: int) -> str:
   return f"{k}/{n}" if n else "-"
 
 
