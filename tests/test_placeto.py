@@ -69,6 +69,17 @@ def test_learns_the_toy_optimum_from_fresh_parameters(toy_run):
     assert os.path.isfile(os.path.join(workdir, name)), name
 
 
+def test_launcher_curves_redraw_the_plot_from_the_log(toy_run):
+  """go-jax-train's `curves` step (trainers.logged_curves) redraws the curve from metrics.jsonl
+  alone: no trained result, no config."""
+  workdir = toy_run[0]
+  path = os.path.join(workdir, trainer.CURVE_NAME)
+  os.remove(path)
+  spec = trainers.get(trainer.default_config())
+  assert spec.curves(workdir, None, trained=None) == os.path.abspath(path)
+  assert os.path.getsize(path) > 0
+
+
 def test_update_compiles_once_across_calls(toy_run):
   _, result, traces = toy_run
   assert traces == 1  # the run's 30 calls traced the update once

@@ -42,7 +42,6 @@ import numpy as np
 import optax
 from absl import logging
 
-from go_jax import distributed
 from go_jax.placeto import env
 from go_jax.placeto import model as model_lib
 from go_jax.placeto.config import FIELDS, Hyper, check_config, default_config  # noqa: F401
@@ -308,13 +307,7 @@ def _report(result: TrainResult) -> List[str]:
           f"best found x{row['best_ratio']:.4f}" for row in result.summary]
 
 
-def _curves(workdir, config, samples=16, progress=True, trained=None) -> str:
-  del config, samples, progress, trained
-  if not distributed.is_primary():  # process 0 writes (go_jax.distributed)
-    return os.path.abspath(os.path.join(workdir, CURVE_NAME))
-  return os.path.abspath(plot_curve(workdir))
-
-
 # The go-jax-train entry of `config.algorithm = "placeto"` (go_jax/training/trainers.py).
 SPEC = trainers.TrainerSpec(train=lambda config, workdir, progress=True: train(
-    config, workdir, progress=progress), report=_report, curves=_curves)
+    config, workdir, progress=progress), report=_report,
+    curves=trainers.logged_curves(plot_curve, CURVE_NAME))

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from go_jax import distributed, objectives
+from go_jax import objectives
 from go_jax.methods import evolution
 from go_jax.policies.features import graph_features
 from go_jax.regal import guided
@@ -354,13 +354,7 @@ def _report(result: TrainResult) -> List[str]:
           f"{100 * (row['reward_mean_recent'] or 0.0):.2f}%"]
 
 
-def _curves(workdir, config, samples=16, progress=True, trained=None) -> str:
-  del config, samples, progress, trained
-  if not distributed.is_primary():  # process 0 writes (go_jax.distributed)
-    return os.path.abspath(os.path.join(workdir, CURVE_NAME))
-  return os.path.abspath(plot_curve(workdir))
-
-
 # The go-jax-train entry of `config.algorithm = "regal"` (go_jax/training/trainers.py).
 SPEC = trainers.TrainerSpec(train=lambda config, workdir, progress=True: train(
-    config, workdir, progress=progress), report=_report, curves=_curves)
+    config, workdir, progress=progress), report=_report,
+    curves=trainers.logged_curves(plot_curve, CURVE_NAME))

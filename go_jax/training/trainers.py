@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from typing import Any, Callable, Dict, List
 
 DEFAULT = "ppo"
@@ -61,8 +62,22 @@ def _ppo_curves(workdir, config, samples=16, progress=True, trained=None) -> str
     graphs, topos, names = training.build_instances(config)
     trainer = training.make_train(config, graphs, topos, names=names)
   evaluation.checkpoint_curve(workdir, trainer, samples=samples, progress=progress)
-  import os  # pylint: disable=g-import-not-at-top
   return os.path.join(os.path.abspath(workdir), evaluation.PLOT_NAME)
+
+
+def logged_curves(plot: Callable[[str], str], name: str) -> Callable[..., str]:
+  """A `TrainerSpec.curves` for a trainer whose curve is drawn from its own metrics log.
+
+  `plot(workdir)` draws it and returns its path; `name` is the file it writes in `workdir`. Only
+  process 0 draws (go_jax.distributed); the others return the path process 0 writes.
+  """
+  def curves(workdir, config, samples=16, progress=True, trained=None) -> str:
+    del config, samples, progress, trained  # the log holds everything the plot needs
+    from go_jax import distributed  # pylint: disable=g-import-not-at-top
+    if not distributed.is_primary():
+      return os.path.abspath(os.path.join(workdir, name))
+    return os.path.abspath(plot(workdir))
+  return curves
 
 
 PPO = TrainerSpec(train=_ppo_train, report=_ppo_report, curves=_ppo_curves)
