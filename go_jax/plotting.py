@@ -315,7 +315,9 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
     values: one value per bar (finite).
     path: PNG file to write atomically.
     title, ylabel: text of the chart.
-    errors: optional error bar half-heights (e.g. std over seeds), one per bar.
+    errors: optional error bars, one per bar: half-heights of shape (m,) (e.g. std over
+      seeds), or (2, m) for the lengths below and above each bar (e.g. lowest and highest
+      seed).
     reference: optional value drawn as a dashed horizontal line (e.g. the single-device time).
     highlight_min: colour the smallest bar differently (the best when lower is better).
 
@@ -331,8 +333,12 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
     raise ValueError(f"plot_bars: values must be finite, got {values.tolist()}")
   if errors is not None:
     errors = np.asarray(errors, float)
-    if errors.shape != values.shape:
-      raise ValueError(f"plot_bars: errors has shape {errors.shape}, expected {values.shape}")
+    if errors.shape not in (values.shape, (2,) + values.shape):
+      raise ValueError(f"plot_bars: errors has shape {errors.shape}, expected {values.shape} "
+                       f"or {(2,) + values.shape}")
+    if not np.all(np.isfinite(errors)) or np.any(errors < 0):
+      raise ValueError(f"plot_bars: errors must be finite and non-negative, got "
+                       f"{errors.tolist()}")
   m = len(labels)
   fig = _figure(figsize=(max(4.0, 0.7 * m + 2.0), 3.6), dpi=_DPI)
   ax = fig.add_subplot(1, 1, 1)

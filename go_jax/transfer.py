@@ -18,8 +18,9 @@ from: a cell already there is skipped), results.csv, results.md (`markdown`: per
 best baseline and each learned row's ratio to it; per learned row the summary figures:
 geometric-mean ratios, fine-tuned within 5% / ahead, zero-shot within 15%; and where a row was
 pretrained with several seeds, "go", "go_s1", ..., the spread of those figures over its seeds:
-`seed_spread`). Search seconds are wall time on this machine and include loading and
-compilation.
+`seed_spread`), plots/zero_shot.png and plots/fine_tuned.png (`plot_summary`: the rows'
+geo-mean ratios as bars, with the seeds' spread). Search seconds are wall time on this machine
+and include loading and compilation.
 """
 
 from __future__ import annotations
@@ -207,6 +208,7 @@ def run(config, out: str, pretrain_config: Optional[Callable[[str], Any]] = None
                          before_cell=before, executor=executor)
   results.write_csv(out, rows)
   results.write_markdown(out, markdown(rows, cfg))
+  plot_summary(rows, out)
   return rows
 
 
@@ -268,6 +270,55 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
                     greedy_worst=max((r for r in greedy if r is not None), default=None),
                     best_k_geo=_gmean(best_k), tuned_seconds_max=max(secs) if secs else None))
   return out
+
+
+def bars(rows: Sequence[Mapping[str, Any]], key: str) -> List[Tuple[str, float, float, float]]:
+  """(row, value, lowest, highest) per learned row with a finite `key` figure of `summary`
+  ("greedy_geo", "tuned_geo", ...). A row pretrained with several seeds is one entry (its
+  seeds' mean and spread, `seed_spread`); any other label is its own, lowest = highest."""
+  spread = {e["row"]: e for e in seed_spread(rows)}
+  out, seen = [], set()
+  for s in summary(rows):
+    try:
+      base = parse_row(s["row"])[0]
+    except ValueError:
+      base = None
+    if base in spread:
+      if base in seen:
+        continue
+      seen.add(base)
+      f = spread[base][key]
+      if f["mean"] is not None:
+        out.append((base, f["mean"], f["min"], f["max"]))
+    elif s[key] is not None and math.isfinite(s[key]):
+      out.append((s["row"], s[key], s[key], s[key]))
+  return out
+
+
+# The summary figures drawn by `plot_summary`: file name, figure of `summary`, y label.
+PLOTS = (("zero_shot.png", "greedy_geo", "zero-shot greedy"),
+         ("fine_tuned.png", "tuned_geo", "fine-tuned"))
+
+
+def plot_summary(rows: Sequence[Mapping[str, Any]], out: str) -> List[str]:
+  """Comparison bars in out/plots/: each learned row's geometric-mean ratio to the best baseline
+  (dashed line at 1), zero-shot greedy and, where rows were fine-tuned, fine-tuned; a row with
+  several seeds is drawn at their mean with the lowest-highest seed as its error bar. Returns
+  the files written (none without learned rows)."""
+  from go_jax import plotting  # pylint: disable=g-import-not-at-top  # matplotlib: on use only
+  paths = []
+  for name, key, what in PLOTS:
+    entries = bars(rows, key)
+    if not entries:
+      continue
+    labels, values, low, high = (list(x) for x in zip(*entries))
+    errors = [[max(0.0, v - lo) for v, lo in zip(values, low)],  # max: a mean's rounding
+              [max(0.0, hi - v) for v, hi in zip(values, high)]]
+    paths.append(plotting.plot_bars(
+        labels, values, os.path.join(out, "plots", name), reference=1.0, errors=errors,
+        title=f"{what}: geometric mean over the instances (error bars: lowest-highest seed)",
+        ylabel="objective / best baseline's"))
+  return paths
 
 
 def _ratio(r: Mapping[str, Any]) -> str:

@@ -86,6 +86,12 @@ def test_plot_bars(tmp_path):
     plotting.plot_bars(["a", "b"], [1.0], path)
   with pytest.raises(ValueError, match="finite"):
     plotting.plot_bars(["a"], [np.nan], path)
+  plotting.plot_bars(["a", "b"], [1.0, 2.0], path, errors=[[0.1, 0.0], [0.2, 0.3]])  # below, above
+  assert_png(path)
+  with pytest.raises(ValueError, match="errors has shape"):
+    plotting.plot_bars(["a", "b"], [1.0, 2.0], path, errors=[[0.1, 0.0, 0.1]])
+  with pytest.raises(ValueError, match="non-negative"):
+    plotting.plot_bars(["a", "b"], [1.0, 2.0], path, errors=[-0.1, 0.0])
 
 
 def test_unit_formatting():

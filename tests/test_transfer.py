@@ -84,7 +84,8 @@ def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path, monkeypatch
   assert summary[0]["greedy_within_15"] == int(ratio <= 1.15)
   text = open(os.path.join(out, transfer.MD_NAME)).read()
   assert "go_hint" in text and GRAPH in text
-  assert sorted(os.listdir(out)) == ["results.csv", "results.json", "results.md"]
+  assert sorted(os.listdir(out)) == ["plots", "results.csv", "results.json", "results.md"]
+  assert sorted(os.listdir(os.path.join(out, "plots"))) == ["fine_tuned.png", "zero_shot.png"]
 
   calls = []
   monkeypatch.setattr(methods, "solve", lambda *a, **k: calls.append(a) or 1 / 0)
@@ -137,6 +138,30 @@ def test_seed_spread_by_hand():
   text = transfer.markdown(zs)
   assert "nan" not in text and "| no_gnn | 0, 1, 2 | - | - | 1.100-1.500" in text
   assert "| no_gnn_s1 | 1 | - | - | - | 1.100 | 1/1 | 1.100 | - |" in text
+
+
+def test_comparison_bars_by_hand(tmp_path):
+  """One bar per row: a row with seeds at their mean with the lowest and highest seed as its
+  error bar, a single-seed row without one; no fine-tuned plot for a zero-shot-only run."""
+  def row(label, stage, objective):
+    return results.empty_row(label=label, method="go", stage=stage, graph="g", topology="t",
+                             objective=objective, feasible=True, error="", search_seconds=1.0)
+  rows = [row("heft", None, 2.0)]
+  for label, greedy, tuned in (("go", 2.4, 1.9), ("no_gnn", 3.0, 1.8), ("no_gnn_s1", 2.2, 2.1),
+                               ("no_gnn_s2", 2.6, 1.9)):
+    rows += [row(label, "zero-shot greedy", greedy), row(label, "fine-tuned", tuned)]
+  greedy = transfer.bars(rows, "greedy_geo")
+  assert [b[0] for b in greedy] == ["go", "no_gnn"]
+  assert greedy[0][1:] == pytest.approx((1.2, 1.2, 1.2))
+  assert greedy[1][1:] == pytest.approx((1.3, 1.1, 1.5))
+  assert transfer.bars(rows, "tuned_geo")[1][1:] == pytest.approx((29 / 30, 0.9, 1.05))
+  paths = transfer.plot_summary(rows, str(tmp_path))
+  assert [os.path.basename(p) for p in paths] == ["zero_shot.png", "fine_tuned.png"]
+  assert all(os.path.getsize(p) > 0 for p in paths)
+  zero_shot_only = [r for r in rows if r["stage"] != "fine-tuned"]
+  assert [os.path.basename(p) for p in transfer.plot_summary(zero_shot_only, str(tmp_path))] \
+      == ["zero_shot.png"]
+  assert transfer.plot_summary([rows[0]], str(tmp_path)) == []  # baselines only: no bars
 
 
 def test_config_errors(tmp_path):
