@@ -347,8 +347,9 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
     colors[int(np.argmin(values))] = _colormap("tab10")(2)
   x = np.arange(m)
   ax.bar(x, values, yerr=errors, color=colors, capsize=3 if errors is not None else 0)
-  for xi, v in zip(x, values):
-    ax.annotate(f"{v:.4g}", (xi, v), xytext=(0, 2), textcoords="offset points", ha="center",
+  tops = values if errors is None else values + (errors if errors.ndim == 1 else errors[1])
+  for xi, v, top in zip(x, values, tops):  # the value above its error bar, not across it
+    ax.annotate(f"{v:.4g}", (xi, top), xytext=(0, 2), textcoords="offset points", ha="center",
                 va="bottom", fontsize=7)
   if reference is not None:
     ax.axhline(float(reference), color="0.3", ls="--", lw=1.0)
