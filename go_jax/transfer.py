@@ -295,7 +295,7 @@ def bars(rows: Sequence[Mapping[str, Any]], key: str) -> List[Tuple[str, float, 
   return out
 
 
-# The summary figures drawn by `plot_summary`: file name, figure of `summary`, y label.
+# The figures `plot_summary` draws: file name, figure of `summary`, its name in the title.
 PLOTS = (("zero_shot.png", "greedy_geo", "zero-shot greedy"),
          ("fine_tuned.png", "tuned_geo", "fine-tuned"))
 
