@@ -235,7 +235,13 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert list(zoo["graphs"]) == list(pretrain.HELD_OUT_OTHER) and zoo["finetune_updates"] is None
   assert all(dict(c.options)["finetune_seconds"] == 0.0 and "max_updates" not in dict(c.options)
              for c in transfer.plan(zoo) if c.label == "no_gnn")
-  for bad in ("half", "full,quarter", "zoo,pipedream"):
+  # the validation family: neither trained on nor held out, zero-shot, the list schedulers
+  valid = transfer.settings(ablation.get_config("full,valid"))
+  assert list(valid["baselines"]) == list(pretrain.VALIDATION_BASELINES)
+  assert valid["finetune_updates"] is None and len(pretrain.VALIDATION) == 10
+  used = set(pretrain.TRAIN_GRAPHS) | set(pretrain.HELD_OUT) | set(pretrain.HELD_OUT_OTHER)
+  assert not {g.split(",")[0] for g in valid["graphs"]} & {g.split(",")[0] for g in used}
+  for bad in ("half", "full,quarter", "zoo,pipedream", "valid,zoo"):
     with pytest.raises(ValueError, match="ablation.py: bad argument"):
       ablation.get_config(bad)
   cells = [c for c in transfer.plan(transfer.settings(abl)) if c.label == "go_s1"]

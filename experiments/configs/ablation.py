@@ -27,6 +27,10 @@ The argument picks the budget and the held-out family ("quarter" by default):
       and best of K; no fine-tuning) on the other held-out family, `pretrain.HELD_OUT_OTHER`
       (BERT-base, GPT-2 small, WaveNet 2x18, AmoebaNet at 512 ops). "zoo" alone: the quarter
       budget's rows there.
+  --config=experiments/configs/ablation.py:full,valid  the same rows zero-shot on the
+      validation set, `pretrain.VALIDATION` (20 instances, neither trained on nor held out),
+      against HEFT, m-SCT and m-ETF: the set on which a recipe is chosen before the held-out
+      families are run.
 """
 
 from experiments.configs import pretrain, transfer
@@ -44,7 +48,7 @@ BUDGETS = {
     "quarter": ("updates=870,imitation_steps=760,comm=1", "runs/ablation"),
     "full": ("updates=3480,imitation_steps=3000,comm=1", "runs/ablation_full"),
 }
-FAMILIES = ("pipedream", "zoo")
+FAMILIES = ("pipedream", "zoo", "valid")
 
 
 def get_config(arg: str = "quarter"):
@@ -69,4 +73,9 @@ def get_config(arg: str = "quarter"):
     c.graphs = pretrain.HELD_OUT_OTHER
     c.finetune_updates = None
     c.finetune_seconds = {"default": 0.0}  # zero-shot only
+  if families == ["valid"]:  # where recipes are compared: zero-shot, against the list schedulers
+    c.graphs = pretrain.VALIDATION
+    c.baselines = pretrain.VALIDATION_BASELINES
+    c.finetune_updates = None
+    c.finetune_seconds = {"default": 0.0}
   return c
