@@ -45,17 +45,12 @@ flags.DEFINE_integer("coarsen", 512, "xla: contract graphs to at most this many 
 flags.DEFINE_list("valid_families", ["wavenet"], "xla: validation model families")
 flags.DEFINE_list("test_families", ["inception", "transformer_xl"], "xla: test model families")
 flags.DEFINE_bool("filter", False, "xla: apply the room-for-improvement filter too")
-flags.DEFINE_string("compilation_cache", None, "Folder for JAX's persistent compilation cache "
-                    "(a resumed or repeated build skips BRKGA's compiles); default: no cache.")
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   out = cli.check_out(FLAGS.out)
-  if FLAGS.compilation_cache:
-    import jax  # pylint: disable=g-import-not-at-top
-    jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
   from go_jax import datasets  # pylint: disable=g-import-not-at-top
   filt = dict(topology=FLAGS.topology, objective=FLAGS.objective,
               low_budget=FLAGS.low_budget, high_budget=FLAGS.high_budget,

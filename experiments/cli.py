@@ -283,10 +283,48 @@ def _terminate_as_interrupt() -> None:
 def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
         argv: Optional[Sequence[str]] = None) -> None:
   """Console-script and `python -m` entry point of a launcher (module docstring)."""
-  prepare(main.__module__ if main.__module__ != "__main__" else sys.argv[0], doc)
+  module = main.__module__ if main.__module__ != "__main__" else sys.argv[0]
+  cache = define_compilation_cache_flag(module)  # before prepare: --help lists it
+  prepare(module, doc)
   _terminate_as_interrupt()
-  app.run(wrap_main(main), argv=list(argv) if argv is not None else None,
+
+  def main_with_cache(args: List[str]) -> None:
+    if cache:
+      use_compilation_cache(FLAGS.compilation_cache)
+    main(args)
+
+  app.run(wrap_main(main_with_cache), argv=list(argv) if argv is not None else None,
           flags_parser=_parse_flags)
+
+
+# ------------------------------------------------------------------ compilation cache
+COMPILATION_CACHE_HELP = (
+    "Folder for JAX's persistent compilation cache: a rerun, a resumed sweep or the next "
+    "launcher loads the compiled programs instead of compiling them again. Default: "
+    "$JAX_COMPILATION_CACHE_DIR if set, else none. On a cluster the folder must be shared.")
+
+
+def define_compilation_cache_flag(module_name: str) -> bool:
+  """--compilation_cache for a launcher (listed in its --help), unless it defines a flag of
+  that name itself (go-jax-bench-executor's means something else). True when defined here."""
+  if "compilation_cache" in FLAGS:
+    return False
+  flags.DEFINE_string("compilation_cache", None, COMPILATION_CACHE_HELP,
+                      module_name=module_name)
+  return True
+
+
+def use_compilation_cache(folder: Optional[str]) -> None:
+  """Point JAX's persistent compilation cache at `folder` (created if missing); None or "":
+  leave JAX's own setting ($JAX_COMPILATION_CACHE_DIR, else no cache)."""
+  if not folder:
+    return
+  folder = os.path.expanduser(folder)
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise ValueError(f"--compilation_cache={folder}: exists and is not a folder")
+  os.makedirs(folder, exist_ok=True)
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_compilation_cache_dir", folder)
 
 
 # ------------------------------------------------------------------ several processes

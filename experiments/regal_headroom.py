@@ -35,7 +35,6 @@ flags.DEFINE_string("objective", "peak_memory", "objective (peak_memory or makes
 flags.DEFINE_list("seeds", ["0"], "search seeds per graph")
 flags.DEFINE_string("out", "results/regal_headroom", "folder for regal_headroom.json/.md; an "
                     "existing regal_headroom.json there is resumed")
-flags.DEFINE_string("compilation_cache", None, "folder for JAX's persistent compilation cache")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -52,9 +51,6 @@ def main(argv: Sequence[str]) -> None:
     names, graphs = load_dataset("data", FLAGS.data)
   except ValueError as e:
     raise app.UsageError(cli.one_line(e)) from None
-  if FLAGS.compilation_cache:
-    import jax  # pylint: disable=g-import-not-at-top
-    jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
   try:
     result = headroom.run(graphs, names, FLAGS.topology, rows, out, objective=FLAGS.objective,
                           seeds=seeds, log=lambda s: print(s, file=sys.stderr, flush=True))

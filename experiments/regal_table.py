@@ -31,8 +31,6 @@ _CONFIG = cli.define_config_file(
 flags.DEFINE_string("out", "results/regal_table", "Folder for regal_table.json/.md and "
                     "improvement.png; an existing regal_table.json there is resumed.")
 cli.define_executor_flags(__name__)
-flags.DEFINE_string("compilation_cache", None, "Folder for JAX's persistent compilation cache "
-                    "(a resumed or repeated table skips the searches' compiles); default: none.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -40,9 +38,6 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   out = cli.check_out(FLAGS.out)
   executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
-  if FLAGS.compilation_cache:
-    import jax  # pylint: disable=g-import-not-at-top
-    jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
   cli.run_resumable_table(run_table, _CONFIG.value, FLAGS["config"].config_filename, out,
                           JSON_NAME, MD_NAME, executor=executor)
 

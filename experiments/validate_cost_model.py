@@ -41,19 +41,14 @@ flags.DEFINE_bool("save_hlo", False, "Also write each step's post-optimisation H
                   "<out>/hlo/<model>.txt (for offline analysis of the predictions).")
 flags.DEFINE_bool("fusion", False, "Also validate the fusion model: pre-optimisation graph + "
                   "XLA's fuse decisions vs the post graph and the measured time.")
-flags.DEFINE_string("compilation_cache", None, "Folder for JAX's persistent compilation cache "
-                    "(re-runs skip the zoo's compile time); default: no cache.")
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
   cli.check_out(FLAGS.out)
-  import jax
   from simulator import costmodel, fileio, zoo
   from experiments import cost_model_validation as validation
-  if FLAGS.compilation_cache:
-    jax.config.update("jax_compilation_cache_dir", FLAGS.compilation_cache)
   start = time.time()
 
   def progress(msg: str) -> None:

@@ -84,6 +84,7 @@ def test_every_console_script_help_shows_its_docstring_and_flags(tmp_path):
     assert "Try --helpfull" in out and "USAGE" not in out.split("flags:")[0]
     flag_lines = re.findall(r"^  --(?:\[no\])?(\w+):", out, re.M)
     assert "config" in flag_lines or "graph" in flag_lines or "out" in flag_lines, (name, out)
+    assert "compilation_cache" in flag_lines, (name, out)  # every launcher (experiments.cli)
     if "topology" in flag_lines and name not in WRITES_TOPOLOGY:
       assert "Presets:" in out and "nvlink8" in out, name
 
@@ -225,6 +226,9 @@ def test_check_out(tmp_path):
     cli.check_out(str(tmp_path / "f"))
   with pytest.raises(cli.app.UsageError, match="--dest=.*is a folder"):
     cli.check_out(str(tmp_path), flag="dest", is_file=True)
+  with pytest.raises(ValueError, match="--compilation_cache=.*exists and is not a folder"):
+    cli.use_compilation_cache(str(tmp_path / "f"))
+  cli.use_compilation_cache(None)  # JAX's own setting stays
 
 
 # ------------------------------------------------------------------ import path and noise
@@ -240,16 +244,19 @@ def test_graph_module_beside_the_user_and_no_noise(tmp_path):
   """`--graph=module:function` from the module's folder, no PYTHONPATH; JAX_PLATFORMS unset,
   and still no backend-probing line."""
   (tmp_path / "my_models.py").write_text(MODULE)
-  run_env = env()
+  run_env = env(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
   run_env.pop("JAX_PLATFORMS")
+  run_env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the flag alone names the cache
   proc = subprocess.run([script("go-jax-simulate"), "--graph=my_models:small_graph",
-                         "--topology=nvlink2", "--out=sim"], cwd=tmp_path, env=run_env,
-                        capture_output=True, text=True, timeout=300, check=False)
+                         "--topology=nvlink2", "--out=sim", "--compilation_cache=cc"],
+                        cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=300,
+                        check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "my_chain" in proc.stdout
   assert "Unable to initialize backend" not in proc.stderr, proc.stderr
   summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
   assert summary["graph"]["nodes"] == 6
+  assert os.listdir(tmp_path / "cc"), "--compilation_cache: nothing was cached"
 
 
 def test_quiet_third_party_drops_only_info_from_quiet_packages():
