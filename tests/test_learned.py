@@ -26,10 +26,17 @@ def instance():
   return load_graph("layered:n=16,width=4,seed=0"), preset("nvlink2")
 
 
+ZERO_SHOT_TRACES = {}  # the zero-shot fixture's traces of ppo's update and sampling programs
+
+
 @pytest.fixture(scope="module")
 def zero_shot(instance):
+  from go_jax.training import ppo  # pylint: disable=g-import-not-at-top
   graph, topo = instance
-  return methods.solve("go_hint", graph, topo, samples=K, seed=3)
+  before = dict(ppo.TRACES)
+  sol = methods.solve("go_hint", graph, topo, samples=K, seed=3)
+  ZERO_SHOT_TRACES.update({k: ppo.TRACES[k] - before[k] for k in before})
+  return sol
 
 
 def _check_stages(sol, graph, topo):
@@ -51,6 +58,8 @@ def test_zero_shot_is_a_solution_with_its_stages(instance, zero_shot):
   assert sol.info["updates"] == 0 and sol.evaluations == K + 1
   assert sol.info["checkpoint"] == "go_hint" and sol.info["samples"] == K
   assert sol.info["compile_seconds"] >= 0
+  # zero-shot alone compiles the update's sampling half, not its backward pass
+  assert ZERO_SHOT_TRACES["update_chunk"] == 0 and ZERO_SHOT_TRACES["sample_chunk"] <= 1
 
 
 def test_finetune_is_no_worse_than_zero_shot(instance, zero_shot):

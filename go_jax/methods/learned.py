@@ -351,7 +351,8 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   stages: List[Dict[str, Any]] = []
   info: Dict[str, Any] = {"checkpoint": label, "samples": k, "load_seconds": load_seconds}
   # Zero-shot is the first update of fine-tuning (its K samples and the greedy action come
-  # from the checkpoint's parameters), so both share one compiled update per instance shape.
+  # from the checkpoint's parameters), so both share one compiled update per instance shape;
+  # without fine-tuning, only that update's sampling half is compiled (no backward pass).
   # The time budget counts loading the checkpoint too (at least one update runs anyway).
   left = max(float(seconds) - load_seconds, 1e-6) if seconds > 0 else None
   if polish:
@@ -360,7 +361,7 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
                         max_updates=max_updates if tune else 1, seed=problem.seed,
                         name=f"{method} on {problem.graph.name}", progress=tune,
                         fixed_placement=fixed_place,
-                        fixed_priority=fixed if fusing else None)
+                        fixed_priority=fixed if fusing else None, sample_only=not tune)
   if params is not None:
     stages.append(_stage(problem, STAGE_GREEDY, f.zero_shot_placement, f.zero_shot_priority,
                          load_seconds + f.zero_shot_seconds, fixed, f.zero_shot_fuse))

@@ -70,7 +70,7 @@ from simulator.graph import CompGraph
 from simulator.topology import Topology
 
 # Python-level trace counts of the jitted functions, for no-retrace tests.
-TRACES: Dict[str, int] = {"update_chunk": 0, "greedy": 0}
+TRACES: Dict[str, int] = {"update_chunk": 0, "sample_chunk": 0, "greedy": 0}
 
 
 # ------------------------------------------------------------------ one PPO update
@@ -210,20 +210,55 @@ def _track_best(state: TrainState, idx, res: rollout.Outcome):
   return best
 
 
-def ppo_update(state: TrainState, all_data: TrainData, module, hp: HParams):
-  """One PPO update (see the module docstring); returns (state, metrics of scalars)."""
+@flax.struct.dataclass
+class _Rollout:
+  """The sampling half of an update: what `ppo_update` learns from."""
+  key: Any  # typed PRNG key after this update's splits
+  k_opt: Any  # typed PRNG key of the optimisation epochs
+  idx: jnp.ndarray  # (G,) int32 instances of this update
+  data: TrainData  # the G instances' data (leading axis G)
+  out: Any  # the policy's output on them (no gradient)
+  sampled: rollout.Actions  # (G, K, Np) fields
+  res: rollout.Outcome  # (G, K + 1): the K samples, then the greedy action
+
+
+def _rollout(state: TrainState, all_data: TrainData, module, hp: HParams) -> _Rollout:
+  """Pick the instances, sample K actions and the greedy one, simulate them."""
   task = rollout.get_task(hp.task)
   num_instances = all_data.upper_bound.shape[0]
   key = jax.random.wrap_key_data(state.key, impl=hp.prng_impl)
   key, k_pick, k_sample, k_opt = jax.random.split(key, 4)
   idx = _pick_instances(k_pick, hp, num_instances)
   data = jax.tree_util.tree_map(lambda x: x[idx], all_data)
-
   out = jax.lax.stop_gradient(_apply(module, state.params, data.feats, hp.explore))
   sampled = rollout.sample(k_sample, out, hp.samples)
   both = jax.tree_util.tree_map(lambda s, g: jnp.concatenate([s, g], 1), sampled,
                                 rollout.greedy(out))
   res = rollout.simulate_actions(hp.objective, task, data, both)
+  return _Rollout(key=key, k_opt=k_opt, idx=idx, data=data, out=out, sampled=sampled, res=res)
+
+
+def _sample_metrics(state: TrainState, all_data: TrainData, hp: HParams, r: _Rollout, best):
+  """The metrics of an update that need no gradient (float32 scalars)."""
+  ratio = r.res.objective / r.data.reference[:, None]
+  seen = jnp.isfinite(best["best_objective"])
+  return dict(
+      reward_mean=jnp.mean(r.res.reward[:, :hp.samples]), value_mean=jnp.mean(r.out.value),
+      ratio_mean=jnp.mean(ratio[:, :hp.samples]),
+      ratio_best_sample=jnp.mean(jnp.min(ratio[:, :hp.samples], 1)),
+      ratio_greedy=jnp.mean(ratio[:, hp.samples]),
+      feasible_fraction=1.0 - jnp.mean(r.res.oom[:, :hp.samples].astype(jnp.float32)),
+      ratio_best_so_far=jnp.sum(jnp.where(seen, best["best_objective"] / all_data.reference,
+                                          0.0)) / jnp.maximum(jnp.sum(seen), 1),
+      learning_rate=learning_rate_schedule(hp)(state.step * hp.epochs * hp.minibatches))
+
+
+def ppo_update(state: TrainState, all_data: TrainData, module, hp: HParams):
+  """One PPO update (see the module docstring); returns (state, metrics of scalars)."""
+  task = rollout.get_task(hp.task)
+  r = _rollout(state, all_data, module, hp)
+  key, k_opt, idx, data, out, sampled, res = (r.key, r.k_opt, r.idx, r.data, r.out, r.sampled,
+                                              r.res)
   reward = res.reward[:, :hp.samples]
   ema = state.reward_ema[idx]
   adv = rollout.get_advantage(hp.advantage)(reward, out.value, ema)
@@ -237,18 +272,7 @@ def ppo_update(state: TrainState, all_data: TrainData, module, hp: HParams):
 
   ema_state = _running_mean(state, idx, reward, hp.ema_decay)
   best = _track_best(state, idx, res)
-  ratio = res.objective / data.reference[:, None]
-  seen = jnp.isfinite(best["best_objective"])
-  metrics = dict(
-      aux,
-      reward_mean=jnp.mean(reward), value_mean=jnp.mean(out.value),
-      ratio_mean=jnp.mean(ratio[:, :hp.samples]),
-      ratio_best_sample=jnp.mean(jnp.min(ratio[:, :hp.samples], 1)),
-      ratio_greedy=jnp.mean(ratio[:, hp.samples]),
-      feasible_fraction=1.0 - jnp.mean(res.oom[:, :hp.samples].astype(jnp.float32)),
-      ratio_best_so_far=jnp.sum(jnp.where(seen, best["best_objective"] / all_data.reference,
-                                          0.0)) / jnp.maximum(jnp.sum(seen), 1),
-      learning_rate=learning_rate_schedule(hp)(state.step * hp.epochs * hp.minibatches))
+  metrics = dict(aux, **_sample_metrics(state, all_data, hp, r, best))
   new_state = state.replace(params=params, opt_state=opt_state, key=jax.random.key_data(key),
                             step=state.step + 1, **ema_state, **best)
   return new_state, jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), metrics)
@@ -260,6 +284,20 @@ def update_chunk(state: TrainState, data: TrainData, *, module, hp: HParams):
   TRACES["update_chunk"] += 1
   return jax.lax.scan(lambda s, _: ppo_update(s, data, module, hp), state, None,
                       length=hp.updates_per_call)
+
+
+@functools.partial(jax.jit, static_argnames=("module", "hp"))
+def sample_chunk(state: TrainState, data: TrainData, *, module, hp: HParams):
+  """The sampling half of `update_chunk`'s first update alone: the same K samples and greedy
+  action from `state.params` (the same keys), simulated and kept as the best so far, with no
+  gradient and no step of the parameters. Zero-shot best of K without compiling the backward
+  pass (go_jax/training/tuning.py, `finetune(..., sample_only=True)`); metrics (1,) each."""
+  TRACES["sample_chunk"] += 1
+  r = _rollout(state, data, module, hp)
+  best = _track_best(state, r.idx, r.res)
+  metrics = _sample_metrics(state, data, hp, r, best)
+  new_state = state.replace(key=jax.random.key_data(r.key), step=state.step + 1, **best)
+  return new_state, jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32)[None], metrics)
 
 
 @functools.partial(jax.jit, static_argnames=("module", "hp"))
@@ -350,6 +388,9 @@ class Trainer:
 
   def update_chunk(self, state: TrainState) -> Tuple[TrainState, Dict[str, jnp.ndarray]]:
     return update_chunk(state, self.data, module=self.policy.module, hp=self.hp)
+
+  def sample_chunk(self, state: TrainState) -> Tuple[TrainState, Dict[str, jnp.ndarray]]:
+    return sample_chunk(state, self.data, module=self.policy.module, hp=self.hp)
 
   def greedy(self, params):
     """Greedy action of every instance: (placement (I, Np) int32, priority (I, Np) float32,

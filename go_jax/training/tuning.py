@@ -124,7 +124,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
              seed: int = 0, policy: Optional[ppo.Policy] = None,
              name: Optional[str] = None, progress: bool = True,
              progress_seconds: float = FINETUNE_PROGRESS_SECONDS,
-             fixed_placement=None, fixed_priority=None) -> FinetuneResult:
+             fixed_placement=None, fixed_priority=None,
+             sample_only: bool = False) -> FinetuneResult:
   """PPO on one graph from `params` (None: fresh) within the budgets (see module docstring).
 
   The update budget defaults to `config.updates` and is rounded up to whole calls of
@@ -136,12 +137,17 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
   (absl INFO) every `progress_seconds` with the updates, the best objective so far, updates/s
   and the time left. `fixed_placement` / `fixed_priority` ((N,) arrays) fix the placement /
   priority of a task that does not learn them (e.g. the schedule the fusion task fuses).
+  `sample_only`: zero-shot alone. The one call samples exactly what the first update would
+  (`ppo.sample_chunk`) and takes no gradient step, so the backward pass is never compiled
+  (`updates` is then 0).
   """
   t0, compiled_before = time.perf_counter(), compile_clock()
-  per_call = int(config["updates_per_call"])
+  per_call = 1 if sample_only else int(config["updates_per_call"])
   budget = int(config["updates"] if max_updates is None else max_updates)
   if budget < 1:
     raise ValueError(f"max_updates must be >= 1, got {budget}")
+  if sample_only:
+    budget = 1
   if max_seconds is not None and not max_seconds > 0:
     raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
   total = -(-budget // per_call) * per_call
@@ -181,7 +187,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
         bool(call_seconds) and now + np.mean(call_seconds[-8:]) > deadline):
       break  # the next call would likely end past the budget
     compiling = compile_clock()
-    state, metrics = trainer.update_chunk(state)  # the first call compiles (unless cached)
+    state, metrics = (trainer.sample_chunk(state) if sample_only  # the first call compiles
+                      else trainer.update_chunk(state))  # (unless cached)
     metrics = jax.device_get(metrics)
     step = int(state.step)
     call_seconds.append(time.perf_counter() - now - (compile_clock() - compiling))
@@ -227,7 +234,8 @@ def finetune(config, graph: CompGraph, topology: Topology, params=None, *,
                         zero_shot_objective=zero_scored["objective"], zero_shot_best=zero_best,
                         zero_shot_placement=zero_scored["placement"],
                         zero_shot_priority=zero_scored["priority"],
-                        zero_shot_seconds=zero_seconds, updates=int(state.step),
+                        zero_shot_seconds=zero_seconds,
+                        updates=0 if sample_only else int(state.step),
                         seconds=seconds, setup_seconds=setup_seconds,
                         compile_seconds=compile_seconds,
                         search_seconds=seconds - setup_seconds - compile_seconds,
@@ -253,8 +261,8 @@ def zero_shot(config, graph: CompGraph, topology: Topology, params, *, seed: int
               samples: Optional[int] = None, policy: Optional[ppo.Policy] = None,
               name: Optional[str] = None) -> ZeroShotResult:
   """GO's zero-shot transfer on one graph: the greedy action and the best of K actions sampled
-  from ONE forward pass of `params` (no update counts: the best is taken from the actions
-  simulated before the first update's gradient step)."""
+  from ONE forward pass of `params`: the actions the first update would sample, with no
+  gradient taken (`ppo.sample_chunk`)."""
   t0 = time.perf_counter()
   k = int(config["samples"] if samples is None else samples)
   cfg = dict(config_dict(config), graphs_per_update=1, updates=1, updates_per_call=1,
@@ -263,7 +271,7 @@ def zero_shot(config, graph: CompGraph, topology: Topology, params, *, seed: int
     cfg["policy"] = config["policy"]
   trainer = ppo.make_train(cfg, [graph], [topology], policy=policy, names=[name or graph.name])
   state = trainer.init(seed, params=params)
-  state, _ = trainer.update_chunk(state)  # samples K + greedy from `params`, then steps
+  state, _ = trainer.sample_chunk(state)  # K samples + greedy from `params`, no gradient
   greedy_place, greedy_prio, greedy_fuse = jax.device_get(trainer.greedy(params))
   greedy = score_action(trainer.problems, 0, greedy_place[0], greedy_prio[0],
                         None if greedy_fuse is None else greedy_fuse[0])
