@@ -71,11 +71,10 @@ def get_config(arg: str = "quarter"):
   c.use_shipped = budget == "full"
   if families == ["zoo"]:
     c.graphs = pretrain.HELD_OUT_OTHER
-    c.finetune_updates = None
-    c.finetune_seconds = {"default": 0.0}  # zero-shot only
-  if families == ["valid"]:  # where recipes are compared: zero-shot, against the list schedulers
+  if families == ["valid"]:  # where recipes are compared, against the list schedulers
     c.graphs = pretrain.VALIDATION
     c.baselines = pretrain.VALIDATION_BASELINES
+  if families in (["zoo"], ["valid"]):  # zero-shot only
     c.finetune_updates = None
     c.finetune_seconds = {"default": 0.0}
   return c
