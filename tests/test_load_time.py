@@ -10,6 +10,7 @@ import pytest
 
 from go_jax import policies
 from go_jax.policies import features, go, load, load_state, load_time
+from go_jax.training import ppo
 from simulator import CompGraph, Topology
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -31,8 +32,8 @@ def random_dag(n=40, seed=0):
                    name="dag")
 
 
-def list_schedule(g: CompGraph, topo: Topology) -> np.ndarray:
-  """The reference: nodes in the graph's topological order, each on the device where it
+def list_schedule(g: CompGraph, topo: Topology, order=None) -> np.ndarray:
+  """The reference: nodes in the graph's topological order (or `order`), each on the device where it
   finishes first (ties: the lower device), a device running its nodes in that order without
   insertion; a copy between devices takes the sender's output over the mean link bandwidth plus
   the latency, every time in shares of the graph's serial cost (load_time.py)."""
@@ -45,7 +46,7 @@ def list_schedule(g: CompGraph, topo: Topology) -> np.ndarray:
   ptr, pred = g.predecessor_csr()
   avail, finish = np.zeros(d), np.zeros(g.num_nodes)
   place = np.zeros(g.num_nodes, np.int64)
-  for i in g.topological_order():
+  for i in g.topological_order() if order is None else order:
     ready = np.zeros(d)
     for p in pred[ptr[i]:ptr[i + 1]]:
       ready = np.maximum(ready, finish[p] + np.where(np.arange(d) == place[p], 0.0,
@@ -56,10 +57,11 @@ def list_schedule(g: CompGraph, topo: Topology) -> np.ndarray:
   return place
 
 
-def _decode(g, topo, block, exact, mode="greedy", placement=None, pad_nodes=None):
+def _decode(g, topo, block, exact, mode="greedy", placement=None, pad_nodes=None,
+            order="topological"):
   """The decoder with zero node/device scores and load term and a large time weight: its
   placement logits, (Np, Dmax)."""
-  f = features.graph_features(g, topo, max_devices=4, num_nodes=pad_nodes)
+  f = features.graph_features(g, topo, max_devices=4, num_nodes=pad_nodes, order=order)
   dec = load.LoadDecoder(8, block, guard=exact, time=True, time_init=50.0)
   mask, dev_mask = jnp.asarray(f.node_mask), jnp.asarray(f.device_mask)
   np_ = f.node_mask.size
@@ -88,6 +90,34 @@ def test_greedy_time_decode_is_the_topological_list_schedule(block, exact):
   assert len(set(ref.tolist())) == 3  # the schedule uses every device: a real test
   got = _decode(g, topo, block, exact).argmax(-1)
   np.testing.assert_array_equal(got, ref)
+
+
+def test_rank_decode_order_gives_the_list_schedule_in_heft_order():
+  """With `decode_order` "rank" the decoder walks HEFT's upward-rank order, a topological order
+  other than Kahn's here, and the time term's greedy decode is the list schedule in that order."""
+  g = random_dag(seed=2)
+  topo = Topology.uniform(3, bandwidth=BANDWIDTH, latency=LATENCY, overhead=OVERHEAD)
+  order = features.decode_order(g, topo, "rank")
+  pos = np.empty(g.num_nodes, np.int64)
+  pos[order] = np.arange(g.num_nodes)
+  assert np.all(pos[g.senders] < pos[g.receivers])  # a topological order
+  assert not np.array_equal(order, g.topological_order())  # and not Kahn's: a real test
+  ref = list_schedule(g, topo, order)
+  assert not np.array_equal(ref, list_schedule(g, topo))  # the order changes the schedule
+  np.testing.assert_array_equal(_decode(g, topo, 1, False, order="rank").argmax(-1), ref)
+  f = features.graph_features(g, topo, max_devices=4, order="rank")
+  np.testing.assert_array_equal(f.topo_order[:g.num_nodes], order)
+  np.testing.assert_array_equal(f.node_feats[order, features.NODE_FEATURES.index("position")],
+                                np.arange(g.num_nodes, dtype=np.float32) / g.num_nodes)
+  with pytest.raises(ValueError, match="decode_order"):
+    features.graph_features(g, topo, max_devices=4, order="random")
+  cfg = policies.default_config()
+  cfg.decode_order = "rank"  # a checkpoint's config builds its features in its order
+  built = ppo.policy_from_config(cfg).features(g, topo, 64, 128)
+  np.testing.assert_array_equal(built.topo_order[:g.num_nodes], order)
+  cfg.decode_order = "bfs"
+  with pytest.raises(ValueError, match="decode_order"):
+    policies.make_policy(cfg)
 
 
 def test_forcing_the_schedule_gives_the_same_logits_and_padding_changes_nothing():

@@ -89,8 +89,10 @@ def small_policy(row: str):
 # "group_copies=1" counts a colocation group's copies once both ends are decided, and
 # "greedy_block=N" sets the greedy decode's block (policy.load_group_copies / load_greedy_block).
 # "time=1" turns on the load state's time term (policy.load_time, go_jax/policies/load_time.py).
+# "rank=1" makes the policy walk HEFT's upward-rank order (policy.decode_order "rank",
+# go_jax/policies/features.py) instead of Kahn's topological order.
 OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm", "group_copies",
-           "greedy_block", "time")
+           "greedy_block", "time", "rank")
 
 
 def _number(key: str, value: str):
@@ -116,7 +118,7 @@ def parse_arg(arg: str):
   for key in ("updates", "imitation_steps"):
     if key in values and values[key] < 1:
       raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
-  for key in ("comm", "group_copies", "time"):
+  for key in ("comm", "group_copies", "time", "rank"):
     if values.get(key, 0) not in (0, 1):
       raise ValueError(f"pretrain.py: {key} must be 0 or 1 in {arg!r}")
   if values.get("greedy_block", 0) < 0:
@@ -151,6 +153,8 @@ def get_config(arg: str = "go"):
     config.policy.load_group_copies = True
   if opts.get("time"):
     config.policy.load_time = True
+  if opts.get("rank"):
+    config.policy.decode_order = "rank"
   if "greedy_block" in opts:
     config.policy.load_greedy_block = opts["greedy_block"]
   config.imitation.enabled = row not in transfer.NO_IMITATION

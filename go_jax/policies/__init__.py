@@ -22,7 +22,7 @@ import flax.linen as nn
 import ml_collections
 
 from go_jax.policies.attention import IMPLEMENTATIONS, RELATIVE
-from go_jax.policies.features import batch_features, graph_features
+from go_jax.policies.features import DECODE_ORDERS, batch_features, graph_features
 from go_jax.policies.go import GOPolicy
 from go_jax.policies.types import GraphFeatures, PolicyOutput
 
@@ -45,7 +45,8 @@ VARIANTS: Dict[str, Dict[str, object]] = {
     "go_fusion": {"fusion_head": True},
 }
 
-_META_KEYS = ("policy", "variant", "hint")  # config keys that are not module fields
+# config keys that are not module fields (decode_order: how the features are built, features.py)
+_META_KEYS = ("policy", "variant", "hint", "decode_order")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -83,6 +84,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_copy_to_receiver = False  # a copy live until its receiver's block (load.py)
   c.load_time = False  # the time term: a later earliest finish on a device lowers its logit
   c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
+  c.decode_order = "topological"  # the order the policy walks (features.DECODE_ORDERS)
   return c
 
 
@@ -120,6 +122,9 @@ def make_policy(config) -> nn.Module:
                      f"heads ({kwargs.get('heads')})")
   if not 0.0 <= float(kwargs.get("dropout", 0.0)) < 1.0:
     raise ValueError(f"policy config: dropout must be in [0, 1), got {kwargs['dropout']}")
+  if cfg.get("decode_order", "topological") not in DECODE_ORDERS:
+    raise ValueError(f"policy config: unknown decode_order {cfg['decode_order']!r}; choose "
+                     f"from {sorted(DECODE_ORDERS)}")
   for key, table in (("attention_impl", IMPLEMENTATIONS), ("relative", RELATIVE)):
     if key in kwargs and kwargs[key] not in table:
       raise ValueError(f"policy config: unknown {key} {kwargs[key]!r}; choose from "

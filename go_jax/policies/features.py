@@ -22,7 +22,7 @@ Node features (`NODE_FEATURES`, one column each, float32, 0 on padding rows):
   log_out_degree   log1p(number of successors)
   depth            longest path (in edges) from any source / the graph's largest depth
                    (0 for a graph without edges)
-  position         position in the topological order / N
+  position         position in the decode order / N
   colocated        1 if the op belongs to a colocation group (colocation >= 0)
   log_flops        log1p(flops / mean flops), 0 when the graph records no flops
   log_bytes_acc    log1p(bytes_accessed / mean), 0 when the graph records none
@@ -31,13 +31,20 @@ Load inputs (`GraphFeatures.node_load`, `node_end`, `device_capacity`; raw share
 because the policy's load state adds them up, see load.py):
   node_load        param_bytes / T, out_bytes / T, temp_bytes / T and cost / the graph's total
                    cost, T = the graph's total param + output bytes
-  node_end         topological position of the op's last consumer (the last position when
+  node_end         decode-order position of the op's last consumer (the last position when
                    nothing consumes it)
   node_leader      topological position of the op's colocation leader, the first op of its
                    group in topological order (its own position when ungrouped): rule 1 puts
                    the group where the simulator's root goes, so the load state counts every
                    member on its leader's device and the policy decides the group there
   device_capacity  min(mem_capacity / T, MEM_RATIO_CAP)
+
+The decode order (`DECODE_ORDERS`, the policy config's `decode_order`) is the topological order
+the policy walks: its segments, its load state's scan and the positions above follow it.
+"topological" (the default) is Kahn's order with the smallest ready id first; "rank" is HEFT's
+order, decreasing upward rank with mean durations and transfer times (ties in Kahn's order),
+so that the load state's time term (load_time.py) sees devices fill in the order a list
+scheduler fills them. Any topological order is valid: every op comes after its inputs.
 
 Device features (`DEVICE_FEATURES`, 0 on padding devices):
   speed            speed / the topology's largest speed
@@ -73,6 +80,30 @@ NUM_DEVICE_FEATURES = len(DEVICE_FEATURES)
 MEM_RATIO_CAP = 1e4  # device memory over graph bytes is clipped here (and for infinite memory)
 
 
+def _rank_order(graph: CompGraph, topology: Topology) -> np.ndarray:
+  """HEFT's order: decreasing upward rank (mean duration + transfer), ties in Kahn's order. A
+  producer's rank exceeds its consumers' (durations are positive), or ties and comes first."""
+  from go_jax.methods.list_scheduling import heft_rank  # pylint: disable=g-import-not-at-top
+  pos = np.empty(graph.num_nodes, np.int64)
+  pos[graph.topological_order()] = np.arange(graph.num_nodes)
+  return np.lexsort((pos, -heft_rank(graph, topology))).astype(np.int64)
+
+
+# name -> (graph, topology) -> (N,) op ids in a topological order (the policy's decode order)
+DECODE_ORDERS = {
+    "topological": lambda graph, topology: np.asarray(graph.topological_order(), np.int64),
+    "rank": _rank_order,
+}
+
+
+def decode_order(graph: CompGraph, topology: Topology, name: str = "topological") -> np.ndarray:
+  """(N,) op ids in the named decode order (`DECODE_ORDERS`)."""
+  if name not in DECODE_ORDERS:
+    raise ValueError(f"policy config: unknown decode_order {name!r}; choose from "
+                     f"{sorted(DECODE_ORDERS)}")
+  return DECODE_ORDERS[name](graph, topology)
+
+
 def _relative(x: np.ndarray, scale: float) -> np.ndarray:
   """x / scale, or zeros when scale is 0 (e.g. a graph that records no flops)."""
   return x / scale if scale > 0 else np.zeros_like(x)
@@ -102,8 +133,10 @@ def _memory_scale(graph: CompGraph, topology: Topology) -> float:
   return float(graph.out_bytes.sum() + graph.param_bytes.sum())
 
 
-def node_features(graph: CompGraph, topology: Topology) -> np.ndarray:
-  """(N, NUM_NODE_FEATURES) float32 features of the real nodes (see the module docstring)."""
+def node_features(graph: CompGraph, topology: Topology,
+                  order: Optional[np.ndarray] = None) -> np.ndarray:
+  """(N, NUM_NODE_FEATURES) float32 features of the real nodes (see the module docstring);
+  `order`: the decode order of `position` (default: the graph's topological order)."""
   n = graph.num_nodes
   mem = _memory_scale(graph, topology)
   depth = node_depth(graph)
@@ -112,7 +145,7 @@ def node_features(graph: CompGraph, topology: Topology) -> np.ndarray:
   _, per_byte = topology.link_tables()
   mean_per_byte = per_byte.sum() / (d * (d - 1)) if d > 1 else 0.0
   pos = np.empty(n, np.float64)
-  pos[graph.topological_order()] = np.arange(n)
+  pos[graph.topological_order() if order is None else order] = np.arange(n)
   cols = {
       "log_cost": np.log1p(_relative(graph.cost, mean_cost)),
       "log_out_bytes": np.log1p(_relative(graph.out_bytes * n, mem)),
@@ -163,9 +196,11 @@ def device_features(graph: CompGraph, topology: Topology) -> np.ndarray:
   return np.stack([cols[k] for k in DEVICE_FEATURES], axis=1).astype(np.float32)
 
 
-def load_inputs(graph: CompGraph, topology: Topology) -> tuple:
+def load_inputs(graph: CompGraph, topology: Topology,
+                order: Optional[np.ndarray] = None) -> tuple:
   """((N, 4) node_load, (N,) node_end, (D,) device_capacity) of the real nodes and devices
-  (see the module docstring): what the policy's load state adds up."""
+  (see the module docstring): what the policy's load state adds up. `order`: the decode order
+  (default: the graph's topological order)."""
   n = graph.num_nodes
   total_mem = float(graph.param_bytes.sum() + graph.out_bytes.sum())
   total_cost = float(graph.cost.sum())
@@ -174,7 +209,7 @@ def load_inputs(graph: CompGraph, topology: Topology) -> tuple:
                         _relative(np.asarray(graph.temp_bytes, np.float64), total_mem),
                         _relative(np.asarray(graph.cost, np.float64), total_cost)], axis=1)
   pos = np.empty(n, np.int64)
-  pos[graph.topological_order()] = np.arange(n)
+  pos[graph.topological_order() if order is None else order] = np.arange(n)
   end = pos.copy()
   np.maximum.at(end, graph.senders, pos[graph.receivers])
   end[graph.out_degree() == 0] = n - 1  # rule 7: an output nobody consumes lives to the end
@@ -200,7 +235,8 @@ def colocation_leaders(graph: CompGraph, position: np.ndarray) -> np.ndarray:
 
 def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int] = None,
                    num_edges: Optional[int] = None, max_devices: int = 8,
-                   hint_placement: Optional[np.ndarray] = None) -> GraphFeatures:
+                   hint_placement: Optional[np.ndarray] = None,
+                   order: str = "topological") -> GraphFeatures:
   """Features of one graph on one topology, padded (numpy leaves; jit / vmap accept them).
 
   Args:
@@ -208,10 +244,11 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
     num_nodes, num_edges: padded sizes (default: the power-of-two buckets of the graph's).
     max_devices: Dmax, the device axis of `device_feats` / `device_mask`.
     hint_placement: (N,) device per op of a hint placement (GraphFeatures.hint; None: no hint).
+    order: the decode order (`DECODE_ORDERS`; the policy config's `decode_order`).
 
   Raises:
-    ValueError: the topology has more than `max_devices` devices, or the graph does not fit
-      `num_nodes` / `num_edges`.
+    ValueError: the topology has more than `max_devices` devices, the graph does not fit
+      `num_nodes` / `num_edges`, or `order` is not a decode order.
   """
   n, e, d = graph.num_nodes, graph.num_edges, topology.num_devices
   if d > max_devices:
@@ -226,8 +263,9 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
     i = int(np.flatnonzero(graph.op_type >= NUM_OP_TYPES)[0])
     raise ValueError(f"graph '{graph.name}': op_type {graph.op_type[i]} of node "
                      f"{graph.node_label(i)} is outside the vocabulary [0, {NUM_OP_TYPES})")
+  walk = decode_order(graph, topology, order)
   feats = np.zeros((np_, NUM_NODE_FEATURES), np.float32)
-  feats[:n] = node_features(graph, topology)
+  feats[:n] = node_features(graph, topology, walk)
   op_type = np.zeros(np_, np.int32)
   op_type[:n] = graph.op_type
   senders = np.zeros(ep, np.int32)
@@ -235,7 +273,7 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
   receivers = np.zeros(ep, np.int32)
   receivers[:e] = graph.receivers
   topo_order = np.arange(np_, dtype=np.int32)  # padding keeps its ids, after every real node
-  topo_order[:n] = graph.topological_order()
+  topo_order[:n] = walk
   topo_position = np.empty(np_, np.int32)
   topo_position[topo_order] = np.arange(np_, dtype=np.int32)
   dev = np.zeros((max_devices, NUM_DEVICE_FEATURES), np.float32)
@@ -243,7 +281,7 @@ def graph_features(graph: CompGraph, topology: Topology, num_nodes: Optional[int
   node_load = np.zeros((np_, 4), np.float32)
   node_end = np.zeros(np_, np.int32)
   capacity = np.zeros(max_devices, np.float32)
-  node_load[:n], node_end[:n], capacity[:d] = load_inputs(graph, topology)
+  node_load[:n], node_end[:n], capacity[:d] = load_inputs(graph, topology, walk)
   node_leader = np.arange(np_, dtype=np.int32)  # padding: its own position
   node_leader[:n] = colocation_leaders(graph, topo_position[:n])
   hint = None

@@ -348,11 +348,12 @@ def policy_from_config(policy_config) -> Policy:
   """The registered GO policy (go_jax.policies) described by `config.policy`."""
   from go_jax import policies  # pylint: disable=g-import-not-at-top
   dmax = int(policy_config["max_devices"])
+  order = str(policy_config.get("decode_order", "topological"))  # absent in older checkpoints
 
   def features(graph, topology, num_nodes, num_edges, hint_placement=None):
     return policies.features.graph_features(graph, topology, num_nodes=num_nodes,
                                             num_edges=num_edges, max_devices=dmax,
-                                            hint_placement=hint_placement)
+                                            hint_placement=hint_placement, order=order)
   return Policy(policies.make_policy(policy_config), features, dmax,
                 str(policy_config.get("hint", "") or ""))
 
