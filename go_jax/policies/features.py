@@ -33,8 +33,8 @@ because the policy's load state adds them up, see load.py):
                    cost, T = the graph's total param + output bytes
   node_end         decode-order position of the op's last consumer (the last position when
                    nothing consumes it)
-  node_leader      topological position of the op's colocation leader, the first op of its
-                   group in topological order (its own position when ungrouped): rule 1 puts
+  node_leader      decode-order position of the op's colocation leader, the first op of its
+                   group in the decode order (its own position when ungrouped): rule 1 puts
                    the group where the simulator's root goes, so the load state counts every
                    member on its leader's device and the policy decides the group there
   device_capacity  min(mem_capacity / T, MEM_RATIO_CAP)
