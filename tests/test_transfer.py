@@ -206,6 +206,10 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   with pytest.raises(ValueError, match="group_copies must be 0 or 1"):
     pretrain.get_config("go,group_copies=3")
   assert pretrain.get_config("go,time=1").policy.load_time and not full.policy.load_time
+  assert full.policy.decode_order == "topological"
+  assert pretrain.get_config("go,rank=1").policy.decode_order == "rank"
+  with pytest.raises(ValueError, match="rank must be 0 or 1"):
+    pretrain.get_config("go,rank=2")
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):
