@@ -22,7 +22,7 @@ import flax.linen as nn
 import ml_collections
 
 from go_jax.policies.attention import IMPLEMENTATIONS, RELATIVE
-from go_jax.policies.features import DECODE_ORDERS, batch_features, graph_features
+from go_jax.policies.features import batch_features, check_decode_order, graph_features
 from go_jax.policies.go import GOPolicy
 from go_jax.policies.types import GraphFeatures, PolicyOutput
 
@@ -122,9 +122,7 @@ def make_policy(config) -> nn.Module:
                      f"heads ({kwargs.get('heads')})")
   if not 0.0 <= float(kwargs.get("dropout", 0.0)) < 1.0:
     raise ValueError(f"policy config: dropout must be in [0, 1), got {kwargs['dropout']}")
-  if cfg.get("decode_order", "topological") not in DECODE_ORDERS:
-    raise ValueError(f"policy config: unknown decode_order {cfg['decode_order']!r}; choose "
-                     f"from {sorted(DECODE_ORDERS)}")
+  check_decode_order(cfg.get("decode_order", "topological"))
   for key, table in (("attention_impl", IMPLEMENTATIONS), ("relative", RELATIVE)):
     if key in kwargs and kwargs[key] not in table:
       raise ValueError(f"policy config: unknown {key} {kwargs[key]!r}; choose from "

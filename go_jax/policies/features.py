@@ -96,12 +96,17 @@ DECODE_ORDERS = {
 }
 
 
-def decode_order(graph: CompGraph, topology: Topology, name: str = "topological") -> np.ndarray:
-  """(N,) op ids in the named decode order (`DECODE_ORDERS`)."""
+def check_decode_order(name: str) -> str:
+  """`name` if it is a decode order (`DECODE_ORDERS`), else a ValueError naming the choices."""
   if name not in DECODE_ORDERS:
     raise ValueError(f"policy config: unknown decode_order {name!r}; choose from "
                      f"{sorted(DECODE_ORDERS)}")
-  return DECODE_ORDERS[name](graph, topology)
+  return name
+
+
+def decode_order(graph: CompGraph, topology: Topology, name: str = "topological") -> np.ndarray:
+  """(N,) op ids in the named decode order (`DECODE_ORDERS`)."""
+  return DECODE_ORDERS[check_decode_order(name)](graph, topology)
 
 
 def _relative(x: np.ndarray, scale: float) -> np.ndarray:
