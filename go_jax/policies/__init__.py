@@ -83,6 +83,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.load_group_copies = False  # copies of colocation groups counted once both are decided
   c.load_copy_to_receiver = False  # a copy live until its receiver's block (load.py)
   c.load_time = False  # the time term: a later earliest finish on a device lowers its logit
+  c.load_time_copies = False  # with load_time: greedy decode counts copies in time (load.py)
   c.fusion_head = False  # a fuse request per op (the fusion tasks; GOPolicy.fusion_head)
   c.decode_order = "topological"  # the order the policy walks (features.DECODE_ORDERS)
   return c

@@ -130,6 +130,9 @@ class GOPolicy(nn.Module):
   # the load state's time term (load_time.py): each node's logit of a device drops with how
   # much later it would finish there than on its best device, by a learned per-node weight
   load_time: bool = False
+  # with load_time: the exact greedy decode also counts received copies over estimated time
+  # (load_copies.py)
+  load_time_copies: bool = False
   fusion_head: bool = False  # a Bernoulli fuse request per op (tasks "fusion" and "joint3")
 
   @nn.compact
@@ -196,7 +199,8 @@ class GOPolicy(nn.Module):
                             greedy_block=self.load_greedy_block, comm=self.load_comm,
                             group_copies=self.load_group_copies,
                             copy_to_receiver=self.load_copy_to_receiver,
-                            time=self.load_time, name="load")
+                            time=self.load_time, time_copies=self.load_time_copies,
+                            name="load")
       args = (q, k, bias, jnp.asarray(feats.node_load, jnp.float32), feats.node_end,
               jnp.asarray(feats.device_capacity, jnp.float32), dev_mask, feats.topo_order,
               feats.topo_position, mask, feats.senders, feats.receivers,

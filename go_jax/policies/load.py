@@ -94,6 +94,7 @@ import jax
 import jax.numpy as jnp
 
 from go_jax.policies import load_state as ls
+from go_jax.policies import load_copies as lc
 from go_jax.policies import load_time as lt
 # the state's arithmetic lives in load_state; these names are this module's public API too
 from go_jax.policies.load_state import (  # pylint: disable=unused-import
@@ -153,6 +154,9 @@ class LoadDecoder(nn.Module):
   # function of the node's query, initially `time_init`; needs the call's `timing`
   time: bool = False
   time_init: float = 1.0
+  # with `time`: the exact greedy decode also counts received copies over estimated time
+  # (load_copies.py), so a device whose consumers queue is seen holding their inputs
+  time_copies: bool = False
 
   @nn.compact
   def __call__(self, q, k, bias, node_load, node_end, device_capacity, device_mask, topo_order,
@@ -208,6 +212,7 @@ class LoadDecoder(nn.Module):
       node_send, speed, overhead, latency = timing
       tl = lt.time_layout(lay, node_load, node_send, node_mask, topo_order, senders, edge_mask,
                           speed, overhead, latency, device_mask)
+    copies_on = self.time and self.time_copies and mode == "greedy" and lay.group is not None
     qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
     scale = 1.0 / jnp.sqrt(jnp.float32(h))
 
@@ -233,7 +238,9 @@ class LoadDecoder(nn.Module):
       return scale_b * over
 
     def step(carry, xs):
-      state, ts = carry  # ls.LoadState, lt.TimeState (None without the time term)
+      # ls.LoadState, lt.TimeState (None without the time term), lc.CopyState (None unless
+      # time_copies)
+      state, ts, cs = carry
       b, qb, fb = xs
       prof = ls.profile(state)
       feats = ls.load_features(state.params, prof[b], prof.max(0), state.work, cap, dev_mask)
@@ -267,7 +274,7 @@ class LoadDecoder(nn.Module):
         def one(carry, j):
           # (n_blk, Dmax) live, (Dmax,) params of earlier picks, (S, Dmax) picks, and with the
           # time term (Dmax,) device ends and (S,) finish times after the earlier picks
-          inc, extra, picks, avail, fin = carry
+          inc, extra, picks, avail, fin, cs = carry
           top = jnp.maximum(now[j] + inc[b], (ahead[j] + inc).max(0))
           peak = state.params + extra + sb[j, 0] + top
           over = jnp.maximum(peak / cap - limit, 0.0)
@@ -280,6 +287,16 @@ class LoadDecoder(nn.Module):
           if self.time:  # node by node: the earlier picks' devices and finish times are known
             eft = lt.eft_slot(tl, b, j, avail, fin, picks, ready[j])
             row = row - wt[j] * lt.term(eft[None], tl)[0]
+          if copies_on:  # the copies this node's inputs would hold on each device, in time
+            earlier = (jnp.arange(s) < j)
+            fin_all = jax.lax.dynamic_update_slice(ts.finish, jnp.where(earlier, fin, 0.0),
+                                                   (b * s,))
+            p_all = jax.lax.dynamic_update_slice(state.probs, picks * earlier[:, None],
+                                                 (b * s, 0))
+            add = lc.new_copies(cs, lay.e_src, lay.e_dst, lay.e_out, b * s + j, fin_all,
+                                p_all, eft)
+            held = state.params + extra + sb[j, 0] + lc.peak(cs, add)
+            row = row - scale_b * jnp.maximum(held / cap - limit, 0.0)
           row = jnp.where(dev_mask, row, self.masked_logit)
           pick = jax.nn.one_hot(jnp.argmax(row), dmax, dtype=jnp.float32)
           local = lead[j] - b * s
@@ -291,16 +308,19 @@ class LoadDecoder(nn.Module):
             grow = grow + riv[j] * pick[None, :] + out_iv[j] * (1.0 - pick)[None, :]
           if self.time:  # the pick (or its leader's device) is committed in time
             avail, fin = lt.step_slot(avail, fin, j, eft, pick)
-          return (inc + grow, extra + pick * sb[j, 0], picks.at[j].set(pick), avail, fin), row
+          if copies_on:
+            cs = lc.commit(cs, lay.e_src, lay.e_dst, lay.e_out, b * s + j, add, pick, eft)
+          return (inc + grow, extra + pick * sb[j, 0], picks.at[j].set(pick), avail, fin,
+                  cs), row
 
         init = (jnp.zeros((n_blk, dmax), jnp.float32), jnp.zeros(dmax, jnp.float32),
                 jnp.zeros((s, dmax), jnp.float32),
                 ts.avail if self.time else jnp.zeros(dmax, jnp.float32),
-                jnp.zeros(s, jnp.float32))
-        (_, _, picks, avail, fin), rows = jax.lax.scan(one, init, jnp.arange(s))
+                jnp.zeros(s, jnp.float32), cs)
+        (_, _, picks, avail, fin, cs), rows = jax.lax.scan(one, init, jnp.arange(s))
         if self.time:
           ts = lt.with_block(ts, b, avail, fin)
-        return (ls.commit(state, lay, b, picks), ts), rows
+        return (ls.commit(state, lay, b, picks), ts, cs), rows
       if self.guard:
         logits = logits - barrier(state, b, prof)
         logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
@@ -314,9 +334,10 @@ class LoadDecoder(nn.Module):
       p = ls.follow_leaders(state, lay, b, p)
       if self.time:
         ts = lt.commit_time(ts, tl, b, jax.lax.stop_gradient(p), ready)
-      return (ls.commit(state, lay, b, p), ts), logits
+      return (ls.commit(state, lay, b, p), ts, cs), logits
 
-    init = (ls.init_state(n_blk, s, dmax), lt.init_time(n_blk, s, dmax) if self.time else None)
+    init = (ls.init_state(n_blk, s, dmax), lt.init_time(n_blk, s, dmax) if self.time else None,
+            lc.init_copies(n_blk * s, dmax) if copies_on else None)
     _, logits = jax.lax.scan(step, init,
                              (jnp.arange(n_blk), qs, forced))
     # every colocation member takes its leader's logits (the group's one decision, made where
