@@ -212,7 +212,9 @@ class LoadDecoder(nn.Module):
       node_send, speed, overhead, latency = timing
       tl = lt.time_layout(lay, node_load, node_send, node_mask, topo_order, senders, edge_mask,
                           speed, overhead, latency, device_mask)
-    copies_on = self.time and self.time_copies and mode == "greedy" and lay.group is not None
+    # the exact greedy decode (picks node by node, below); copies in time ride on it
+    exact_greedy = lay.group is not None and self.guard and mode == "greedy"
+    copies_on = exact_greedy and self.time and self.time_copies
     qs = jnp.pad(q[topo_order], ((0, n_blk * s - n), (0, 0))).reshape(n_blk, s, h)
     scale = 1.0 / jnp.sqrt(jnp.float32(h))
 
@@ -251,7 +253,6 @@ class LoadDecoder(nn.Module):
         away, inner = ls.copy_terms(state, lay, b)
         w = jax.nn.softplus(qb @ comm_v + comm_c)  # (S,) per-node weight of the copy term
         logits = logits - w[:, None] * away
-      exact_greedy = lay.group is not None and self.guard and mode == "greedy"
       if self.time:
         # The time state is context, not a path for gradients: it counts the placement through
         # max() chains whose gradients are mostly zero, and differentiating its nested scans
