@@ -325,7 +325,8 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   assert plain.evaluations == 256 and "polish_evaluations" not in plain.info
   for bad, match in (({"polish": 1.0}, "polish must be a fraction"),
                      ({"polish_batch": 0}, "polish_batch must be >= 1"),
-                     ({"polish_swap": 1.5}, "polish_swap must be in")):
+                     ({"polish_swap": 1.5}, "polish_swap must be in"),
+                     ({"polish_peak": -0.1}, "polish_peak must be in")):
     with pytest.raises(ValueError, match=match):
       methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=320, **bad)
   # the options override it: the checkpoint's training search (80 evaluations a generation)

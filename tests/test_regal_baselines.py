@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from go_jax import methods
-from go_jax.methods import partition, regal_baselines, tuned
+from go_jax.methods import climb, partition, regal_baselines, tuned
 from go_jax.methods.simple import dfs
 from simulator import CompGraph, Topology, preset
 from simulator.sources import load_graph
@@ -100,7 +100,7 @@ def test_timed_climb_from_a_given_action(graph, topo, swap_prob):
   best objective, groups kept together, the priority order kept when no swaps are drawn."""
   start = methods.solve("gp_dfs", graph, topo, objective="peak_memory")
   problem = methods.Problem(graph, topo, "peak_memory", 2, None, None)
-  place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
+  place, prio, info = climb.timed_climb(problem, start.placement, start.priority,
                                                   0.5, swap_prob=swap_prob, batch=8)
   assert info["start_objective"] == pytest.approx(start.objective, rel=1e-6)
   assert info["best_objective"] <= info["start_objective"] and info["steps"] >= 4
@@ -111,7 +111,7 @@ def test_timed_climb_from_a_given_action(graph, topo, swap_prob):
     np.testing.assert_array_equal(np.argsort(prio, kind="stable"),
                                   np.argsort(start.priority, kind="stable"))
   with pytest.raises(ValueError, match="swap_prob"):
-    regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=1.5)
+    climb.timed_climb(problem, place, prio, 0.1, swap_prob=1.5)
 
 
 def test_timed_climb_with_kicks(graph, topo):
@@ -121,9 +121,9 @@ def test_timed_climb_with_kicks(graph, topo):
   start = methods.solve("gp_dfs", graph, topo, objective="makespan")
   problem = methods.Problem(graph, topo, "makespan", 1, None, None)
   # one call of 4 steps: it compiles, so the timed run below is all climb
-  regal_baselines.timed_climb(problem, start.placement, start.priority, 0.0, swap_prob=0.3,
+  climb.timed_climb(problem, start.placement, start.priority, 0.0, swap_prob=0.3,
                               batch=8)
-  place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
+  place, prio, info = climb.timed_climb(problem, start.placement, start.priority,
                                                   1.0, swap_prob=0.3, batch=8,
                                                   chunk_seconds=0.05, kick=0.5)
   assert info["calls"] >= 2 and info["kicks"] >= 1  # big kicks and short calls: some are stuck
@@ -132,7 +132,7 @@ def test_timed_climb_with_kicks(graph, topo):
   assert again["objective"] == pytest.approx(info["best_objective"], rel=1e-6)
   np.testing.assert_array_equal(place, place[graph.colocation_root()])
   with pytest.raises(ValueError, match="kick must be a share"):
-    regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, kick=2.0)
+    climb.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, kick=2.0)
 
 
 def test_climb_moves_along_edges(graph, topo):
@@ -140,13 +140,13 @@ def test_climb_moves_along_edges(graph, topo):
   still re-simulates to its objective and never gets worse."""
   start = methods.solve("gp_dfs", graph, topo, objective="makespan")
   problem = methods.Problem(graph, topo, "makespan", 4, None, None)
-  place, prio, info = regal_baselines.timed_climb(problem, start.placement, start.priority,
+  place, prio, info = climb.timed_climb(problem, start.placement, start.priority,
                                                   0.3, swap_prob=0.3, batch=8, edge_prob=1.0)
   assert info["best_objective"] <= info["start_objective"]
   again = methods.evaluate(graph, topo, place, prio, "makespan")
   assert again["objective"] == pytest.approx(info["best_objective"], rel=1e-6)
   with pytest.raises(ValueError, match="edge_prob must be in"):
-    regal_baselines.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, edge_prob=1.5)
+    climb.timed_climb(problem, place, prio, 0.1, swap_prob=0.3, edge_prob=1.5)
 
 
 def test_climb_swaps_device_loads():
@@ -160,14 +160,14 @@ def test_climb_swaps_device_loads():
   problem = methods.Problem(chain, topo3, "makespan", 0, None, None)
   start = np.array([0, 0, 0, 1, 1, 1])
   prio = -np.arange(6.0)
-  place, _, info = regal_baselines.timed_climb(problem, start, prio, 0.2, swap_prob=0.0,
+  place, _, info = climb.timed_climb(problem, start, prio, 0.2, swap_prob=0.0,
                                                batch=8, relabel_prob=1.0)
   assert info["start_objective"] == pytest.approx(106.0) and info["best_objective"] < 7.0
   assert 2 in place and place[0] != place[5]  # one side now on device 2, the other kept
   np.testing.assert_array_equal(place[:3] == place[0], [True] * 3)
   np.testing.assert_array_equal(place[3:] == place[5], [True] * 3)
   with pytest.raises(ValueError, match="relabel_prob must be in"):
-    regal_baselines.timed_climb(problem, start, prio, 0.1, swap_prob=0.0, relabel_prob=-1.0)
+    climb.timed_climb(problem, start, prio, 0.1, swap_prob=0.0, relabel_prob=-1.0)
 
 
 # ------------------------------------------------------------------ xla_memory

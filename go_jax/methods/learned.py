@@ -27,7 +27,7 @@ where it has one, else the checkpoint's training config's, 0 for every shipped o
 `explore_below` (the floor applies only where the starting policy's placement entropy per
 decision is below this many nats, go_jax/training/tuning.py; None: everywhere), `polish`
 (the last share of finetune_seconds goes to local search's hill climb from the best stage so
-far, regal_baselines.timed_climb; 0: none; default `FINETUNE_POLISH`; docs/design.md section 7),
+far, climb.timed_climb; 0: none; default `FINETUNE_POLISH`; docs/design.md section 7),
 `polish_kick` (the climb's kicks: at each local optimum it restarts from the best action with
 this share of the movable ops moved at random; 0: a plain climb; default `POLISH_KICK`),
 `polish_edge` (the share of the climb's relocations drawn along an edge: an op's group joins a
@@ -113,7 +113,7 @@ FINETUNE_EXPLORE: Dict[str, float] = {}
 EXPLORE_BELOW = 0.5
 # Fine-tuning's default polish per method (its `polish` option: the share of finetune_seconds
 # spent, after PPO, on local search's hill climb from the best stage's action,
-# regal_baselines.timed_climb; docs/design.md section 7), chosen on the same four validation
+# climb.timed_climb; docs/design.md section 7), chosen on the same four validation
 # instances, two seeds (BENCHMARKS.md, "A hill climb at the end of fine-tuning"), 0.2 against
 # none, geometric mean of the ratio to HEFT: `gdp` 0.800 against 0.956 (better on 7 of 8
 # cells), `go` 0.758 against 0.863 (better on 8 of 8).
@@ -250,10 +250,10 @@ def _polished(problem: Problem, stages: List[Dict[str, Any]], seconds: float,
               edge: float, relabel: float) -> Dict[str, Any]:
   """The fine-tuned stage after the polish: the hill climb from the best stage so far for the
   rest of the time (at least one call); its action, re-simulated. info gains "polish"."""
-  from go_jax.methods import regal_baselines  # pylint: disable=g-import-not-at-top  (cycle)
+  from go_jax.methods import climb as climb_lib  # pylint: disable=g-import-not-at-top  (cycle)
   t0 = time.perf_counter()
   best = min(stages, key=lambda s: s["objective"])
-  place, prio, climb = regal_baselines.timed_climb(
+  place, prio, climb = climb_lib.timed_climb(
       problem, best["placement"], best["priority"], max(seconds, 0.0),
       swap_prob=0.0 if placement_only else POLISH_SWAP, batch=POLISH_BATCH, kick=kick,
       edge_prob=edge, relabel_prob=relabel)

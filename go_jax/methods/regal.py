@@ -57,15 +57,19 @@ _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtim
 # improvement over BRKGA 5K: +4.21% / +3.98% / +7.22% against +3.71% / +1.67% / -1.13% without)
 # and adopted because it also improved the validation split (60 graphs of a built REGAL-style
 # dataset: +3.16% / +4.22% / +7.91% against +2.78% / +1.99% / +1.22%); docs/regal.md 4.2.
+# At 4 and 8 devices 0.3 of the climb's moves are aimed at the memory peak (`polish_peak`,
+# go_jax/methods/peak_moves.py), chosen on the first 40 validation graphs of a rebuilt split
+# (4 devices: +5.13% against +4.68%; 8 devices: +9.13% against +7.99%; 0.5 and 1.0 were worse,
+# and at 2 devices 0.5 and 1.0 lost to none: +1.63% / +1.23% against +1.67%); docs/regal.md 4.2.
 _POLISH = {"polish_batch": 16, "polish_swap": 0.5}
 SEARCH_PARAMS: Dict[str, Dict[str, Any]] = {
     "regal_hint": {"population": 160, "elite_frac": 0.2, "mutant_frac": 0.0, "polish": 0.1,
                    **_POLISH},
-    "regal_hint_d4": {"polish": 0.3, **_POLISH},
-    "regal_hint_d8": {"polish": 0.9, **_POLISH},
+    "regal_hint_d4": {"polish": 0.3, "polish_peak": 0.3, **_POLISH},
+    "regal_hint_d8": {"polish": 0.9, "polish_peak": 0.3, **_POLISH},
 }
 SEARCH_OPTIONS = ("population", "elite_frac", "mutant_frac", "polish", "polish_batch",
-                  "polish_swap")
+                  "polish_swap", "polish_peak")
 
 
 def load_checkpoint(method: str, checkpoint: str):
@@ -193,7 +197,8 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
 @register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "
           "crossover bias for BRKGA (one forward pass + guided BRKGA, budget evaluations)",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
-          elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None)
+          elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
+          polish_peak=None)
 def regal(problem: Problem, config) -> Proposal:
   return solve_regal("regal", problem, config)
 
@@ -201,7 +206,8 @@ def regal(problem: Problem, config) -> Proposal:
 @register("gas", "joint", "GAS (REGAL's graph-agnostic search): BRKGA with learned key "
           "distributions and bias shared by all ops (same trainer as REGAL)",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
-          elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None)
+          elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
+          polish_peak=None)
 def gas(problem: Problem, config) -> Proposal:
   return solve_regal("gas", problem, config)
 
@@ -209,6 +215,7 @@ def gas(problem: Problem, config) -> Proposal:
 @register("regal_hint", "joint", "REGAL whose policy also reads a heuristic guide (GP's device "
           "and XLA's memory order per op, go_jax/regal/hints.py) and starts from it",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
-          elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None)
+          elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
+          polish_peak=None)
 def regal_hint(problem: Problem, config) -> Proposal:
   return solve_regal("regal_hint", problem, config)

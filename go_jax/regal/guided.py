@@ -19,7 +19,7 @@ Crossover: a child takes key (i, k) from its elite parent when a random byte is 
 
 Polish (config `polish`, a fraction of the budget, 0: none; docs/regal.md section 4.2): the
 last floor(polish * budget) evaluations go to `local_search`'s hill climb
-(go_jax/methods/regal_baselines.py) from the guided BRKGA's best, in the same jit, in whole
+(go_jax/methods/climb.py) from the guided BRKGA's best, in the same jit, in whole
 batches of `polish_batch` moves with swap probability `polish_swap`; the BRKGA gets the rest.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from go_jax.methods import Problem, Proposal
 from go_jax.methods import evolution
-from go_jax.methods import regal_baselines
+from go_jax.methods import climb as climb_lib
 from simulator import sharding as sharding_lib
 from simulator.padding import PaddedGraph
 from simulator.simulate import padded
@@ -116,7 +116,8 @@ def uniform_guide(num_nodes_padded: int, num_devices: int, elite_bias: float) ->
 @functools.partial(jax.jit, static_argnames=("kind", "population", "elites", "mutants",
                                              "elite_bias", "scan_len", "sharding", "batch"))
 def _polished_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, seed_mask,
-                  guide, polish_key, polish_steps, swap_prob, movable, num_movable, *,
+                  guide, polish_key, polish_steps, swap_prob, movable, num_movable,
+                  peak_prob, *,
                   kind: str, population: int, elites: int, mutants: int, elite_bias: float,
                   scan_len: int, sharding, batch: int):
   """The guided BRKGA, then the hill climb from its best chromosome: one jit."""
@@ -128,27 +129,31 @@ def _polished_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys,
   keys = pop.keys[0]
   place0 = jnp.argmax(keys[:, :d], -1).astype(jnp.int32)[pg.coloc_root]  # groups: root's
   place0 = jnp.where(pg.node_mask, place0, 0)
-  climb = regal_baselines._climb(  # pylint: disable=protected-access
+  climb = climb_lib.hill_climb(
       pg, topo, polish_key, ub, polish_steps, jnp.int32(0), swap_prob, place0, keys[:, d],
-      movable, num_movable, kind=kind, batch=batch)
+      movable, num_movable, peak_prob=peak_prob, kind=kind, batch=batch)
   return best, climb
 
 
 def _polish_settings(config: Dict[str, Any], budget: int, name: str):
-  """(evaluations kept from the BRKGA, climb steps, batch, swap probability) from the config,
-  checked; no steps where the polish share holds less than one batch."""
+  """(evaluations kept from the BRKGA, climb steps, batch, swap probability, peak-directed
+  share) from the config, checked; no steps where the polish share holds less than one
+  batch."""
   frac = float(config.get("polish") or 0.0)
   batch = 16 if config.get("polish_batch") is None else int(config["polish_batch"])
   swap = 0.5 if config.get("polish_swap") is None else float(config["polish_swap"])
+  peak = float(config.get("polish_peak") or 0.0)
   if not 0.0 <= frac < 1.0:
     raise ValueError(f"{name}: polish must be a fraction of the budget in [0, 1), got {frac}")
   if batch < 1:
     raise ValueError(f"{name}: polish_batch must be >= 1, got {batch}")
   if not 0.0 <= swap <= 1.0:
     raise ValueError(f"{name}: polish_swap must be in [0, 1], got {swap}")
+  if not 0.0 <= peak <= 1.0:
+    raise ValueError(f"{name}: polish_peak must be in [0, 1], got {peak}")
   kept = int(frac * budget)
   steps = kept // batch
-  return (kept if steps else 0), steps, batch, swap
+  return (kept if steps else 0), steps, batch, swap, peak
 
 
 def search(problem: Problem, guide: Guide, config: Dict[str, Any],
@@ -160,7 +165,7 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   With a polish (module docstring) the BRKGA runs within the rest of the budget and info adds
   brkga_objective, polish_evaluations and polish_improvements."""
   budget = evolution.search_budget(problem, config)
-  polish, steps, batch, swap = _polish_settings(config, budget, name)
+  polish, steps, batch, swap, peak = _polish_settings(config, budget, name)
   if polish:
     problem = dataclasses.replace(problem, budget=budget - polish)
   p, e, mu, bias, gens = evolution._brkga_generations(  # pylint: disable=protected-access
@@ -186,11 +191,11 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
                     priority=keys[:n, d].astype(np.float64), evaluations=gens * (p - e),
                     info=dict(info, best_per_generation=best.tolist(),
                               best_objective=float(best[-1])))
-  movable, num_movable = regal_baselines.movable_roots(problem.graph, pg.num_nodes_padded)
+  movable, num_movable = climb_lib.movable_roots(problem.graph, pg.num_nodes_padded)
   best, climb = _polished_run(
       pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens), seed_keys,
       seed_mask, guide, jax.random.fold_in(evolution.loop_key(problem), 1), jnp.int32(steps),
-      jnp.float32(swap), movable, num_movable, batch=batch, **run)
+      jnp.float32(swap), movable, num_movable, jnp.float32(peak), batch=batch, **run)
   best = np.asarray(best, np.float64)[:gens]
   root = problem.graph.colocation_root()
   return Proposal(placement=np.asarray(climb.place[:n], np.int64)[root],  # groups follow

@@ -87,7 +87,8 @@ def compare(method_names: Sequence[str], graph_specs: Sequence[str], topology: s
 
 
 # Flags passed to the methods as options when given (unset: each method's default).
-METHOD_FLAGS = ("decode", "checkpoint", "population", "elite_frac", "mutant_frac", "polish")
+METHOD_FLAGS = ("decode", "checkpoint", "population", "elite_frac", "mutant_frac", "polish",
+                "polish_peak")
 
 
 def _config(path: str):
@@ -121,6 +122,8 @@ def main(argv=None) -> None:
                       help="... its mutant fraction")
   parser.add_argument("--polish", type=float, default=None,
                       help="... the share of the budget it ends with a hill climb (0: none)")
+  parser.add_argument("--polish_peak", type=float, default=None,
+                      help="... the share of the climb's moves aimed at the memory peak")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
   args = parser.parse_args(argv)
   try:
