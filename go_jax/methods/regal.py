@@ -18,8 +18,9 @@ listed in SEARCH_PARAMS, those tuned for its guided search; options `population`
 `elite_frac`, `mutant_frac` override either), the problem's seed and `budget` evaluations
 (default `evaluations` = 5000, REGAL's "BRKGA 5K" budget), the last `polish` share of them
 (0 by default; 0.1, 0.3 and 0.9 for the shipped `regal_hint` at 2, 4 and 8 devices) a hill
-climb from the BRKGA's best (options `polish`, `polish_batch`, `polish_swap`;
-go_jax/regal/guided.py). `info` holds the
+climb from the BRKGA's best (options `polish`, `polish_batch`, `polish_swap`, and
+`polish_peak`: the share of its moves aimed at the memory peak, 0.3 for the shipped
+`regal_hint` at 4 and 8 devices, else 0; go_jax/regal/guided.py). `info` holds the
 checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
 (`uniform_share`) and brkga's per-generation best objectives. A topology with more devices than
 the policy's `max_devices`, a checkpoint of another algorithm or with parameters that do not fit

@@ -20,7 +20,8 @@ Crossover: a child takes key (i, k) from its elite parent when a random byte is 
 Polish (config `polish`, a fraction of the budget, 0: none; docs/regal.md section 4.2): the
 last floor(polish * budget) evaluations go to `local_search`'s hill climb
 (go_jax/methods/climb.py) from the guided BRKGA's best, in the same jit, in whole
-batches of `polish_batch` moves with swap probability `polish_swap`; the BRKGA gets the rest.
+batches of `polish_batch` moves with swap probability `polish_swap`, the share `polish_peak`
+of them aimed at the memory peak (the climb's `peak_prob`); the BRKGA gets the rest.
 """
 
 from __future__ import annotations
