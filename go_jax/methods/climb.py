@@ -35,8 +35,10 @@ class _Climb:
   place: jnp.ndarray  # (Np,) int32 current placement
   prio: jnp.ndarray  # (Np,) float32 current priority
   start: jnp.ndarray  # (Np,) float32 start times of the current action (+inf on padding)
-  finish: jnp.ndarray  # (Np,) float32 finish times of the current action
-  peak: jnp.ndarray  # (D,) float32 peak memory per device of the current action
+  # (Np,) float32 bytes each op holds at the current action's memory peak
+  # (`peak_moves.peak_holders`; zeros where `peak_prob` is 0): recomputed only when the climb
+  # moves, since it depends on the current action alone
+  held: jnp.ndarray
   obj: jnp.ndarray  # () current objective (+inf before step 0)
   tie: jnp.ndarray  # () current tie-break score
   start_obj: jnp.ndarray  # () objective of the starting action
@@ -111,14 +113,10 @@ def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, sw
     along = (v[:, 0] < edge_prob) & (num_edges > 0) & (c.place[mover] != target)
     op, new_dev = jnp.where(along, mover, op), jnp.where(along, target, new_dev)
     # peak-directed: the op (relocated or swapped) drawn by the bytes it holds at the current
-    # action's peak (own key as above); the weights are computed only where the option is on
+    # action's peak (own key as above)
     p = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(key, c.step), 3), (batch, 3))
-    held = jax.lax.cond(
-        peak_prob > 0,
-        lambda: peak_moves.peak_holders(pg, c.place[pg.coloc_root], c.start, c.finish, c.peak),
-        lambda: jnp.zeros(np_, jnp.float32))
     aimed = (p[:, 0] < peak_prob) & (c.step > 0)
-    aimed_i = peak_moves.draw(held, p[:, 1], op)
+    aimed_i = peak_moves.draw(c.held, p[:, 1], op)
     aimed_op = pg.coloc_root[aimed_i]
     moved = aimed & ~swap
     op = jnp.where(moved, aimed_op, op)
@@ -149,11 +147,16 @@ def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, sw
     obj, tie, start, finish, peak = score(place, prio)
     b = jnp.lexsort((rows, tie, obj))[0]  # best of the batch: objective, then tie, then row
     better = (obj[b] < c.obj) | ((obj[b] == c.obj) & (tie[b] < c.tie))
+    new_place = jnp.where(better, place[b], c.place)
+    held = jax.lax.cond(  # only where the option is on and the action changed
+        better & (peak_prob > 0),
+        lambda: peak_moves.peak_holders(pg, new_place[pg.coloc_root], start[b], finish[b],
+                                        peak[b]),
+        lambda: c.held)
     return _Climb(
-        place=jnp.where(better, place[b], c.place), prio=jnp.where(better, prio[b], c.prio),
-        start=jnp.where(better, start[b], c.start),
-        finish=jnp.where(better, finish[b], c.finish),
-        peak=jnp.where(better, peak[b], c.peak), obj=jnp.where(better, obj[b], c.obj),
+        place=new_place, prio=jnp.where(better, prio[b], c.prio),
+        start=jnp.where(better, start[b], c.start), held=held,
+        obj=jnp.where(better, obj[b], c.obj),
         tie=jnp.where(better, tie[b], c.tie),
         start_obj=jnp.where(first, obj[0], c.start_obj), step=c.step + 1,
         stall=jnp.where(better | first, 0, c.stall + 1),
@@ -165,8 +168,8 @@ def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, sw
   # Before the first simulation the schedule is the priority order (per device).
   start0 = jnp.where(pg.node_mask, -prio0, jnp.inf).astype(jnp.float32)
   inf = jnp.float32(jnp.inf)
-  init = _Climb(place=place0, prio=prio0, start=start0, finish=start0,
-                peak=jnp.zeros(d, jnp.float32), obj=inf, tie=inf, start_obj=inf,
+  init = _Climb(place=place0, prio=prio0, start=start0, held=jnp.zeros(np_, jnp.float32),
+                obj=inf, tie=inf, start_obj=inf,
                 step=jnp.int32(0), stall=jnp.int32(0), improvements=jnp.int32(0))
   return jax.lax.while_loop(cond, body, init)
 
