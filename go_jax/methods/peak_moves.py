@@ -9,7 +9,7 @@ moves").
 
 The weights only steer which moves are proposed; every proposal is still scored by the exact
 simulator, so they may approximate rule 7 of docs/design.md section 4, and they do, in three
-ways that make them cheap (one sort of 3 Np endpoints, no transfer times recomputed):
+ways that make them cheap (one sort of the 6 Np interval ends, no transfer times recomputed):
   - an output's transfers are taken to arrive by its consumers' starts on other devices (the
     true arrival is no later than that start); an output without consumers is kept until the
     makespan, as in rule 7;
