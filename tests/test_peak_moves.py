@@ -1,4 +1,4 @@
-"""Peak-directed moves of the hill climb (go_jax/methods/peak_moves.py, `_climb(peak_prob)`)."""
+"""Peak-directed moves of the hill climb (go_jax/methods/peak_moves.py, `climb.hill_climb(peak_prob)`)."""
 
 import jax.numpy as jnp
 import numpy as np

@@ -29,6 +29,7 @@ from simulator.topology import Topology
 
 TRACES: Dict[str, int] = {"local_search": 0}  # traces of `hill_climb` (tests: one per shape)
 
+
 @flax.struct.dataclass
 class _Climb:
   """Hill-climbing loop state (padded op axis Np)."""
@@ -62,8 +63,8 @@ def _neighbours(place, start, coloc_root, node_mask, d: int):
 
 @functools.partial(jax.jit, static_argnames=("kind", "batch"))
 def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, swap_prob,
-           place0, prio0, movable, num_movable, edge_prob=0.0, relabel_prob=0.0,
-           peak_prob=0.0, *, kind: str, batch: int):
+               place0, prio0, movable, num_movable, edge_prob=0.0, relabel_prob=0.0,
+               peak_prob=0.0, *, kind: str, batch: int):
   """The whole hill climb: at most `num_steps` (traced) batches of `batch` moves.
 
   edge_prob: the share of relocations drawn along an edge (a random edge's consumer group
@@ -174,7 +175,6 @@ def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, sw
   return jax.lax.while_loop(cond, body, init)
 
 
-
 def _dense_rank(prio: np.ndarray) -> np.ndarray:
   """Priorities as float32-exact dense ranks (same order and ties): swaps then move ranks."""
   _, rank = np.unique(np.asarray(prio, np.float64), return_inverse=True)
@@ -209,13 +209,13 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
                 relabel_prob: float = 0.0) -> Tuple[np.ndarray, np.ndarray, Dict[str, float]]:
   """The hill climb from a given action for about `seconds` of wall time.
 
-  Returns (placement (N,), priority (N,), info). Runs `_climb` in calls of about
+  Returns (placement (N,), priority (N,), info). Runs `hill_climb` in calls of about
   `chunk_seconds` (the first, of 4 steps, compiles and times a step; the wall clock is read
   between calls, never inside the jitted loop); each call starts from the previous one's action
   with the key folded with the call's index and scores its start first, so the answer is never
   worse than the given action. swap_prob 0 keeps the priority (placement methods). edge_prob:
   the share of relocations drawn along an edge; relabel_prob: the share of moves that swap two
-  devices' loads (both `_climb`).
+  devices' loads (both `hill_climb`).
 
   kick > 0 makes it an iterated local search: when a call ends without lowering the objective
   of its own start (a local optimum of single moves, or a plateau), the next call starts from
@@ -245,9 +245,9 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
   while True:
     t1 = time.perf_counter()
     c = hill_climb(pg, problem.topology, jax.random.fold_in(key, calls), ub, jnp.int32(steps),
-               jnp.int32(0), jnp.float32(swap_prob), place, prio, movable, num_movable,
-               jnp.float32(edge_prob), jnp.float32(relabel_prob), kind=problem.objective,
-               batch=batch)
+                   jnp.int32(0), jnp.float32(swap_prob), place, prio, movable, num_movable,
+                   jnp.float32(edge_prob), jnp.float32(relabel_prob), kind=problem.objective,
+                   batch=batch)
     place, prio = c.place, c.prio
     obj, tie = float(c.obj), float(c.tie)  # blocks: the call is done
     start_obj = float(c.start_obj) if start_obj is None else start_obj
