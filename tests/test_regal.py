@@ -45,6 +45,12 @@ def pairs(seed: int) -> CompGraph:
                    receivers=np.arange(PAIRS, n), out_bytes=out, name=f"pairs{seed}")
 
 
+def regal_graph():
+  """A REGAL-style synthetic graph of 60 ops (METIS partitions it differently per seed)."""
+  from simulator.sources import load_graph  # pylint: disable=g-import-not-at-top
+  return load_graph("regal:n=60,seed=3")
+
+
 def problem(graph, seed=0):
   return Problem(graph, TOPO, "peak_memory", seed, BUDGET, None)
 
@@ -93,6 +99,30 @@ def test_uniform_guide_is_exactly_brkga():
   np.testing.assert_array_equal(prop.priority, sol.priority)
   assert prop.info["best_per_generation"] == sol.info["best_per_generation"]
   assert prop.evaluations == sol.evaluations
+
+
+def test_seed_actions_enter_the_first_generation():
+  # a seeded action is a chromosome of the first generation, so the answer is at least as good
+  # as it; no seeds (and empty slots) is the guided search unchanged
+  g = pairs(4)
+  np_ = padded(g).num_nodes_padded
+  guide = guided.uniform_guide(np_, 2, 0.7)
+  cfg = dict(BRKGA, evaluations=BUDGET)
+  plain = guided.search(problem(g, 2), guide, cfg)
+  empty = guided.search(problem(g, 2), guide, cfg, seed_slots=5)
+  np.testing.assert_array_equal(empty.placement, plain.placement)
+  np.testing.assert_array_equal(empty.priority, plain.priority)
+  assert plain.info["seeded"] == 0
+  # the optimum of the toy: every consumer right after its producer (device 0)
+  best_prio = np.concatenate([np.arange(PAIRS, 0, -1) * 2.0, np.arange(PAIRS, 0, -1) * 2.0 - 1])
+  best = evaluate(g, TOPO, np.zeros(2 * PAIRS, np.int64), best_prio, "peak_memory")
+  seeded = guided.search(problem(g, 2), guide, cfg,
+                         seed_actions=[(np.zeros(2 * PAIRS, np.int64), best_prio)], seed_slots=5)
+  assert seeded.info["seeded"] == 1
+  assert seeded.info["best_per_generation"][0] <= best["objective"]
+  assert seeded.info["best_objective"] <= min(plain.info["best_objective"], best["objective"])
+  with pytest.raises(ValueError, match="seed actions for a first generation"):
+    guided.search(problem(g, 2), guide, cfg, seed_slots=17)
 
 
 def test_betas_favouring_device_0_place_on_device_0():
@@ -278,6 +308,30 @@ def test_hint_choices_follow_gp_and_xla_memory():
     hints.hint_choices(g, Topology.uniform(4, bandwidth=1e9), "peak_memory", 2, np_)
 
 
+def test_hint_candidates_are_gp_partitions_best_first():
+  from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
+  g = regal_graph()
+  cands, evals = hints.hint_candidates(g, TOPO, "peak_memory", 6)
+  assert evals == 18 and 1 <= len(cands) <= 6  # 3 XLA orders per partition, one batch
+  values = [c[2] for c in cands]
+  assert values == sorted(values)
+  gp = methods.get("gp_dfs")
+  seeds = [np.asarray(gp.fn(Problem(g, TOPO, "peak_memory", 0, None, None),
+                            dict(gp.defaults, seed=s)).placement) for s in range(6)]
+  distinct = {p.tobytes() for p in seeds}
+  assert {c[0].tobytes() for c in cands} == distinct  # duplicates dropped, none lost
+  for place, prio, value in cands:  # each with XLA's best order on it, exactly re-simulated
+    xm = methods.solve("xla_memory", g, TOPO, placement=place, objective="peak_memory")
+    assert value == xm.objective
+    assert evaluate(g, TOPO, place, prio, "peak_memory")["objective"] == value
+  # one partition: GP's placement (compute-balanced for makespan), not simulated
+  one, none = hints.hint_candidates(g, TOPO, "makespan", 1)
+  gp_cost = gp.fn(Problem(g, TOPO, "makespan", 0, None, None), dict(gp.defaults)).placement
+  assert none == 0 and np.array_equal(one[0][0], gp_cost)
+  with pytest.raises(ValueError, match="partitions must be >= 1"):
+    hints.hint_candidates(g, TOPO, "peak_memory", 0)
+
+
 def test_hinted_policy_starts_at_the_hint_and_trains():
   """At initialisation the hinted policy's most likely guide IS the hint (and the default
   bias); a policy with hints refuses to run without them and one without refuses them; the
@@ -310,29 +364,37 @@ def test_hinted_policy_starts_at_the_hint_and_trains():
 
 def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   g = HELD_OUT[1]
-  # the shipped checkpoint's tuned search (SEARCH_PARAMS): population 160, 32 elites, no
-  # mutants, so 128 evaluations per generation: 2 generations within 320 - 32, then the polish
-  # (a tenth of the budget: 32 evaluations, 2 climb steps of 16) from the BRKGA's best
-  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=320)
-  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 256 + 32
+  # the shipped checkpoint's tuned search (SEARCH_PARAMS): the hint is the best of 16 GP
+  # partitions (3 * 16 = 48 simulations out of the budget of 368, leaving 320), population
+  # 160, 32 elites, no mutants, so 128 evaluations per generation: 2 generations within
+  # 320 - 32, then the polish (a tenth: 32 evaluations, 2 climb steps of 16) from the best
+  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=368)
+  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 48 + 256 + 32
   assert (sol.info["population"], sol.info["elites"], sol.info["mutants"]) == (160, 32, 0)
   assert sol.info["generations"] == 2 and sol.info["polish_evaluations"] == 32
+  assert sol.info["hint_evaluations"] == 48 and 1 <= sol.info["hint_candidates"] <= 16
+  assert sol.info["seeded"] == sol.info["hint_candidates"]
   assert sol.info["best_objective"] <= sol.info["brkga_objective"]
   again = evaluate(g, TOPO, sol.placement, sol.priority, "peak_memory")
   assert again["objective"] == sol.objective == sol.info["best_objective"]
-  plain = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=256,
-                        polish=0)
-  assert plain.evaluations == 256 and "polish_evaluations" not in plain.info
+  plain = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=259,
+                        polish=0, hint_partitions=1, hint_seeds=0)
+  assert plain.evaluations == 3 + 256 and "polish_evaluations" not in plain.info
+  assert plain.info["seeded"] == 0 and plain.info["hint_evaluations"] == 3
   for bad, match in (({"polish": 1.0}, "polish must be a fraction"),
                      ({"polish_batch": 0}, "polish_batch must be >= 1"),
                      ({"polish_swap": 1.5}, "polish_swap must be in"),
-                     ({"polish_peak": -0.1}, "polish_peak must be in")):
+                     ({"polish_peak": -0.1}, "polish_peak must be in"),
+                     ({"hint_partitions": 0}, "hint_partitions must be >= 1"),
+                     ({"hint_partitions": 1, "hint_seeds": 2},
+                      r"hint_seeds must be in \[0, hint_partitions = 1\]")):
     with pytest.raises(ValueError, match=match):
-      methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=320, **bad)
+      methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=368, **bad)
   # the options override it: the checkpoint's training search (80 evaluations a generation)
-  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=160,
+  sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=208,
                       population=100, elite_frac=0.2, mutant_frac=0.1, polish=0)
-  assert sol.evaluations == 160 and (sol.info["population"], sol.info["mutants"]) == (100, 10)
+  assert sol.evaluations == 48 + 160 and (sol.info["population"], sol.info["mutants"]) == (
+      100, 10)
   cfg, module, _ = regal_method.load_checkpoint("regal_hint", "regal_hint")
   assert module.hints and module.graph_aware and cfg.objective == "peak_memory"
   assert [regal_method.shipped_checkpoint("regal_hint", d) for d in (2, 3, 4, 5, 8)] == [

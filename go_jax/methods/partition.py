@@ -69,42 +69,53 @@ def metis(problem: Problem, config) -> Proposal:
   """Config: seed (METIS' random seed; the problem seed is added), ufactor (allowed imbalance
   in 1/1000: 30 = parts up to 3% over target), speed_weights (targets proportional to speed).
   info: part_weights (seconds at speed 1 per device), edge_cut_bytes, vertices."""
-  g, topo = problem.graph, problem.topology
+  (place, info), = metis_placements(problem.graph, problem.topology,
+                                    [int(config["seed"]) + int(problem.seed)],
+                                    int(config["ufactor"]), bool(config["speed_weights"]))
+  return Proposal(place, info=info)
+
+
+def metis_placements(g, topo, seeds, ufactor: int = 30, speed_weights: bool = True):
+  """[(placement (N,) int64, info)] of `metis` with each METIS seed in `seeds` (the problem's
+  seed already added): the contraction and CSR are built once for all of them."""
   d = topo.num_devices
-  ufactor = int(config["ufactor"])
   if ufactor < 1:
     raise ValueError(f"metis: ufactor must be >= 1 (imbalance in 1/1000), got {ufactor}")
   vertex, cost, edges = contracted_graph(g)
   nv = len(cost)
   by_speed = np.argsort(-topo.speed, kind="stable")  # fastest device first
-  if d == 1:
-    part = np.zeros(nv, np.int64)
-    note = "one device"
-  elif nv <= d:  # one vertex per part: heaviest vertex first
-    part = np.empty(nv, np.int64)
-    part[np.argsort(-cost, kind="stable")] = np.arange(nv)
-    note = f"{nv} vertices <= {d} devices: one per part"
-  else:
-    xadj, adjncy, ew = _csr(nv, edges)
-    tpwgts = None
-    if config["speed_weights"] and np.ptp(topo.speed) > 0:
-      frac = topo.speed[by_speed] / topo.speed.sum()  # part p is meant for the p-th fastest
-      tpwgts = (frac / frac.sum()).tolist()  # pymetis >= 2025 warns unless they sum to 1
-    opts = pymetis.Options(seed=int(config["seed"]) + int(problem.seed), ufactor=ufactor)
-    if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025 deprecates the xadj/adjncy keywords
-      graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
+  out = []
+  csr_lists = _csr(nv, edges) if d > 1 and nv > d else None
+  for seed in seeds:
+    if d == 1:
+      part = np.zeros(nv, np.int64)
+      note = "one device"
+    elif nv <= d:  # one vertex per part: heaviest vertex first
+      part = np.empty(nv, np.int64)
+      part[np.argsort(-cost, kind="stable")] = np.arange(nv)
+      note = f"{nv} vertices <= {d} devices: one per part"
     else:
-      graph = {"xadj": xadj, "adjncy": adjncy}
-    _, parts = pymetis.part_graph(d, **graph, vweights=_scaled(cost).tolist(),
-                                  eweights=ew or None, tpwgts=tpwgts, options=opts)
-    part = np.asarray(parts, np.int64)
-    note = "metis"
-  load = np.bincount(part, weights=cost, minlength=d)
-  rank = np.empty(d, np.int64)  # part -> device: heaviest part to the fastest device
-  rank[np.argsort(-load, kind="stable")] = np.arange(d)
-  dev_of_part = by_speed[rank]
-  place = dev_of_part[part][vertex]
-  cut = sum(w for (a, b), w in edges.items() if part[a] != part[b])
-  info = {"part_weights": np.bincount(place, weights=g.cost, minlength=d).tolist(),
-          "edge_cut_bytes": float(cut), "vertices": nv, "mode": note}
-  return Proposal(place.astype(np.int64), info=info)
+      xadj, adjncy, ew = csr_lists
+      tpwgts = None
+      if speed_weights and np.ptp(topo.speed) > 0:
+        frac = topo.speed[by_speed] / topo.speed.sum()  # part p is meant for the p-th fastest
+        tpwgts = (frac / frac.sum()).tolist()  # pymetis >= 2025 warns unless they sum to 1
+      opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor))
+      if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025 deprecates the xadj/adjncy keywords
+        graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
+      else:
+        graph = {"xadj": xadj, "adjncy": adjncy}
+      _, parts = pymetis.part_graph(d, **graph, vweights=_scaled(cost).tolist(),
+                                    eweights=ew or None, tpwgts=tpwgts, options=opts)
+      part = np.asarray(parts, np.int64)
+      note = "metis"
+    load = np.bincount(part, weights=cost, minlength=d)
+    rank = np.empty(d, np.int64)  # part -> device: heaviest part to the fastest device
+    rank[np.argsort(-load, kind="stable")] = np.arange(d)
+    dev_of_part = by_speed[rank]
+    place = dev_of_part[part][vertex]
+    cut = sum(w for (a, b), w in edges.items() if part[a] != part[b])
+    info = {"part_weights": np.bincount(place, weights=g.cost, minlength=d).tolist(),
+            "edge_cut_bytes": float(cut), "vertices": nv, "mode": note}
+    out.append((place.astype(np.int64), info))
+  return out

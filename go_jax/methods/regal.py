@@ -20,8 +20,12 @@ listed in SEARCH_PARAMS, those tuned for its guided search; options `population`
 (0 by default; 0.1, 0.3 and 0.9 for the shipped `regal_hint` at 2, 4 and 8 devices) a hill
 climb from the BRKGA's best (options `polish`, `polish_batch`, `polish_swap`, and
 `polish_peak`: the share of its moves aimed at the memory peak, 0.3 for the shipped
-`regal_hint` at 4 and 8 devices, else 0; go_jax/regal/guided.py). `info` holds the
-checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
+`regal_hint` at 4 and 8 devices, else 0; go_jax/regal/guided.py). `regal_hint` only: its hint
+is the best of `hint_partitions` GP placements (METIS seeds 0, 1, ..., each with XLA's memory
+order; default 1, 16 for the shipped 2-device checkpoint) and the best `hint_seeds` of them
+(default 0, 16 there) are chromosomes of the first generation (go_jax/regal/hints.py); the
+hint's simulations come out of the budget and are counted in `evaluations` (3 per partition
+for peak_memory). `info` holds the checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
 (`uniform_share`) and brkga's per-generation best objectives. A topology with more devices than
 the policy's `max_devices`, a checkpoint of another algorithm or with parameters that do not fit
 its policy is a ValueError naming the problem.
@@ -29,6 +33,7 @@ its policy is a ValueError naming the problem.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -38,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, register
+from go_jax.methods import Problem, Proposal, evolution, register
 
 DECODES = ("mode", "sample")
 # The checkpoints "auto" chooses from, per method, where shipped (each serves its policy's
@@ -62,15 +67,20 @@ _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtim
 # go_jax/methods/peak_moves.py), chosen on the first 40 validation graphs of a rebuilt split
 # (4 devices: +5.13% against +4.68%; 8 devices: +9.13% against +7.99%; 0.5 and 1.0 were worse,
 # and at 2 devices 0.5 and 1.0 lost to none: +1.63% / +1.23% against +1.67%); docs/regal.md 4.2.
+# At 2 devices the hint is the best of 16 GP partitions (METIS seeds 0-15, each with XLA's
+# memory order; `hint_partitions`) and all of them seed the first generation (`hint_seeds`),
+# chosen on the first 120 validation graphs of that split (+3.29% against +1.86%; 8 / 8:
+# +2.66%); docs/regal.md 4.3.
 _POLISH = {"polish_batch": 16, "polish_swap": 0.5}
 SEARCH_PARAMS: Dict[str, Dict[str, Any]] = {
     "regal_hint": {"population": 160, "elite_frac": 0.2, "mutant_frac": 0.0, "polish": 0.1,
-                   **_POLISH},
+                   "hint_partitions": 16, "hint_seeds": 16, **_POLISH},
     "regal_hint_d4": {"polish": 0.3, "polish_peak": 0.3, **_POLISH},
     "regal_hint_d8": {"polish": 0.9, "polish_peak": 0.3, **_POLISH},
 }
 SEARCH_OPTIONS = ("population", "elite_frac", "mutant_frac", "polish", "polish_batch",
-                  "polish_swap", "polish_peak")
+                  "polish_swap", "polish_peak", "hint_partitions", "hint_seeds")
+HINT_OPTIONS = ("hint_partitions", "hint_seeds")  # read here, not by the guided BRKGA
 
 
 def load_checkpoint(method: str, checkpoint: str):
@@ -169,11 +179,19 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   pg = padded(problem.graph)
   feats = graph_features(problem.graph, problem.topology, pg.num_nodes_padded,
                          int(pg.senders.shape[0]), module.max_devices)
-  hint = None
+  search_config = dict(train_config.brkga)
+  search_config.update(SEARCH_PARAMS.get(checkpoint, {}))
+  search_config.update({k: config[k] for k in SEARCH_OPTIONS if config[k] is not None})
+  search_config = dict(search_config, **_hint_settings(search_config, module.hints, method))
+  hint, seeds, seed_slots, hint_evaluations = None, [], 0, 0
   if module.hints:  # the heuristic key choices the policy reads (go_jax/regal/hints.py)
     from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
-    hint = hints.hint_choices(problem.graph, problem.topology, problem.objective,
-                              module.max_devices, pg.num_nodes_padded)
+    candidates, hint_evaluations = hints.hint_candidates(
+        problem.graph, problem.topology, problem.objective, search_config["hint_partitions"])
+    hint = hints.choices_of(candidates[0][0], candidates[0][1], module.max_devices,
+                            pg.num_nodes_padded)
+    seed_slots = search_config["hint_seeds"]
+    seeds = [(c[0], c[1]) for c in candidates[:seed_slots]]
   key_logits, bias_logits = _apply(module, params, feats, hint)
   key_logits = pol.used_logits(key_logits, d)
   if config["decode"] == "mode":
@@ -184,22 +202,43 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   guide = pol.guide_of(kc, bc, jnp.asarray(feats.node_mask))
   kc = np.asarray(kc)[:problem.graph.num_nodes]
   forward_seconds = time.perf_counter() - t0
-  brkga = dict(train_config.brkga)
-  brkga.update(SEARCH_PARAMS.get(checkpoint, {}))
-  brkga.update({k: config[k] for k in SEARCH_OPTIONS if config[k] is not None})
-  brkga["evaluations"] = int(config["evaluations"])
-  prop = guided.search(problem, guide, brkga, name=method)
+  brkga = {k: v for k, v in search_config.items() if k not in HINT_OPTIONS}
+  # the hint's simulations come out of the budget (evaluations counts them)
+  budget = evolution.search_budget(problem, config)
+  if budget - hint_evaluations < 1:
+    raise ValueError(f"{method}: a budget of {budget} evaluations leaves none after the "
+                     f"hint's {hint_evaluations} (hint_partitions)")
+  brkga["evaluations"] = budget - hint_evaluations
+  prop = guided.search(dataclasses.replace(problem, budget=budget - hint_evaluations), guide,
+                       brkga, name=method, seed_actions=seeds, seed_slots=seed_slots)
   info = dict(prop.info, checkpoint=checkpoint, forward_seconds=forward_seconds,
               uniform_share=float(np.mean(kc == pol.UNIFORM)) if kc.size else 1.0,
-              decode=config["decode"])
-  return Proposal(prop.placement, prop.priority, prop.evaluations, info)
+              decode=config["decode"], hint_evaluations=hint_evaluations,
+              hint_candidates=len(candidates) if module.hints else 0)
+  return Proposal(prop.placement, prop.priority, prop.evaluations + hint_evaluations, info)
+
+
+def _hint_settings(search: Dict[str, Any], hinted: bool, method: str) -> Dict[str, int]:
+  """hint_partitions (default 1) and hint_seeds (default 0) of a search config, checked;
+  ValueError for a bad value or for either set on a policy that reads no hint."""
+  parts = 1 if search.get("hint_partitions") is None else int(search["hint_partitions"])
+  seeds = 0 if search.get("hint_seeds") is None else int(search["hint_seeds"])
+  if parts < 1:
+    raise ValueError(f"{method}: hint_partitions must be >= 1, got {parts}")
+  if not 0 <= seeds <= parts:
+    raise ValueError(f"{method}: hint_seeds must be in [0, hint_partitions = {parts}], got "
+                     f"{seeds}")
+  if not hinted and (parts != 1 or seeds):
+    raise ValueError(f"{method}: hint_partitions / hint_seeds need a policy that reads hints "
+                     "(regal_hint)")
+  return {"hint_partitions": parts, "hint_seeds": seeds}
 
 
 @register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "
           "crossover bias for BRKGA (one forward pass + guided BRKGA, budget evaluations)",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
-          polish_peak=None)
+          polish_peak=None, hint_partitions=None, hint_seeds=None)
 def regal(problem: Problem, config) -> Proposal:
   return solve_regal("regal", problem, config)
 
@@ -208,7 +247,7 @@ def regal(problem: Problem, config) -> Proposal:
           "distributions and bias shared by all ops (same trainer as REGAL)",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
-          polish_peak=None)
+          polish_peak=None, hint_partitions=None, hint_seeds=None)
 def gas(problem: Problem, config) -> Proposal:
   return solve_regal("gas", problem, config)
 
@@ -217,6 +256,6 @@ def gas(problem: Problem, config) -> Proposal:
           "and XLA's memory order per op, go_jax/regal/hints.py) and starts from it",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
-          polish_peak=None)
+          polish_peak=None, hint_partitions=None, hint_seeds=None)
 def regal_hint(problem: Problem, config) -> Proposal:
   return solve_regal("regal_hint", problem, config)

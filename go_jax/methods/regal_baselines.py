@@ -70,7 +70,7 @@ WEIGHTS = ("auto", "cost", "bytes")
 # Python-level trace count of the jitted climb, for no-retrace tests.
 
 
-def _order_priority(order) -> np.ndarray:
+def order_priority(order) -> np.ndarray:
   """(N,) priority of a topological order: its first op gets the highest value."""
   prio = np.empty(len(order))
   prio[np.asarray(order, np.int64)] = -np.arange(len(order), dtype=np.float64)
@@ -99,21 +99,29 @@ def _partition_weights(problem: Problem, choice: str) -> str:
 def gp_dfs(problem: Problem, config) -> Proposal:
   """Config: weights ("auto", "cost", "bytes": what METIS balances), seed and ufactor (the
   `metis` method's). info: the partition's (metis's info) and the weights used."""
+  weights = _partition_weights(problem, str(config["weights"]))
+  (place, info), = gp_placements(problem, [int(config["seed"])], weights,
+                                 int(config["ufactor"]))
+  placed = Problem(problem.graph, problem.topology, problem.objective, problem.seed, None, place)
+  prio = simple.dfs(placed, {}).priority
+  return Proposal(place, prio, info=dict(info, weights=weights))
+
+
+def gp_placements(problem: Problem, seeds, weights: str = "auto", ufactor: int = 30):
+  """[(placement (N,), metis info)] of GP's partition (gp_dfs's placement) with each METIS
+  seed in `seeds` (the problem's seed added, as gp_dfs does): the weighted graph, its
+  contraction and CSR are built once."""
   try:
     from go_jax.methods import partition  # pylint: disable=g-import-not-at-top  (pymetis)
   except ImportError as e:
     raise ValueError(f"gp_dfs needs pymetis (pip install pymetis): {e}") from e
   g = problem.graph
-  weights = _partition_weights(problem, str(config["weights"]))
+  weights = _partition_weights(problem, str(weights))
   if weights == "bytes":  # METIS balances the contracted vertices' "cost": give it bytes
     g = g.replace(cost=g.param_bytes + g.out_bytes + g.temp_bytes)
-  sub = Problem(g, problem.topology, problem.objective, problem.seed, None, None)
-  part = partition.metis(sub, {"seed": int(config["seed"]), "ufactor": int(config["ufactor"]),
-                               "speed_weights": weights == "cost"})
-  placed = Problem(problem.graph, problem.topology, problem.objective, problem.seed, None,
-                   part.placement)
-  prio = simple.dfs(placed, {}).priority
-  return Proposal(part.placement, prio, info=dict(part.info, weights=weights))
+  return partition.metis_placements(g, problem.topology,
+                                    [int(s) + int(problem.seed) for s in seeds], int(ufactor),
+                                    weights == "cost")
 
 
 # ------------------------------------------------------------------ local search
@@ -277,7 +285,7 @@ def xla_memory(problem: Problem, config) -> Proposal:
   """See the module docstring. info: chosen (name), objectives (name -> objective)."""
   del config
   names = list(XLA_ORDERS)
-  prios = [_order_priority(XLA_ORDERS[k](problem.graph)) for k in names]
+  prios = [order_priority(XLA_ORDERS[k](problem.graph)) for k in names]
   place = np.asarray(problem.placement, np.int64)
   # One action per call: the batch shape `solve` re-simulates with, so no second compile.
   values = [float(_objective_of(problem, place, p)[0]) for p in prios]

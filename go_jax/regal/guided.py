@@ -158,7 +158,7 @@ def _polish_settings(config: Dict[str, Any], budget: int, name: str):
 
 
 def search(problem: Problem, guide: Guide, config: Dict[str, Any],
-           name: str = "guided_brkga") -> Proposal:
+           name: str = "guided_brkga", seed_actions=(), seed_slots: int = 0) -> Proposal:
   """The guided BRKGA on one problem, with brkga's config fields (population, elite_frac,
   mutant_frac, elite_bias, evaluations) and budget semantics; `seed_heuristics` is not used
   (REGAL's populations are drawn from the guide). With `uniform_guide` and no polish its answer
@@ -178,10 +178,23 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
     raise ValueError(f"{name}: the guide is for {tuple(guide.alpha.shape)} keys, the problem "
                      f"needs {want} (padded ops, devices + 1)")
   seed_keys, seed_mask = evolution._seed_keys(problem, pg.num_nodes_padded, False)  # pylint: disable=protected-access
+  slots = max(seed_slots, len(seed_actions))
+  if slots > p - e:
+    raise ValueError(f"{name}: {slots} seed actions for a first generation of {p - e} "
+                     "chromosomes")
+  if slots > seed_keys.shape[0]:  # more slots: a fixed count per config (shapes: one compile)
+    extra = slots - seed_keys.shape[0]
+    seed_keys = np.concatenate([seed_keys, np.zeros((extra,) + seed_keys.shape[1:],
+                                                    seed_keys.dtype)])
+    seed_mask = np.concatenate([seed_mask, np.zeros(extra, bool)])
+  for i, (place, prio) in enumerate(seed_actions):  # first generation's first chromosomes
+    seed_keys[i] = evolution.encode_action(place, prio, d, pg.num_nodes_padded)
+    seed_mask[i] = True
   ub = jnp.float32(problem.upper_bound())
   run = dict(kind=problem.objective, population=p, elites=e, mutants=mu, elite_bias=bias,
              scan_len=evolution.step_bucket(gens), sharding=sharding_lib.batch_sharding(p - e))
-  info = dict(generations=gens, population=p, elites=e, mutants=mu)
+  info = dict(generations=gens, population=p, elites=e, mutants=mu,
+              seeded=len(seed_actions))
   if not polish:
     pop, best = evolution._brkga_run(  # pylint: disable=protected-access
         pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens),

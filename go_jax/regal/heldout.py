@@ -88,7 +88,7 @@ def compare(method_names: Sequence[str], graph_specs: Sequence[str], topology: s
 
 # Flags passed to the methods as options when given (unset: each method's default).
 METHOD_FLAGS = ("decode", "checkpoint", "population", "elite_frac", "mutant_frac", "polish",
-                "polish_peak")
+                "polish_peak", "hint_partitions", "hint_seeds")
 
 
 def _config(path: str):
@@ -124,6 +124,10 @@ def main(argv=None) -> None:
                       help="... the share of the budget it ends with a hill climb (0: none)")
   parser.add_argument("--polish_peak", type=float, default=None,
                       help="... the share of the climb's moves aimed at the memory peak")
+  parser.add_argument("--hint_partitions", type=int, default=None,
+                      help="regal_hint: the GP partitions its hint is the best of")
+  parser.add_argument("--hint_seeds", type=int, default=None,
+                      help="regal_hint: how many of them seed the first generation")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
   args = parser.parse_args(argv)
   try:

@@ -2,6 +2,8 @@
 
   choice = hint_choices(graph, topology, objective, max_devices, num_nodes_padded)
   # (Np, Dmax + 1) int32
+  cands, evals = hint_candidates(graph, topology, objective, partitions=16)
+  # [(placement, priority, objective)] best first; evals: actions simulated
 
 A hint is one key choice per op and key slot, in policy.BETA_CHOICES' indices, built from two
 millisecond-cheap baselines of REGAL's own table:
@@ -21,6 +23,12 @@ graphs), while each baseline alone is 20-35% worse than BRKGA. A hinted policy r
 likely guide at initialisation is the hint); REINFORCE is to learn where to deviate (so far it
 has not: docs/regal.md section 4.1). The hint is computed on the host for every graph, in
 training (trainer.build_data) and at inference (methods/regal.py).
+
+Several partitions (`partitions` > 1; `regal_hint`'s option `hint_partitions`, 16 for the
+shipped 2-device checkpoint): METIS is run with seeds 0 .. partitions - 1, each distinct
+placement is simulated with each of XLA's three orders in one batch, and the best (placement,
+order) becomes the hint; `regal_hint` also seeds the guided BRKGA's first generation with the
+best `hint_seeds` of them (docs/regal.md section 4.3). One partition is the hint above.
 """
 
 from __future__ import annotations
@@ -45,26 +53,71 @@ def fifths(priority: np.ndarray) -> np.ndarray:
   return np.asarray(FIFTHS, np.int32)[np.minimum(5 * rank // max(n, 1), 4)]
 
 
-def hint_choices(graph: CompGraph, topology: Topology, objective: str, max_devices: int,
-                 num_nodes_padded: int) -> np.ndarray:
-  """(Np, Dmax + 1) int32 hinted key choice per op and slot (module docstring)."""
+def hint_candidates(graph: CompGraph, topology: Topology, objective: str,
+                    partitions: int = 1):
+  """([(placement (N,), priority (N,), objective)], evaluations): GP's placements under METIS
+  seeds 0 .. partitions - 1 (duplicates dropped), each with the objective's order, lowest
+  simulated objective first (seed order on ties); evaluations: the actions simulated (the
+  batch below, padding included: 3 * partitions for peak_memory).
+
+  The order is XLA's memory scheduler's on the placement for peak_memory (the best of its
+  list, DFS and post-order schedules, as `xla_memory` chooses; the three orders depend on the
+  graph only, so they are computed once) and the upward rank for makespan. All candidates
+  are simulated in ONE batched call of a fixed size (3 * partitions actions, padded by
+  repeating the last), so a bucket compiles it once. With one partition and makespan nothing
+  is simulated (objective 0): the hint of the shipped checkpoints' training.
+  """
   # The registered functions' proposals, not methods.solve: no re-simulation or bound of the
   # baselines inside regal_hint's timed search. (Imported here: the methods import regal.)
   from go_jax import methods  # pylint: disable=g-import-not-at-top
+  from go_jax.methods import regal_baselines  # pylint: disable=g-import-not-at-top
+  partitions = int(partitions)
+  if partitions < 1:
+    raise ValueError(f"hint: partitions must be >= 1, got {partitions}")
+  problem = methods.Problem(graph, topology, objective, 0, None, None)
+  places, seen = [], set()
+  for place, _ in regal_baselines.gp_placements(problem, range(partitions),
+                                                methods.get("gp_dfs").defaults["weights"],
+                                                methods.get("gp_dfs").defaults["ufactor"]):
+    if place.tobytes() not in seen:
+      seen.add(place.tobytes())
+      places.append(place)
+  if objective == "peak_memory":
+    orders = [regal_baselines.order_priority(f(graph))
+              for f in regal_baselines.XLA_ORDERS.values()]
+  else:
+    orders = [upward_rank(graph)]
+  if objective != "peak_memory" and partitions == 1:
+    return [(places[0], orders[0], 0.0)], 0
+  pairs = [(p, o) for p in places for o in range(len(orders))]
+  width = partitions * len(orders)
+  padded_pairs = pairs + [pairs[-1]] * (width - len(pairs))
+  values = regal_baselines._objective_of(  # pylint: disable=protected-access
+      problem, np.stack([p for p, _ in padded_pairs]),
+      np.stack([orders[o] for _, o in padded_pairs]))[:len(pairs)].reshape(len(places), -1)
+  best_order = np.argmin(values, axis=1)  # first minimum: list, dfs, post_order
+  out = [(p, orders[k], float(values[i, k])) for i, (p, k) in enumerate(zip(places, best_order))]
+  order = sorted(range(len(out)), key=lambda i: (out[i][2], i))
+  return [out[i] for i in order], width
+
+
+def choices_of(placement, priority, max_devices: int, num_nodes_padded: int) -> np.ndarray:
+  """(Np, Dmax + 1) int32 hinted key choice per op and slot of one action (module
+  docstring)."""
+  n = placement.shape[0]
+  out = np.zeros((num_nodes_padded, max_devices + 1), np.int32)
+  out[np.arange(n), placement] = MILD_HIGH
+  out[:n, max_devices] = fifths(priority)
+  return out
+
+
+def hint_choices(graph: CompGraph, topology: Topology, objective: str, max_devices: int,
+                 num_nodes_padded: int, partitions: int = 1) -> np.ndarray:
+  """(Np, Dmax + 1) int32 hinted key choice per op and slot (module docstring): the best of
+  `hint_candidates`."""
   n, d = graph.num_nodes, topology.num_devices
   if d > max_devices or num_nodes_padded < n:
     raise ValueError(f"hint_choices: {d} devices for {max_devices} slots, or {n} ops padded "
                      f"to {num_nodes_padded}")
-  gp_spec = methods.get("gp_dfs")
-  gp = gp_spec.fn(methods.Problem(graph, topology, objective, 0, None, None),
-                  dict(gp_spec.defaults))
-  if objective == "peak_memory":
-    xla_spec = methods.get("xla_memory")
-    prio = xla_spec.fn(methods.Problem(graph, topology, objective, 0, None, gp.placement),
-                       dict(xla_spec.defaults)).priority
-  else:
-    prio = upward_rank(graph)
-  out = np.zeros((num_nodes_padded, max_devices + 1), np.int32)
-  out[np.arange(n), gp.placement] = MILD_HIGH
-  out[:n, max_devices] = fifths(prio)
-  return out
+  place, prio, _ = hint_candidates(graph, topology, objective, partitions)[0][0]
+  return choices_of(place, prio, max_devices, num_nodes_padded)
