@@ -22,7 +22,7 @@ climb from the BRKGA's best (options `polish`, `polish_batch`, `polish_swap`, an
 `polish_peak`: the share of its moves aimed at the memory peak, 0.3 for the shipped
 `regal_hint` at 4 and 8 devices, else 0; go_jax/regal/guided.py). `regal_hint` only: its hint
 is the best of `hint_partitions` GP placements (METIS seeds 0, 1, ..., each with XLA's memory
-order; default 1, 16 for the shipped 2-device checkpoint) and the best `hint_seeds` of them
+order; default 1, 16 for the shipped checkpoints) and the best `hint_seeds` of them
 (default 0, 16 there) are chromosomes of the first generation (go_jax/regal/hints.py); the
 hint's simulations come out of the budget and are counted in `evaluations` (3 per partition
 for peak_memory). `info` holds the checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
@@ -67,16 +67,18 @@ _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtim
 # go_jax/methods/peak_moves.py), chosen on the first 40 validation graphs of a rebuilt split
 # (4 devices: +5.13% against +4.68%; 8 devices: +9.13% against +7.99%; 0.5 and 1.0 were worse,
 # and at 2 devices 0.5 and 1.0 lost to none: +1.63% / +1.23% against +1.67%); docs/regal.md 4.2.
-# At 2 devices the hint is the best of 16 GP partitions (METIS seeds 0-15, each with XLA's
-# memory order; `hint_partitions`) and all of them seed the first generation (`hint_seeds`),
-# chosen on the first 120 validation graphs of that split (+3.29% against +1.86%; 8 / 8:
-# +2.66%); docs/regal.md 4.3.
+# At every device count the hint is the best of 16 GP partitions (METIS seeds 0-15, each with
+# XLA's memory order; `hint_partitions`) and all of them seed the first generation
+# (`hint_seeds`), chosen on the validation graphs of that split (2 devices, first 120: +3.20%
+# against +1.86%, 8 / 8: +2.66%; 4 devices, first 40: +6.26% against +5.13%; 8 devices:
+# +10.88% against +9.13%); docs/regal.md 4.3.
 _POLISH = {"polish_batch": 16, "polish_swap": 0.5}
+_HINTS = {"hint_partitions": 16, "hint_seeds": 16}
 SEARCH_PARAMS: Dict[str, Dict[str, Any]] = {
     "regal_hint": {"population": 160, "elite_frac": 0.2, "mutant_frac": 0.0, "polish": 0.1,
-                   "hint_partitions": 16, "hint_seeds": 16, **_POLISH},
-    "regal_hint_d4": {"polish": 0.3, "polish_peak": 0.3, **_POLISH},
-    "regal_hint_d8": {"polish": 0.9, "polish_peak": 0.3, **_POLISH},
+                   **_HINTS, **_POLISH},
+    "regal_hint_d4": {"polish": 0.3, "polish_peak": 0.3, **_HINTS, **_POLISH},
+    "regal_hint_d8": {"polish": 0.9, "polish_peak": 0.3, **_HINTS, **_POLISH},
 }
 SEARCH_OPTIONS = ("population", "elite_frac", "mutant_frac", "polish", "polish_batch",
                   "polish_swap", "polish_peak", "hint_partitions", "hint_seeds")

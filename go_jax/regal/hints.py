@@ -24,8 +24,8 @@ likely guide at initialisation is the hint); REINFORCE is to learn where to devi
 has not: docs/regal.md section 4.1). The hint is computed on the host for every graph, in
 training (trainer.build_data) and at inference (methods/regal.py).
 
-Several partitions (`partitions` > 1; `regal_hint`'s option `hint_partitions`, 16 for the
-shipped 2-device checkpoint): METIS is run with seeds 0 .. partitions - 1, each distinct
+Several partitions (`partitions` > 1; `regal_hint`'s option `hint_partitions`, 16 for its
+shipped checkpoints): METIS is run with seeds 0 .. partitions - 1, each distinct
 placement is simulated with each of XLA's three orders in one batch, and the best (placement,
 order) becomes the hint; `regal_hint` also seeds the guided BRKGA's first generation with the
 best `hint_seeds` of them (docs/regal.md section 4.3). One partition is the hint above.
