@@ -25,10 +25,11 @@ is the best of `hint_partitions` GP placements (METIS seeds 0, 1, ..., each with
 order; default 1, 16 for the shipped checkpoints) and the best `hint_seeds` of them
 (default 0, 16 there) are chromosomes of the first generation (go_jax/regal/hints.py); the
 hint's simulations come out of the budget and are counted in `evaluations` (3 per partition
-for peak_memory). `info` holds the checkpoint, forward_seconds, the share of ops / keys whose choice is the uniform Beta(1, 1)
-(`uniform_share`) and brkga's per-generation best objectives. A topology with more devices than
-the policy's `max_devices`, a checkpoint of another algorithm or with parameters that do not fit
-its policy is a ValueError naming the problem.
+for peak_memory). `info` holds the checkpoint, forward_seconds, the share of ops / keys whose
+choice is the uniform Beta(1, 1) (`uniform_share`), brkga's per-generation best objectives
+and, for `regal_hint`, hint_evaluations and hint_candidates (distinct partitions). A topology
+with more devices than the policy's `max_devices`, a checkpoint of another algorithm or with
+parameters that do not fit its policy is a ValueError naming the problem.
 """
 
 from __future__ import annotations

@@ -164,7 +164,10 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   (REGAL's populations are drawn from the guide). With `uniform_guide` and no polish its answer
   and info are exactly those of `methods.solve("brkga", ...)` with the same seed and config.
   With a polish (module docstring) the BRKGA runs within the rest of the budget and info adds
-  brkga_objective, polish_evaluations and polish_improvements."""
+  brkga_objective, polish_evaluations and polish_improvements. `seed_actions` [(placement (N,),
+  priority (N,))] become the first generation's first chromosomes (`evolution.encode_action`;
+  info `seeded`), in max(seed_slots, len(seed_actions), 3) slots, so a fixed `seed_slots` keeps
+  one compile whatever the number of actions."""
   budget = evolution.search_budget(problem, config)
   polish, steps, batch, swap, peak = _polish_settings(config, budget, name)
   if polish:
