@@ -185,16 +185,15 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   search_config = dict(train_config.brkga)
   search_config.update(SEARCH_PARAMS.get(checkpoint, {}))
   search_config.update({k: config[k] for k in SEARCH_OPTIONS if config[k] is not None})
-  search_config = dict(search_config, **_hint_settings(search_config, module.hints, method))
-  hint, seeds, seed_slots, hint_evaluations = None, [], 0, 0
+  partitions, seed_slots = _hint_settings(search_config, module.hints, method)
+  hint, seeds, candidates, hint_evaluations = None, [], [], 0
   if module.hints:  # the heuristic key choices the policy reads (go_jax/regal/hints.py)
     from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
     candidates, hint_evaluations = hints.hint_candidates(
-        problem.graph, problem.topology, problem.objective, search_config["hint_partitions"])
+        problem.graph, problem.topology, problem.objective, partitions)
     hint = hints.choices_of(candidates[0][0], candidates[0][1], module.max_devices,
                             pg.num_nodes_padded)
-    seed_slots = search_config["hint_seeds"]
-    seeds = [(c[0], c[1]) for c in candidates[:seed_slots]]
+    seeds = [(place, prio) for place, prio, _ in candidates[:seed_slots]]
   key_logits, bias_logits = _apply(module, params, feats, hint)
   key_logits = pol.used_logits(key_logits, d)
   if config["decode"] == "mode":
@@ -211,18 +210,17 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   if budget - hint_evaluations < 1:
     raise ValueError(f"{method}: a budget of {budget} evaluations leaves none after the "
                      f"hint's {hint_evaluations} (hint_partitions)")
-  brkga["evaluations"] = budget - hint_evaluations
   prop = guided.search(dataclasses.replace(problem, budget=budget - hint_evaluations), guide,
                        brkga, name=method, seed_actions=seeds, seed_slots=seed_slots)
   info = dict(prop.info, checkpoint=checkpoint, forward_seconds=forward_seconds,
               uniform_share=float(np.mean(kc == pol.UNIFORM)) if kc.size else 1.0,
               decode=config["decode"], hint_evaluations=hint_evaluations,
-              hint_candidates=len(candidates) if module.hints else 0)
+              hint_candidates=len(candidates))
   return Proposal(prop.placement, prop.priority, prop.evaluations + hint_evaluations, info)
 
 
-def _hint_settings(search: Dict[str, Any], hinted: bool, method: str) -> Dict[str, int]:
-  """hint_partitions (default 1) and hint_seeds (default 0) of a search config, checked;
+def _hint_settings(search: Dict[str, Any], hinted: bool, method: str) -> Tuple[int, int]:
+  """(hint_partitions (default 1), hint_seeds (default 0)) of a search config, checked;
   ValueError for a bad value or for either set on a policy that reads no hint."""
   parts = 1 if search.get("hint_partitions") is None else int(search["hint_partitions"])
   seeds = 0 if search.get("hint_seeds") is None else int(search["hint_seeds"])
@@ -234,7 +232,7 @@ def _hint_settings(search: Dict[str, Any], hinted: bool, method: str) -> Dict[st
   if not hinted and (parts != 1 or seeds):
     raise ValueError(f"{method}: hint_partitions / hint_seeds need a policy that reads hints "
                      "(regal_hint)")
-  return {"hint_partitions": parts, "hint_seeds": seeds}
+  return parts, seeds
 
 
 @register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "

@@ -75,10 +75,10 @@ def hint_candidates(graph: CompGraph, topology: Topology, objective: str,
   if partitions < 1:
     raise ValueError(f"hint: partitions must be >= 1, got {partitions}")
   problem = methods.Problem(graph, topology, objective, 0, None, None)
+  gp = methods.get("gp_dfs").defaults
   places, seen = [], set()
-  for place, _ in regal_baselines.gp_placements(problem, range(partitions),
-                                                methods.get("gp_dfs").defaults["weights"],
-                                                methods.get("gp_dfs").defaults["ufactor"]):
+  for place, _ in regal_baselines.gp_placements(problem, range(partitions), gp["weights"],
+                                                gp["ufactor"]):
     if place.tobytes() not in seen:
       seen.add(place.tobytes())
       places.append(place)
@@ -97,8 +97,7 @@ def hint_candidates(graph: CompGraph, topology: Topology, objective: str,
       np.stack([orders[o] for _, o in padded_pairs]))[:len(pairs)].reshape(len(places), -1)
   best_order = np.argmin(values, axis=1)  # first minimum: list, dfs, post_order
   out = [(p, orders[k], float(values[i, k])) for i, (p, k) in enumerate(zip(places, best_order))]
-  order = sorted(range(len(out)), key=lambda i: (out[i][2], i))
-  return [out[i] for i in order], width
+  return sorted(out, key=lambda c: c[2]), width  # stable: seed order on ties
 
 
 def choices_of(placement, priority, max_devices: int, num_nodes_padded: int) -> np.ndarray:
