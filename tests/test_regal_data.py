@@ -233,3 +233,6 @@ def test_heldout_passes_the_search_options(monkeypatch, capsys):
                 "--population=160", "--mutant_frac=0"])
   assert seen == {"checkpoint": "/w", "population": 160, "mutant_frac": 0.0}
   capsys.readouterr()
+  with pytest.raises(SystemExit):
+    heldout.main(["--methods=regal_hint", "--graphs=regal:n=20", "--cpu_devices=-1"])
+  assert "--cpu_devices=-1: must be >= 0" in capsys.readouterr().err

@@ -27,7 +27,7 @@ import numpy as np
 
 from go_jax import methods
 from go_jax.training import loop
-from simulator import fileio, topology_spec
+from simulator import fileio, runtime, topology_spec
 from simulator.padding import bucket
 from simulator.simulate import padded
 
@@ -129,7 +129,16 @@ def main(argv=None) -> None:
   parser.add_argument("--hint_seeds", type=int, default=None,
                       help="regal_hint: how many of them seed the first generation")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
+  parser.add_argument("--cpu_devices", type=int, default=1,
+                      help="CPU cores exposed as devices, so that each batch of simulations "
+                           "(BRKGA's generations, the polish's climb steps) is split across "
+                           "them (1: no split, as the earlier measurements; 0: one per core)")
   args = parser.parse_args(argv)
+  if args.cpu_devices < 0:
+    print(f"go_jax.regal.heldout: --cpu_devices={args.cpu_devices}: must be >= 0",
+          file=sys.stderr)
+    raise SystemExit(1)
+  runtime.configure_cpu_devices(args.cpu_devices or None)  # before anything starts JAX
   try:
     config = _config(args.config)
     specs = ([s for s in args.graphs.split(";") if s.strip()] if args.graphs
