@@ -75,7 +75,7 @@ def time_simulate(graph: CompGraph, topology: Topology, batch: int, repeats: int
           "node_commits_per_s": batch * graph.num_nodes / run_s,
           "chunk": pg.chunk, "loop_iterations": int(pg.num_iters),
           "padded_nodes": pg.num_nodes_padded, "padded_edges": int(pg.senders.shape[0]),
-          "makespans": np.asarray(res.makespan[:batch]).tolist()}
+          "makespans": np.asarray(res.makespan)[:batch].tolist()}
 
 
 def profile_simulate(graph: CompGraph, topology: Topology, batch: int, top: int = 25,

@@ -362,6 +362,24 @@ def test_hinted_policy_starts_at_the_hint_and_trains():
     policy.make_policy(dict(policy.default_config(), hints=True, hint_init=-1.0))
 
 
+def test_a_new_graph_of_a_warmed_shape_compiles_nothing():
+  # BRKGA 5K and regal_hint are timed against each other on graphs of few padded shapes: a
+  # compile per graph (e.g. a jnp slice to the graph's op count) would be timed as search
+  from go_jax.training import tuning  # pylint: disable=g-import-not-at-top
+  from simulator.sources import load_graph  # pylint: disable=g-import-not-at-top
+  first, second = regal_graph(), load_graph("regal:n=55,seed=3")  # both (64, 128) padded
+  shape = lambda g: (padded(g).num_nodes_padded, padded(g).senders.shape[0], padded(g).chunk)
+  assert shape(first) == shape(second)
+  assert first.num_nodes != second.num_nodes
+  for name in ("brkga", "regal_hint"):
+    methods.solve(name, first, TOPO, objective="peak_memory", seed=0, budget=368)
+    tuning.compile_clock()  # listening from here
+    before = tuning.compile_clock.lowerings
+    sol = methods.solve(name, second, TOPO, objective="peak_memory", seed=0, budget=368)
+    assert tuning.compile_clock.lowerings == before, name
+    assert sol.objective > 0
+
+
 def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   g = HELD_OUT[1]
   # the shipped checkpoint's tuned search (SEARCH_PARAMS): the hint is the best of 16 GP

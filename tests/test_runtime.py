@@ -17,6 +17,7 @@ from simulator.runtime import configure_cpu_devices
 configure_cpu_devices(2)
 import jax, numpy as np
 from simulator import simulate, reference_simulate
+from simulator.simulate import prepare_batch
 from tests.test_simulate import random_instance
 assert len(jax.local_devices()) == 2, jax.local_devices()
 import os  # the public option, not the XLA flag (on a JAX that has it)
@@ -25,7 +26,9 @@ assert "xla_force_host" not in os.environ.get("XLA_FLAGS", "") or not hasattr(
 for seed in range(6):
   g, topo, place, prio = random_instance(seed, 10 + 7 * seed, 1 + seed % 4)
   res = simulate(g, topo, place[:3], prio[:3])  # B=3 pads to 4: two rows per device
-  assert len(res.makespan.sharding.device_set) == 2
+  _, pl, _ = prepare_batch(g, np.asarray(place[:3]), np.asarray(prio[:3]))
+  assert pl.shape[0] == 4 and len(pl.sharding.device_set) == 2  # what `simulate` ran
+  assert not res.makespan.committed  # sliced on the host (no compile per size), uncommitted
   for b in range(3):
     ref = reference_simulate(g, topo, place[b], prio[b])
     np.testing.assert_array_equal(np.asarray(res.start[b]), ref.start)

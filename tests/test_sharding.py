@@ -1,7 +1,8 @@
 """Batched search and training split across devices (simulator.sharding): the same answers.
 
 `workloads()` runs tiny versions of the sharded paths (BRKGA; PPO updates with K + 1 = 9
-simulations padded to 10 and minibatches of 4 split in 2; SA, HDP and a REGAL update, whose
+simulations padded to 10 and minibatches of 4 split in 2; SA; local_search, whose hill climb
+splits each batch of 16 moves, as regal_hint's polish does; HDP and a REGAL update, whose
 guided BRKGA searches split their populations under vmap: NAMES) and returns
 their results. The tests run it here (one CPU device: the unsharded program), in a child
 process with 2 CPU devices (`configure_cpu_devices`; the count is fixed when JAX starts, hence
@@ -31,7 +32,7 @@ RTOL = 1e-5  # float32 results that pass through a reduction over the split batc
 # What the 1- and 2-device runs compare (about 28 s of CPU more for SA, HDP and REGAL than
 # for BRKGA and PPO alone; GO_JAX_TEST_SHARDING=quick compares those two only).
 NAMES = ("brkga", "ppo") + (() if os.environ.get("GO_JAX_TEST_SHARDING") == "quick"
-                            else ("sa", "hdp", "regal"))
+                            else ("sa", "local_search", "hdp", "regal"))
 
 
 def _leaves(tree):
@@ -50,10 +51,12 @@ def workloads(names=("brkga", "ppo")):
 
   out = {"devices": len(jax.devices()), "processes": jax.process_count()}
   g, topo, _, _ = random_instance(3, 30, 3)
-  for name, kw in (("brkga", dict(population=20)), ("sa", dict(chains=8))):
+  for name, kw in (("brkga", dict(population=20)), ("sa", dict(chains=8)),
+                   ("local_search", dict(batch=16))):
     if name in names:
       sol = methods.solve(name, g, topo, seed=1, budget=48, **kw)
-      curve = sol.info.get("best_per_generation", sol.info.get("best_per_step"))
+      curve = sol.info.get("best_per_generation", sol.info.get("best_per_step",
+                                                                [sol.info.get("improvements")]))
       out[name] = dict(placement=np.asarray(sol.placement).tolist(),
                        priority=np.asarray(sol.priority).tolist(), curve=list(curve),
                        objective=sol.objective)

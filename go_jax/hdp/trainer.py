@@ -328,8 +328,8 @@ def train(graph: CompGraph, topology: Topology, hp: Hyper, seed: int,
   seconds_used = time.perf_counter() - t0
   logging.info("%s: done, %d updates in %.1f s (compile %.1f s), best objective %.6g",
                label, done, seconds_used, compile_seconds, float(state.best_objective))
-  return TrainResult(placement=np.asarray(state.best_placement[:nreal], np.int64),
-                     groups=np.asarray(state.best_groups[:nreal], np.int64),
+  return TrainResult(placement=np.asarray(state.best_placement)[:nreal].astype(np.int64),
+                     groups=np.asarray(state.best_groups)[:nreal].astype(np.int64),
                      objective=float(state.best_objective), found_at=int(state.best_step),
                      feasible=bool(state.best_feasible),
                      updates=done, evaluations=done * hp.samples, seconds=seconds_used,

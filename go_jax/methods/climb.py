@@ -23,6 +23,7 @@ import numpy as np
 from go_jax import objectives
 from go_jax.methods import Problem
 from go_jax.methods import peak_moves
+from simulator import sharding as sharding_lib
 from simulator.padding import PaddedGraph
 from simulator.simulate import padded, simulate_padded
 from simulator.topology import Topology
@@ -61,11 +62,15 @@ def _neighbours(place, start, coloc_root, node_mask, d: int):
   return nxt, prv
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "batch"))
+@functools.partial(jax.jit, static_argnames=("kind", "batch", "sharding"))
 def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, swap_prob,
                place0, prio0, movable, num_movable, edge_prob=0.0, relabel_prob=0.0,
-               peak_prob=0.0, *, kind: str, batch: int):
+               peak_prob=0.0, *, kind: str, batch: int, sharding=None):
   """The whole hill climb: at most `num_steps` (traced) batches of `batch` moves.
+
+  sharding: `simulator.sharding.batch_sharding(batch)` splits each batch's simulations across
+  the run's devices (`map_batch`), as BRKGA's generations are split; the moves are drawn
+  replicated, so the climb is the same on any device count (None: one device, as before).
 
   edge_prob: the share of relocations drawn along an edge (a random edge's consumer group
   moves to its producer's device, or the other way round) instead of a random group to a
@@ -89,7 +94,7 @@ def hill_climb(pg: PaddedGraph, topo: Topology, key, ub, num_steps, patience, sw
     return jnp.minimum((x * n).astype(jnp.int32), n - 1)
 
   def score(place, prio):
-    res = simulate_padded(pg, topo, place, prio)
+    res = sharding_lib.map_batch(simulate_padded, sharding, (pg, topo), (place, prio))
     obj = objectives.get_objective(kind).value(res.makespan, res.peak_memory, res.oom,
                                                topo.mem_capacity, ub)
     if kind == "peak_memory":
@@ -236,6 +241,9 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
                      f"{kick}")
   t0 = time.perf_counter()
   pg, place, prio, movable, num_movable = climb_inputs(problem, placement, priority)
+  sharding = sharding_lib.batch_sharding(batch)
+  if sharding is not None:  # as each call's output comes back: one compile serves every call
+    place, prio = sharding_lib.put_replicated((place, prio))
   key, ub = jax.random.key(problem.seed, impl="rbg"), jnp.float32(problem.upper_bound())
   rng = np.random.default_rng(problem.seed)  # the kicks' draws (host side, between calls)
   d, roots = problem.topology.num_devices, np.asarray(movable)[:int(num_movable)]
@@ -247,7 +255,7 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
     c = hill_climb(pg, problem.topology, jax.random.fold_in(key, calls), ub, jnp.int32(steps),
                    jnp.int32(0), jnp.float32(swap_prob), place, prio, movable, num_movable,
                    jnp.float32(edge_prob), jnp.float32(relabel_prob), kind=problem.objective,
-                   batch=batch)
+                   batch=batch, sharding=sharding)
     place, prio = c.place, c.prio
     obj, tie = float(c.obj), float(c.tie)  # blocks: the call is done
     start_obj = float(c.start_obj) if start_obj is None else start_obj
@@ -269,7 +277,7 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
   g = problem.graph
   n = g.num_nodes
   obj, _, place, prio = best
-  return (np.asarray(place[:n], np.int64)[g.colocation_root()],  # groups follow their root
-          np.asarray(prio[:n], np.float64),
+  return (np.asarray(place)[:n].astype(np.int64)[g.colocation_root()],  # groups follow their root
+          np.asarray(prio)[:n].astype(np.float64),
           {"start_objective": start_obj, "best_objective": obj, "steps": done, "calls": calls,
            "improvements": improvements, "kicks": kicks, "seconds": time.perf_counter() - t0})

@@ -62,6 +62,7 @@ from go_jax import objectives
 from go_jax.methods import Problem, Proposal, register
 from go_jax.methods import climb
 from go_jax.methods import simple
+from simulator import sharding as sharding_lib
 from simulator.graph import upward_rank
 from simulator.simulate import simulate
 
@@ -167,12 +168,12 @@ def local_search(problem: Problem, config) -> Proposal:
                        jnp.float32(problem.upper_bound()), jnp.int32(steps),
                        jnp.int32(patience), jnp.float32(swap_prob), place0, prio0, movable,
                        num_movable, peak_prob=jnp.float32(peak_prob), kind=problem.objective,
-                       batch=k)
+                       batch=k, sharding=sharding_lib.batch_sharding(k))
   g, n = problem.graph, problem.graph.num_nodes
   done = int(c.step)
   return Proposal(
-      placement=np.asarray(c.place[:n], np.int64)[g.colocation_root()],  # groups follow
-      priority=np.asarray(c.prio[:n], np.float64),
+      placement=np.asarray(c.place)[:n].astype(np.int64)[g.colocation_root()],  # groups follow
+      priority=np.asarray(c.prio)[:n].astype(np.float64),
       evaluations=done * k + int(start.evaluations),
       info={"start": str(config["start"]), "start_objective": float(c.start_obj),
             "best_objective": float(c.obj), "steps": done, "batch": k,

@@ -115,13 +115,15 @@ def uniform_guide(num_nodes_padded: int, num_devices: int, elite_bias: float) ->
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "population", "elites", "mutants",
-                                             "elite_bias", "scan_len", "sharding", "batch"))
+                                             "elite_bias", "scan_len", "sharding", "batch",
+                                             "climb_sharding"))
 def _polished_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys, seed_mask,
                   guide, polish_key, polish_steps, swap_prob, movable, num_movable,
                   peak_prob, *,
                   kind: str, population: int, elites: int, mutants: int, elite_bias: float,
-                  scan_len: int, sharding, batch: int):
-  """The guided BRKGA, then the hill climb from its best chromosome: one jit."""
+                  scan_len: int, sharding, batch: int, climb_sharding):
+  """The guided BRKGA, then the hill climb from its best chromosome: one jit (each split
+  across the devices as its own batch allows: `sharding`, `climb_sharding`)."""
   pop, best = evolution._brkga_run(  # pylint: disable=protected-access
       pg, topo, key, ub, num_gens, seed_keys, seed_mask, kind=kind, population=population,
       elites=elites, mutants=mutants, elite_bias=elite_bias, scan_len=scan_len,
@@ -132,7 +134,8 @@ def _polished_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys,
   place0 = jnp.where(pg.node_mask, place0, 0)
   climb = climb_lib.hill_climb(
       pg, topo, polish_key, ub, polish_steps, jnp.int32(0), swap_prob, place0, keys[:, d],
-      movable, num_movable, peak_prob=peak_prob, kind=kind, batch=batch)
+      movable, num_movable, peak_prob=peak_prob, kind=kind, batch=batch,
+      sharding=climb_sharding)
   return best, climb
 
 
@@ -212,11 +215,12 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   best, climb = _polished_run(
       pg, problem.topology, evolution.loop_key(problem), ub, jnp.int32(gens), seed_keys,
       seed_mask, guide, jax.random.fold_in(evolution.loop_key(problem), 1), jnp.int32(steps),
-      jnp.float32(swap), movable, num_movable, jnp.float32(peak), batch=batch, **run)
+      jnp.float32(swap), movable, num_movable, jnp.float32(peak), batch=batch,
+      climb_sharding=sharding_lib.batch_sharding(batch), **run)
   best = np.asarray(best, np.float64)[:gens]
   root = problem.graph.colocation_root()
-  return Proposal(placement=np.asarray(climb.place[:n], np.int64)[root],  # groups follow
-                  priority=np.asarray(climb.prio[:n], np.float64),
+  return Proposal(placement=np.asarray(climb.place)[:n].astype(np.int64)[root],  # groups follow
+                  priority=np.asarray(climb.prio)[:n].astype(np.float64),
                   evaluations=gens * (p - e) + steps * batch,
                   info=dict(info, best_per_generation=best.tolist(),
                             brkga_objective=float(best[-1]), best_objective=float(climb.obj),
