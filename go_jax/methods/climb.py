@@ -268,6 +268,8 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
       ops = rng.choice(roots, size=min(num_kick, roots.size), replace=False)
       place[ops] = (place[ops] + rng.integers(1, d, size=ops.size)) % d
       prio, kicks = best[3], kicks + 1
+      if sharding is not None:  # placed as the calls' outputs are: no second compile
+        place = sharding_lib.put_replicated(place)
     now = time.perf_counter()
     per_step = (now - t1) / steps
     left = seconds - (now - t0)
