@@ -363,15 +363,16 @@ def test_hinted_policy_starts_at_the_hint_and_trains():
 
 
 def test_a_new_graph_of_a_warmed_shape_compiles_nothing():
-  # BRKGA 5K and regal_hint are timed against each other on graphs of few padded shapes: a
-  # compile per graph (e.g. a jnp slice to the graph's op count) would be timed as search
+  # BRKGA 5K, SA, local search and regal_hint are timed against each other on graphs of few
+  # padded shapes: a compile per graph (e.g. a jnp slice to its op count) would be timed as
+  # search
   from go_jax.training import tuning  # pylint: disable=g-import-not-at-top
   from simulator.sources import load_graph  # pylint: disable=g-import-not-at-top
   first, second = regal_graph(), load_graph("regal:n=55,seed=3")  # both (64, 128) padded
   shape = lambda g: (padded(g).num_nodes_padded, padded(g).senders.shape[0], padded(g).chunk)
   assert shape(first) == shape(second)
   assert first.num_nodes != second.num_nodes
-  for name in ("brkga", "regal_hint"):
+  for name in ("brkga", "sa", "local_search", "regal_hint"):
     methods.solve(name, first, TOPO, objective="peak_memory", seed=0, budget=368)
     tuning.compile_clock()  # listening from here
     before = tuning.compile_clock.lowerings

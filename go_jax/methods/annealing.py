@@ -171,8 +171,9 @@ def simulated_annealing(problem: Problem, config) -> Proposal:
   n = problem.graph.num_nodes
   best = np.asarray(best, np.float64)[:steps]
   moves = (steps - 1) * k
-  return Proposal(placement=np.asarray(chains.best_place[i, :n]),
-                  priority=np.asarray(chains.best_prio[i, :n], np.float64),
+  # sliced on the host: a jnp slice to n would compile once per graph size
+  return Proposal(placement=np.asarray(chains.best_place)[i, :n],
+                  priority=np.asarray(chains.best_prio)[i, :n].astype(np.float64),
                   evaluations=steps * k,
                   info={"best_per_step": best.tolist(), "steps": steps, "chains": k,
                         "best_objective": float(best[-1]),
