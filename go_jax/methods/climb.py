@@ -199,6 +199,15 @@ def climb_inputs(problem: Problem, placement, priority):
   return (pg, place0, prio0) + movable_roots(g, np_)
 
 
+def action_of(graph, place, prio) -> Tuple[np.ndarray, np.ndarray]:
+  """(placement (N,) int64, priority (N,) float64) of a climb's padded (Np,) place / prio: each
+  colocation group follows its root; sliced on the host (a jnp slice to N would compile once
+  per graph size)."""
+  n = graph.num_nodes
+  return (np.asarray(place)[:n].astype(np.int64)[graph.colocation_root()],
+          np.asarray(prio)[:n].astype(np.float64))
+
+
 def movable_roots(graph, num_nodes_padded: int):
   """(movable (Np,) int32: the colocation roots first, then zeros; their count, int32): the ops
   a climb relocates (moving a root moves its group)."""
@@ -276,10 +285,8 @@ def timed_climb(problem: Problem, placement, priority, seconds: float, *, swap_p
     if left < per_step:
       break
     steps = max(1, int(min(left, chunk_seconds) / per_step))
-  g = problem.graph
-  n = g.num_nodes
   obj, _, place, prio = best
-  return (np.asarray(place)[:n].astype(np.int64)[g.colocation_root()],  # groups follow their root
-          np.asarray(prio)[:n].astype(np.float64),
+  placement, priority = action_of(problem.graph, place, prio)
+  return (placement, priority,
           {"start_objective": start_obj, "best_objective": obj, "steps": done, "calls": calls,
            "improvements": improvements, "kicks": kicks, "seconds": time.perf_counter() - t0})

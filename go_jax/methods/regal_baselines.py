@@ -169,11 +169,10 @@ def local_search(problem: Problem, config) -> Proposal:
                        jnp.int32(patience), jnp.float32(swap_prob), place0, prio0, movable,
                        num_movable, peak_prob=jnp.float32(peak_prob), kind=problem.objective,
                        batch=k, sharding=sharding_lib.batch_sharding(k))
-  g, n = problem.graph, problem.graph.num_nodes
   done = int(c.step)
+  placement, priority = climb.action_of(problem.graph, c.place, c.prio)
   return Proposal(
-      placement=np.asarray(c.place)[:n].astype(np.int64)[g.colocation_root()],  # groups follow
-      priority=np.asarray(c.prio)[:n].astype(np.float64),
+      placement=placement, priority=priority,
       evaluations=done * k + int(start.evaluations),
       info={"start": str(config["start"]), "start_objective": float(c.start_obj),
             "best_objective": float(c.obj), "steps": done, "batch": k,

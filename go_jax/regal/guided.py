@@ -218,9 +218,8 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
       jnp.float32(swap), movable, num_movable, jnp.float32(peak), batch=batch,
       climb_sharding=sharding_lib.batch_sharding(batch), **run)
   best = np.asarray(best, np.float64)[:gens]
-  root = problem.graph.colocation_root()
-  return Proposal(placement=np.asarray(climb.place)[:n].astype(np.int64)[root],  # groups follow
-                  priority=np.asarray(climb.prio)[:n].astype(np.float64),
+  placement, priority = climb_lib.action_of(problem.graph, climb.place, climb.prio)
+  return Proposal(placement=placement, priority=priority,
                   evaluations=gens * (p - e) + steps * batch,
                   info=dict(info, best_per_generation=best.tolist(),
                             brkga_objective=float(best[-1]), best_objective=float(climb.obj),
