@@ -386,11 +386,12 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   # the shipped checkpoint's tuned search (SEARCH_PARAMS): the hint is the best of 16 GP
   # partitions (3 * 16 = 48 simulations out of the budget of 368, leaving 320), population
   # 160, 32 elites, no mutants, so 128 evaluations per generation: 2 generations within
-  # 320 - 32, then the polish (a tenth: 32 evaluations, 2 climb steps of 16) from the best
+  # 320 - 32 (the polish keeps a tenth), then the polish from the best, which also takes what
+  # the whole generations left: 320 - 256 = 64 evaluations, 4 climb steps of 16
   sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=368)
-  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 48 + 256 + 32
+  assert sol.info["checkpoint"] == "regal_hint" and sol.evaluations == 48 + 256 + 64 == 368
   assert (sol.info["population"], sol.info["elites"], sol.info["mutants"]) == (160, 32, 0)
-  assert sol.info["generations"] == 2 and sol.info["polish_evaluations"] == 32
+  assert sol.info["generations"] == 2 and sol.info["polish_evaluations"] == 64
   assert sol.info["hint_evaluations"] == 48 and 1 <= sol.info["hint_candidates"] <= 16
   assert sol.info["seeded"] == sol.info["hint_candidates"]
   assert sol.info["best_objective"] <= sol.info["brkga_objective"]

@@ -18,10 +18,11 @@ Crossover: a child takes key (i, k) from its elite parent when a random byte is 
 `threshold[i]` = min(round(256 * bias[i]), 256), the plain BRKGA's coin with a per-op bias.
 
 Polish (config `polish`, a fraction of the budget, 0: none; docs/regal.md section 4.2): the
-last floor(polish * budget) evaluations go to `local_search`'s hill climb
-(go_jax/methods/climb.py) from the guided BRKGA's best, in the same jit, in whole
-batches of `polish_batch` moves with swap probability `polish_swap`, the share `polish_peak`
-of them aimed at the memory peak (the climb's `peak_prob`); the BRKGA gets the rest.
+BRKGA runs its whole generations within budget - floor(polish * budget) evaluations, and every
+evaluation they leave goes to `local_search`'s hill climb (go_jax/methods/climb.py) from the
+guided BRKGA's best, in the same jit, in whole batches of `polish_batch` moves with swap
+probability `polish_swap`, the share `polish_peak` of them aimed at the memory peak (the
+climb's `peak_prob`).
 """
 
 from __future__ import annotations
@@ -177,6 +178,8 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
     problem = dataclasses.replace(problem, budget=budget - polish)
   p, e, mu, bias, gens = evolution._brkga_generations(  # pylint: disable=protected-access
       problem, config, name)
+  if polish:  # the climb also takes what the BRKGA's whole generations leave of the budget
+    steps = (budget - gens * (p - e)) // batch
   pg = padded(problem.graph)
   n, d = problem.graph.num_nodes, problem.topology.num_devices
   want = (pg.num_nodes_padded, d + 1)
