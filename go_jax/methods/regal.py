@@ -18,9 +18,10 @@ listed in SEARCH_PARAMS, those tuned for its guided search; options `population`
 `elite_frac`, `mutant_frac` override either), the problem's seed and `budget` evaluations
 (default `evaluations` = 5000, REGAL's "BRKGA 5K" budget), the last `polish` share of them
 (0 by default; 0.1, 0.3 and 0.9 for the shipped `regal_hint` at 2, 4 and 8 devices), with
-what the BRKGA's whole generations leave, a hill climb from the BRKGA's best (options `polish`, `polish_batch`, `polish_swap`, and
-`polish_peak`: the share of its moves aimed at the memory peak, 0.3 for the shipped
-`regal_hint` at 4 and 8 devices, else 0; go_jax/regal/guided.py). `regal_hint` only: its hint
+what the BRKGA's whole generations leave, a hill climb from the BRKGA's best (options
+`polish`, `polish_batch`, `polish_swap`, and `polish_peak`: the share of its moves aimed at
+the memory peak, 0.3 for the shipped `regal_hint` at 4 and 8 devices, else 0;
+go_jax/regal/guided.py). `regal_hint` only: its hint
 is the best of `hint_partitions` GP placements (METIS seeds 0, 1, ..., each with XLA's memory
 order; default 1, 16 for the shipped checkpoints) and the best `hint_seeds` of them
 (default 0, 16 there) are chromosomes of the first generation (go_jax/regal/hints.py); the
