@@ -141,9 +141,8 @@ def _polished_run(pg: PaddedGraph, topo: Topology, key, ub, num_gens, seed_keys,
 
 
 def _polish_settings(config: Dict[str, Any], budget: int, name: str):
-  """(evaluations kept from the BRKGA, climb steps, batch, swap probability, peak-directed
-  share) from the config, checked; no steps where the polish share holds less than one
-  batch."""
+  """(evaluations kept from the BRKGA, batch, swap probability, peak-directed share) from
+  the config, checked; none kept (no polish) where the share holds less than one batch."""
   frac = float(config.get("polish") or 0.0)
   batch = 16 if config.get("polish_batch") is None else int(config["polish_batch"])
   swap = 0.5 if config.get("polish_swap") is None else float(config["polish_swap"])
@@ -157,8 +156,7 @@ def _polish_settings(config: Dict[str, Any], budget: int, name: str):
   if not 0.0 <= peak <= 1.0:
     raise ValueError(f"{name}: polish_peak must be in [0, 1], got {peak}")
   kept = int(frac * budget)
-  steps = kept // batch
-  return (kept if steps else 0), steps, batch, swap, peak
+  return (kept if kept >= batch else 0), batch, swap, peak
 
 
 def search(problem: Problem, guide: Guide, config: Dict[str, Any],
@@ -173,13 +171,13 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   info `seeded`), in max(seed_slots, len(seed_actions), 3) slots, so a fixed `seed_slots` keeps
   one compile whatever the number of actions."""
   budget = evolution.search_budget(problem, config)
-  polish, steps, batch, swap, peak = _polish_settings(config, budget, name)
+  polish, batch, swap, peak = _polish_settings(config, budget, name)
   if polish:
     problem = dataclasses.replace(problem, budget=budget - polish)
   p, e, mu, bias, gens = evolution._brkga_generations(  # pylint: disable=protected-access
       problem, config, name)
-  if polish:  # the climb also takes what the BRKGA's whole generations leave of the budget
-    steps = (budget - gens * (p - e)) // batch
+  # the climb: the polish's share and what the BRKGA's whole generations leave of theirs
+  steps = (budget - gens * (p - e)) // batch if polish else 0
   pg = padded(problem.graph)
   n, d = problem.graph.num_nodes, problem.topology.num_devices
   want = (pg.num_nodes_padded, d + 1)
