@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -145,7 +146,11 @@ def start_child(code, *args):
   """A child writing to a temporary file, not a pipe: a pipe that nobody reads while this
   process computes would fill up with the children's log lines and block them (and their
   partner process in a collective)."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", PYTHONPATH=REPO)
+  # The run's XLA flags (tests/conftest.py: the classic CPU emitters, so that the children
+  # compile as fast as this process and share its cache) without a device count of its own.
+  flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "",
+                 os.environ.get("XLA_FLAGS", "")).strip()
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags, PYTHONPATH=REPO)
   log = tempfile.TemporaryFile("w+")
   proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, env=env, stdout=log,
                           stderr=subprocess.STDOUT, text=True)
