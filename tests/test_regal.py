@@ -332,6 +332,32 @@ def test_hint_candidates_are_gp_partitions_best_first():
     hints.hint_candidates(g, TOPO, "peak_memory", 0)
 
 
+def test_consensus_hint_strength_follows_the_partitions_agreement():
+  from go_jax.regal import hints
+  best = np.array([0, 0, 1, 1, 1])
+  # the same partition with its labels swapped, and one that moves op 1: aligned to the best,
+  # ops 0, 2, 3, 4 are agreed by all three, op 1 by two of three (< 3/4)
+  np.testing.assert_array_equal(hints.aligned(1 - best, best, 2), best)
+  # 3 devices: labels 2 -> 0 and 1 -> 1 (four ops agree), so 0 -> 2 (op 1 disagrees)
+  np.testing.assert_array_equal(hints.aligned(np.array([2, 0, 1, 1, 2]),
+                                              np.array([0, 1, 1, 1, 0]), 3), [0, 2, 1, 1, 0])
+  prio = np.arange(5.0)
+  cands = [(best, prio, 1.0), (1 - best, prio, 2.0), (np.array([0, 1, 1, 1, 1]), prio, 3.0)]
+  out = hints.consensus_choices(cands, 3, 2, 4, 8)
+  plain = hints.choices_of(best, prio, 4, 8)
+  np.testing.assert_array_equal(out[:, 4], plain[:, 4])  # the priority slot: unchanged
+  np.testing.assert_array_equal(out[np.arange(5), best],
+                                [hints.STRONG_HIGH, 0, hints.STRONG_HIGH, hints.STRONG_HIGH,
+                                 hints.STRONG_HIGH])
+  assert np.all(out[np.arange(5), 1 - best] == 0) and np.all(out[5:] == 0)
+  # top 2: every op agreed by both
+  assert np.all(hints.consensus_choices(cands, 2, 2, 4, 8)[np.arange(5), best]
+                == hints.STRONG_HIGH)
+  # op 1 agreed by 3 of 4 (>= 3/4): mildly high
+  four = cands + [(best, prio, 4.0)]
+  assert hints.consensus_choices(four, 4, 2, 4, 8)[1, 0] == hints.MILD_HIGH
+
+
 def test_hinted_policy_starts_at_the_hint_and_trains():
   """At initialisation the hinted policy's most likely guide IS the hint (and the default
   bias); a policy with hints refuses to run without them and one without refuses them; the
@@ -407,7 +433,8 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
                      ({"polish_peak": -0.1}, "polish_peak must be in"),
                      ({"hint_partitions": 0}, "hint_partitions must be >= 1"),
                      ({"hint_partitions": 1, "hint_seeds": 2},
-                      r"hint_seeds must be in \[0, hint_partitions = 1\]")):
+                      r"hint_seeds must be in \[0, hint_partitions = 1\]"),
+                     ({"hint_consensus": -1}, "hint_consensus must be >= 0")):
     with pytest.raises(ValueError, match=match):
       methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=368, **bad)
   # the options override it: the checkpoint's training search (80 evaluations a generation)

@@ -24,7 +24,10 @@ the memory peak, 0.3 for the shipped `regal_hint` at 4 and 8 devices, else 0;
 go_jax/regal/guided.py). `regal_hint` only: its hint
 is the best of `hint_partitions` GP placements (METIS seeds 0, 1, ..., each with XLA's memory
 order; default 1, 16 for the shipped checkpoints) and the best `hint_seeds` of them
-(default 0, 16 there) are chromosomes of the first generation (go_jax/regal/hints.py); the
+(default 0, 16 there) are chromosomes of the first generation, and with `hint_consensus` = k
+(> 0) and more than one partition the strength of the hint's affinity follows how many of the
+best k distinct partitions agree with it (default 0: off; 8 for the shipped 2-device
+checkpoint; go_jax/regal/hints.py, docs/regal.md section 4.4); the
 hint's simulations come out of the budget and are counted in `evaluations` (3 per partition
 for peak_memory). `info` holds the checkpoint, forward_seconds, the share of ops / keys whose
 choice is the uniform Beta(1, 1) (`uniform_share`), brkga's per-generation best objectives
@@ -73,18 +76,23 @@ _CACHE: Dict[Tuple[str, float], Tuple[Any, Any, Any]] = {}  # (params file, mtim
 # XLA's memory order; `hint_partitions`) and all of them seed the first generation
 # (`hint_seeds`), chosen on the validation graphs of that split (2 devices, first 120: +3.20%
 # against +1.86%, 8 / 8: +2.66%; 4 devices, first 40: +6.26% against +5.13%; 8 devices:
-# +10.88% against +9.13%); docs/regal.md 4.3.
+# +10.88% against +9.13%); docs/regal.md 4.3. At 2 devices the hint's affinity strength
+# follows the agreement of the best 8 of those partitions (`hint_consensus`), chosen on all
+# 200 validation graphs of that split with seeds 0-3 (+3.55% against +3.37%, paired +0.18,
+# 95% CI +0.01 to +0.34); docs/regal.md 4.4.
 _POLISH = {"polish_batch": 16, "polish_swap": 0.5}
 _HINTS = {"hint_partitions": 16, "hint_seeds": 16}
 SEARCH_PARAMS: Dict[str, Dict[str, Any]] = {
     "regal_hint": {"population": 160, "elite_frac": 0.2, "mutant_frac": 0.0, "polish": 0.1,
-                   **_HINTS, **_POLISH},
+                   "hint_consensus": 8, **_HINTS, **_POLISH},
     "regal_hint_d4": {"polish": 0.3, "polish_peak": 0.3, **_HINTS, **_POLISH},
     "regal_hint_d8": {"polish": 0.9, "polish_peak": 0.3, **_HINTS, **_POLISH},
 }
 SEARCH_OPTIONS = ("population", "elite_frac", "mutant_frac", "polish", "polish_batch",
-                  "polish_swap", "polish_peak", "hint_partitions", "hint_seeds")
-HINT_OPTIONS = ("hint_partitions", "hint_seeds")  # read here, not by the guided BRKGA
+                  "polish_swap", "polish_peak", "hint_partitions", "hint_seeds",
+                  "hint_consensus")
+# read here, not by the guided BRKGA
+HINT_OPTIONS = ("hint_partitions", "hint_seeds", "hint_consensus")
 
 
 def load_checkpoint(method: str, checkpoint: str):
@@ -186,14 +194,18 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   search_config = dict(train_config.brkga)
   search_config.update(SEARCH_PARAMS.get(checkpoint, {}))
   search_config.update({k: config[k] for k in SEARCH_OPTIONS if config[k] is not None})
-  partitions, seed_slots = _hint_settings(search_config, module.hints, method)
+  partitions, seed_slots, consensus = _hint_settings(search_config, module.hints, method)
   hint, seeds, candidates, hint_evaluations = None, [], [], 0
   if module.hints:  # the heuristic key choices the policy reads (go_jax/regal/hints.py)
     from go_jax.regal import hints  # pylint: disable=g-import-not-at-top
     candidates, hint_evaluations = hints.hint_candidates(
         problem.graph, problem.topology, problem.objective, partitions)
-    hint = hints.choices_of(candidates[0][0], candidates[0][1], module.max_devices,
-                            pg.num_nodes_padded)
+    if consensus and partitions > 1:  # strength by the partitions' agreement (docs/regal.md 4.4)
+      hint = hints.consensus_choices(candidates, consensus, d, module.max_devices,
+                                     pg.num_nodes_padded)
+    else:
+      hint = hints.choices_of(candidates[0][0], candidates[0][1], module.max_devices,
+                              pg.num_nodes_padded)
     seeds = [(place, prio) for place, prio, _ in candidates[:seed_slots]]
   key_logits, bias_logits = _apply(module, params, feats, hint)
   key_logits = pol.used_logits(key_logits, d)
@@ -220,27 +232,32 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
   return Proposal(prop.placement, prop.priority, prop.evaluations + hint_evaluations, info)
 
 
-def _hint_settings(search: Dict[str, Any], hinted: bool, method: str) -> Tuple[int, int]:
-  """(hint_partitions (default 1), hint_seeds (default 0)) of a search config, checked;
-  ValueError for a bad value or for either set on a policy that reads no hint."""
+def _hint_settings(search: Dict[str, Any], hinted: bool,
+                   method: str) -> Tuple[int, int, int]:
+  """(hint_partitions (default 1), hint_seeds (default 0), hint_consensus (default 0)) of a
+  search config, checked; ValueError for a bad value or for any set on a policy that reads no
+  hint."""
   parts = 1 if search.get("hint_partitions") is None else int(search["hint_partitions"])
   seeds = 0 if search.get("hint_seeds") is None else int(search["hint_seeds"])
+  consensus = 0 if search.get("hint_consensus") is None else int(search["hint_consensus"])
   if parts < 1:
     raise ValueError(f"{method}: hint_partitions must be >= 1, got {parts}")
   if not 0 <= seeds <= parts:
     raise ValueError(f"{method}: hint_seeds must be in [0, hint_partitions = {parts}], got "
                      f"{seeds}")
-  if not hinted and (parts != 1 or seeds):
-    raise ValueError(f"{method}: hint_partitions / hint_seeds need a policy that reads hints "
-                     "(regal_hint)")
-  return parts, seeds
+  if consensus < 0:
+    raise ValueError(f"{method}: hint_consensus must be >= 0, got {consensus}")
+  if not hinted and (parts != 1 or seeds or consensus):
+    raise ValueError(f"{method}: hint_partitions / hint_seeds / hint_consensus need a policy "
+                     "that reads hints (regal_hint)")
+  return parts, seeds, consensus
 
 
 @register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "
           "crossover bias for BRKGA (one forward pass + guided BRKGA, budget evaluations)",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
-          polish_peak=None, hint_partitions=None, hint_seeds=None)
+          polish_peak=None, hint_partitions=None, hint_seeds=None, hint_consensus=None)
 def regal(problem: Problem, config) -> Proposal:
   return solve_regal("regal", problem, config)
 
@@ -249,7 +266,7 @@ def regal(problem: Problem, config) -> Proposal:
           "distributions and bias shared by all ops (same trainer as REGAL)",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
-          polish_peak=None, hint_partitions=None, hint_seeds=None)
+          polish_peak=None, hint_partitions=None, hint_seeds=None, hint_consensus=None)
 def gas(problem: Problem, config) -> Proposal:
   return solve_regal("gas", problem, config)
 
@@ -258,6 +275,6 @@ def gas(problem: Problem, config) -> Proposal:
           "and XLA's memory order per op, go_jax/regal/hints.py) and starts from it",
           checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
-          polish_peak=None, hint_partitions=None, hint_seeds=None)
+          polish_peak=None, hint_partitions=None, hint_seeds=None, hint_consensus=None)
 def regal_hint(problem: Problem, config) -> Proposal:
   return solve_regal("regal_hint", problem, config)

@@ -88,7 +88,7 @@ def compare(method_names: Sequence[str], graph_specs: Sequence[str], topology: s
 
 # Flags passed to the methods as options when given (unset: each method's default).
 METHOD_FLAGS = ("decode", "checkpoint", "population", "elite_frac", "mutant_frac", "polish",
-                "polish_peak", "hint_partitions", "hint_seeds")
+                "polish_peak", "hint_partitions", "hint_seeds", "hint_consensus")
 
 
 def _config(path: str):
@@ -128,6 +128,9 @@ def main(argv=None) -> None:
                       help="regal_hint: the GP partitions its hint is the best of")
   parser.add_argument("--hint_seeds", type=int, default=None,
                       help="regal_hint: how many of them seed the first generation")
+  parser.add_argument("--hint_consensus", type=int, default=None,
+                      help="regal_hint: the affinity strength follows how many of the best "
+                           "this many partitions agree (0: off)")
   parser.add_argument("--out", default=None, help="JSON file for the rows and summary")
   parser.add_argument("--cpu_devices", type=int, default=1,
                       help="CPU cores exposed as devices, so that each batch of simulations "

@@ -29,6 +29,8 @@ shipped checkpoints): METIS is run with seeds 0 .. partitions - 1, each distinct
 placement is simulated with each of XLA's three orders in one batch, and the best (placement,
 order) becomes the hint; `regal_hint` also seeds the guided BRKGA's first generation with the
 best `hint_seeds` of them (docs/regal.md section 4.3). One partition is the hint above.
+With `hint_consensus` = k (`consensus_choices`) the affinity slot's strength follows how many of
+the best k distinct partitions agree with the best one (section 4.4).
 """
 
 from __future__ import annotations
@@ -107,6 +109,40 @@ def choices_of(placement, priority, max_devices: int, num_nodes_padded: int) -> 
   out = np.zeros((num_nodes_padded, max_devices + 1), np.int32)
   out[np.arange(n), placement] = MILD_HIGH
   out[:n, max_devices] = fifths(priority)
+  return out
+
+
+def aligned(placement, reference, num_devices: int) -> np.ndarray:
+  """`placement` with its device labels permuted to agree with `reference` on the most ops
+  (scipy's linear_sum_assignment on the D x D table of ops per label pair): METIS numbers its
+  parts arbitrarily, so two partitions compare only after this."""
+  from scipy.optimize import linear_sum_assignment  # pylint: disable=g-import-not-at-top
+  table = np.zeros((num_devices, num_devices), np.int64)
+  np.add.at(table, (placement, reference), 1)
+  rows, cols = linear_sum_assignment(-table)
+  relabel = np.arange(num_devices)
+  relabel[rows] = cols
+  return relabel[placement]
+
+
+def consensus_choices(candidates, top: int, num_devices: int, max_devices: int,
+                      num_nodes_padded: int) -> np.ndarray:
+  """(Np, Dmax + 1) int32 hint of the best candidate whose affinity strength follows how many
+  of the best `top` candidates (all, if fewer) agree with it (docs/regal.md section 4.4): the
+  best's device
+  gets "strongly high" where all of them (aligned to the best, `aligned`) put the op there,
+  "mildly high" where at least three quarters do, and uniform elsewhere, so that the guided
+  BRKGA explores the contested ops and keeps the agreed ones; the priority slot as
+  `choices_of`."""
+  best, prio = candidates[0][0], candidates[0][1]
+  out = choices_of(best, prio, max_devices, num_nodes_padded)
+  chosen = candidates[:max(int(top), 1)]
+  agree = np.zeros(best.shape[0])
+  for place, _, _ in chosen:
+    agree += aligned(place, best, num_devices) == best
+  share = agree / len(chosen)
+  out[np.arange(best.shape[0]), best] = np.where(
+      share >= 1.0, STRONG_HIGH, np.where(share >= 0.75, MILD_HIGH, 0))
   return out
 
 
