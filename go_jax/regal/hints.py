@@ -129,11 +129,10 @@ def consensus_choices(candidates, top: int, num_devices: int, max_devices: int,
                       num_nodes_padded: int) -> np.ndarray:
   """(Np, Dmax + 1) int32 hint of the best candidate whose affinity strength follows how many
   of the best `top` candidates (all, if fewer) agree with it (docs/regal.md section 4.4): the
-  best's device
-  gets "strongly high" where all of them (aligned to the best, `aligned`) put the op there,
-  "mildly high" where at least three quarters do, and uniform elsewhere, so that the guided
-  BRKGA explores the contested ops and keeps the agreed ones; the priority slot as
-  `choices_of`."""
+  best's device gets "strongly high" where all of them (aligned to the best, `aligned`) put
+  the op there, "mildly high" where at least three quarters do, and uniform elsewhere, so that
+  the guided BRKGA explores the contested ops and keeps the agreed ones; the other affinity
+  slots uniform and the priority slot as `choices_of`."""
   best, prio = candidates[0][0], candidates[0][1]
   out = choices_of(best, prio, max_devices, num_nodes_padded)
   chosen = candidates[:max(int(top), 1)]
