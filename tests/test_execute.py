@@ -4,6 +4,7 @@ the errors."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -208,9 +209,12 @@ _GROUPS = [
 
 @pytest.mark.parametrize("group", _GROUPS)
 def test_zoo_steps_placed_over_cpu_devices_equal_jit(group):
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4",
-             JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+  # The run's XLA flags (tests/conftest.py: the classic CPU emitters, faster to compile) and
+  # 4 CPU devices.
+  flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "",
+                 os.environ.get("XLA_FLAGS", "")).strip()
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1",
+             XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count=4".strip())
   proc = subprocess.run([sys.executable, "-c", _SCRIPT, group], capture_output=True, text=True,
                         cwd=REPO, env=env, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
