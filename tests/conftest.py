@@ -116,7 +116,8 @@ def _fast_compile(request):
   modules take 13-33% less CPU time). XLA's HLO passes do not change, so the optimised HLO the
   front ends read is the same; float results may differ in the last bits, so numerically fragile
   tests (a toy that must learn within a few updates: test_imitation.py fails without the
-  optimisations) and modules that run more than they compile (test_policies.py) stay unmarked.
+  optimisations) and modules that run more than they compile stay unmarked; a test of a marked
+  module that runs more than it compiles asks for the `optimized` fixture.
   The flag is not part of JAX's executable cache key: leaving the module clears the caches, so
   that no later module runs an executable compiled without optimisation.
   """
@@ -134,6 +135,25 @@ def _fast_compile(request):
     if before[1] is None:
       os.environ.pop(FAST_COMPILE_ENV, None)
     else:
+      os.environ[FAST_COMPILE_ENV] = before[1]
+    jax.clear_caches()
+
+
+@pytest.fixture
+def optimized():
+  """XLA's optimisations back on for one test of a `fast_compile` module: for a test that runs
+  more than it compiles (a policy forward pass on a 5,000-op graph takes 29 s unoptimised
+  instead of 9 s), beside tests that mostly compile. The caches are cleared after it, as after
+  a fast_compile module, so that its executables stay with it."""
+  import jax  # pylint: disable=g-import-not-at-top
+  before = (jax.config.read("jax_disable_most_optimizations"), os.environ.get(FAST_COMPILE_ENV))
+  jax.config.update("jax_disable_most_optimizations", False)
+  os.environ.pop(FAST_COMPILE_ENV, None)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", before[0])
+    if before[1] is not None:
       os.environ[FAST_COMPILE_ENV] = before[1]
     jax.clear_caches()
 

@@ -1,7 +1,8 @@
 """The executors of the sweep launchers (go_jax.executors): local and Ray give the same rows.
 
 A tiny sweep (2 methods x 2 graphs x 2 seeds on a 2-device topology) runs in this process and as
-Ray tasks on a local Ray instance of 2 CPUs (started once for the module, a few seconds); the
+Ray tasks on a local Ray instance of 1 CPU (started once for the module, a few seconds; one
+worker process, which compiles each program once: the CI machine has 2 cores); the
 rows must agree in everything but their timing, and the placements the cells find must be the
 same. A driver "killed" after half the cells resumes without redoing them, a failing cell is the
 same error row either way, and without Ray --executor=ray is one line naming the extra. The
@@ -54,9 +55,9 @@ class Spy:
 
 @pytest.fixture(scope="module")
 def ray_executor():
-  """One local Ray instance (2 CPUs, no dashboard) for the module, started by the executor as
+  """One local Ray instance (1 CPU, no dashboard) for the module, started by the executor as
   a launcher starts it (its workers import this checkout's go-jax)."""
-  with executors.make("ray", num_cpus=2) as executor:
+  with executors.make("ray", num_cpus=1) as executor:
     assert ray.is_initialized()
     yield executor
   assert not ray.is_initialized()

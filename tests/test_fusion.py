@@ -13,6 +13,8 @@ from simulator.costref import CostReference
 from simulator.padding import pad_graph
 from simulator.simulate import simulate_padded
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 NP, EP = 64, 256  # one bucket for every random graph: one compile per device count
 REF = cost_reference(device_spec("v100"))
 T = {name: ops.op_type_id(name) for name in ("dot", "conv", "elementwise", "activation",

@@ -13,6 +13,8 @@ from simulator import partition as pt
 from simulator.partition import P, R, OpSpace, Option, StrategySpace, programs, split
 from simulator.reference import reference_simulate
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 
 def _three_ops():
   """The worked example of design.md 4.2: a -> b -> c, k = 2."""

@@ -15,6 +15,8 @@ from go_jax.policies.types import GraphFeatures
 from simulator import CompGraph, Topology, preset
 from simulator.sources import layered_dag
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates (tests/conftest.py)
+
 SMALL = dict(hidden=16, gnn_layers=1, attention_layers=1, heads=2, segment_len=16,
              priority_levels=4)  # small and shallow: XLA compiles dominate this file's time
 
@@ -302,6 +304,7 @@ def test_config_errors(graphs, topo4):
 
 @pytest.mark.parametrize("n,bucket", [(5000, 8192),
                                       pytest.param(20000, 32768, marks=pytest.mark.full)])
+@pytest.mark.usefixtures("optimized")  # it runs more than it compiles
 def test_a_large_graph_runs_on_cpu(n, bucket):
   g = layered_dag(n, 64, seed=0)
   f = graph_features(g, preset("nvlink8"))

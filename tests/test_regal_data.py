@@ -12,6 +12,8 @@ from go_jax.datasets import regal, store, xla_set
 from simulator.graph import CompGraph
 from simulator.sources import regal_dag
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 
 def _permuted(g: CompGraph, seed: int) -> CompGraph:
   perm = np.random.default_rng(seed).permutation(g.num_nodes)  # old id -> new id

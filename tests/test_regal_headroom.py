@@ -12,6 +12,8 @@ from go_jax import methods
 from experiments import headroom
 from simulator import preset, sources
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = ["regal:n=24,seed=1", "regal:n=28,seed=2", "regal:n=32,seed=3"]  # one padded shape
 ROWS = [("brkga", 100), ("brkga", 400), ("gp_dfs", 100)]

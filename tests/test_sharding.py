@@ -2,8 +2,8 @@
 
 `workloads()` runs tiny versions of the sharded paths (BRKGA; PPO updates with K + 1 = 9
 simulations padded to 10 and minibatches of 4 split in 2; SA; local_search, whose hill climb
-splits each batch of 16 moves, as regal_hint's polish does; HDP and a REGAL update, whose
-guided BRKGA searches split their populations under vmap: NAMES) and returns
+splits each batch of 16 moves, as regal_hint's polish does; a REGAL update, whose guided
+BRKGA searches split their populations under vmap; HDP in the full tier: NAMES) and returns
 their results. The tests run it here (one CPU device: the unsharded program), in a child
 process with 2 CPU devices (`configure_cpu_devices`; the count is fixed when JAX starts, hence
 the process) and in 2 processes of one CPU device each joined by `go_jax.distributed` (BRKGA
@@ -30,10 +30,13 @@ pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RTOL = 1e-5  # float32 results that pass through a reduction over the split batch
-# What the 1- and 2-device runs compare (about 28 s of CPU more for SA, HDP and REGAL than
-# for BRKGA and PPO alone; GO_JAX_TEST_SHARDING=quick compares those two only).
+# What the 1- and 2-device runs compare (GO_JAX_TEST_SHARDING=quick: BRKGA and PPO only).
+# HDP (11 s of CPU in each of the two processes, its compile) only in the full tier
+# (GO_JAX_FULL_TESTS=1, tests/conftest.py): it splits its K samples with the same
+# sharding.map_batch / pad_rows as the PPO workload.
 NAMES = ("brkga", "ppo") + (() if os.environ.get("GO_JAX_TEST_SHARDING") == "quick"
-                            else ("sa", "local_search", "hdp", "regal"))
+                            else ("sa", "local_search", "regal")) + \
+    (("hdp",) if os.environ.get("GO_JAX_FULL_TESTS") == "1" else ())
 
 
 def _leaves(tree):

@@ -22,6 +22,8 @@ from simulator.coarsen import xla_fusion_graph
 from simulator.frontends import (from_jax_full, match_fusions, xla_fusion_groups,
                                  xla_schedule_priority)
 
+pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
+
 
 def _x(*shape):
   return jnp.ones(shape, jnp.float32)
