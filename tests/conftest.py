@@ -3,6 +3,7 @@ fast-compile mode of the modules marked `fast_compile`, and the `full` tier (lon
 default tests, run with GO_JAX_FULL_TESTS=1). The run shares one compilation cache and compiles
 with XLA:CPU's classic emitters (CPU_EMITTERS_FLAG)."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -105,6 +106,29 @@ def pytest_collection_modifyitems(config, items):
 FAST_COMPILE_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 
+@contextlib.contextmanager
+def _most_optimizations_disabled(disabled: bool):
+  """jax_disable_most_optimizations (this process) and FAST_COMPILE_ENV (the subprocesses it
+  starts) set to `disabled` inside the block, both restored after it, then the caches cleared:
+  the flag is not part of JAX's executable cache key."""
+  import jax  # pylint: disable=g-import-not-at-top
+  before = (jax.config.read("jax_disable_most_optimizations"), os.environ.get(FAST_COMPILE_ENV))
+  jax.config.update("jax_disable_most_optimizations", disabled)
+  if disabled:
+    os.environ[FAST_COMPILE_ENV] = "1"
+  else:
+    os.environ.pop(FAST_COMPILE_ENV, None)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", before[0])
+    if before[1] is None:
+      os.environ.pop(FAST_COMPILE_ENV, None)
+    else:
+      os.environ[FAST_COMPILE_ENV] = before[1]
+    jax.clear_caches()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _fast_compile(request):
   """Most XLA optimisations off (LLVM -O0, no expensive passes) while a module marked
@@ -125,19 +149,8 @@ def _fast_compile(request):
   if request.node.get_closest_marker("fast_compile") is None:
     yield
     return
-  import jax  # pylint: disable=g-import-not-at-top
-  before = (jax.config.read("jax_disable_most_optimizations"), os.environ.get(FAST_COMPILE_ENV))
-  jax.config.update("jax_disable_most_optimizations", True)
-  os.environ[FAST_COMPILE_ENV] = "1"
-  try:
+  with _most_optimizations_disabled(True):
     yield
-  finally:
-    jax.config.update("jax_disable_most_optimizations", before[0])
-    if before[1] is None:
-      os.environ.pop(FAST_COMPILE_ENV, None)
-    else:
-      os.environ[FAST_COMPILE_ENV] = before[1]
-    jax.clear_caches()
 
 
 @pytest.fixture
@@ -146,17 +159,8 @@ def optimized():
   more than it compiles (a policy forward pass on a 5,000-op graph takes 29 s unoptimised
   instead of 9 s), beside tests that mostly compile. The caches are cleared after it, as after
   a fast_compile module, so that its executables stay with it."""
-  import jax  # pylint: disable=g-import-not-at-top
-  before = (jax.config.read("jax_disable_most_optimizations"), os.environ.get(FAST_COMPILE_ENV))
-  jax.config.update("jax_disable_most_optimizations", False)
-  os.environ.pop(FAST_COMPILE_ENV, None)
-  try:
+  with _most_optimizations_disabled(False):
     yield
-  finally:
-    jax.config.update("jax_disable_most_optimizations", before[0])
-    if before[1] is not None:
-      os.environ[FAST_COMPILE_ENV] = before[1]
-    jax.clear_caches()
 
 
 @pytest.fixture
