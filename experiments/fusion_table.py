@@ -65,6 +65,12 @@ def main(argv: Sequence[str]) -> None:
   if names == ["heldout"]:
     names = list(HELD_OUT)
   cli.check_zoo_models(names)
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  for name in FLAGS.placers:  # before any model is built: unknown or unavailable here
+    try:
+      methods.get(name)
+    except ValueError as e:
+      raise app.UsageError(f"--placers: {e}") from e
   try:
     counts = [int(d) for d in FLAGS.devices]
   except ValueError as e:

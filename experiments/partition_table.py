@@ -48,6 +48,10 @@ def main(argv: Sequence[str]) -> None:
   from go_jax import methods, partition_table
   from simulator import fileio
   cli.check_zoo_models(FLAGS.models)
+  try:
+    methods.usable(FLAGS.placers, "--placers")  # a typo stops here; metis without pymetis is
+  except ValueError as e:                       # skipped by model_rows
+    raise app.UsageError(str(e)) from e
   bad = [m for m in FLAGS.partitioners if m not in methods.available(("partition",))]
   if bad:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "

@@ -105,7 +105,8 @@ flags.DEFINE_integer("samples", None, "K, actions sampled per update (default: t
                      "method's: 256 for go's fine-tuning, else the checkpoint config's).",
                      lower_bound=1)
 flags.DEFINE_list("baselines", list(place_lib.DEFAULT_BASELINES),
-                  "Baseline methods (go_jax.methods); unregistered ones are skipped. Default "
+                  "Baseline methods (go_jax.methods); built-in ones whose optional dependency "
+                  "is missing (metis without pymetis) are skipped, unknown names refused. Default "
                   "with --task=fusion: " + ",".join(place_tasks.FUSION_BASELINES) + ".")
 flags.DEFINE_integer("brkga_budget", place_lib.DEFAULT_BRKGA_BUDGET,
                      "Simulator evaluations of brkga and brkga_seeded.", lower_bound=1)

@@ -104,6 +104,14 @@ def as_settings(config) -> Dict[str, Any]:
     raise ValueError(f"config.within must be in [0, 1), got {cfg['within']}")
   if not cfg["graphs"] or not cfg["topologies"]:
     raise ValueError("config.graphs and config.topologies must not be empty")
+  from go_jax import harness  # pylint: disable=g-import-not-at-top
+  for spec in cfg["graphs"]:
+    harness.check_graph(spec, "config.graphs")
+  for spec in cfg["topologies"]:
+    try:
+      harness.parse_topology(spec)
+    except ValueError as e:
+      raise ValueError(f"config.topologies: {e}") from None
   shard_index(cfg["shard"])
   cfg["classic"], cfg["learned"] = classic, learned
   return cfg

@@ -130,14 +130,24 @@ def _kind(method: str) -> str:
   return methods.get(method).kind
 
 
+def check_graph(spec: str, what: str) -> str:
+  """`sources.check_spec` of a config's graph, the message prefixed by `what` (the field): a
+  sweep checks its graphs before any cell runs, so that a typo stops the launch instead of
+  failing every cell of that graph."""
+  try:
+    return sources.check_spec(spec)
+  except ValueError as e:
+    raise ValueError(f"{what}: {e}") from None
+
+
 def plan(cfg: Mapping[str, Any]) -> List[Cell]:
-  """Every cell of a config, in table order; methods not registered are dropped (warning)."""
+  """Every cell of a config, in table order. Built-in methods not available here (a missing
+  optional dependency) are dropped with a warning; unknown method names and graphs that do not
+  exist are a ValueError."""
+  names, skipped = methods.usable(cfg["methods"], "harness config: methods")
   known = methods.available()
-  missing = [m for m in cfg["methods"] if m not in known]
-  if missing:
-    logging.warning("harness: skipping method(s) not available: %s (available: %s)",
-                    missing, sorted(known))
-  names = [m for m in dict.fromkeys(cfg["methods"]) if m in known]
+  for m, why in skipped.items():
+    logging.warning("harness: skipping method %s: %s", m, why)
   if not names:
     raise ValueError(f"harness config: none of the methods {cfg['methods']} is available; "
                      f"available: {sorted(known)}")
@@ -154,6 +164,8 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
                          f"options: {sorted(methods.get(m).defaults)}")
   for spec in cfg["topologies"]:
     parse_topology(spec)
+  for spec in cfg["graphs"]:
+    check_graph(spec, "harness config: graphs")
   for obj in cfg["objective"]:
     objectives.get_objective(obj)
   sp = cfg["schedule_placement"]

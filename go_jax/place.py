@@ -250,7 +250,8 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
     finetune_updates: optional cap on fine-tuning updates (None: the time budget decides).
     learning_rate, samples: fine-tuning learning rate and K (None: the method's default,
       methods/learned.py FINETUNE_SAMPLES, else the checkpoint's K).
-    baselines: method names; ones not registered (e.g. metis without pymetis) are skipped;
+    baselines: method names; built-in ones not available here (e.g. metis without pymetis)
+      are skipped, an unknown name is a ValueError;
       None: the task's (DEFAULT_BASELINES; fusion: no_fusion, fuse_all, xla_fusion).
     brkga_budget: simulator evaluations of brkga and brkga_seeded.
     max_nodes: graphs above this many nodes are coarsened to it.

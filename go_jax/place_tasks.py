@@ -71,7 +71,7 @@ class Task:
   name: str
   method: Optional[str]  # GO's method (None: no GO rows)
   baselines: List[str]  # registered, of the task's kind
-  unknown: List[str]  # baselines given but not registered (skipped)
+  unknown: List[str]  # built-in baselines given but not available here (skipped)
   placement_from: Optional[str]  # fusion: the method whose placement and priority are fused
   graph_spec: Optional[str] = None
   device_spec: str = "v100"
@@ -216,12 +216,10 @@ def resolve(task: str, method: Optional[str], baselines: Optional[Sequence[str]]
                      f"which takes a {' or '.join(fits)} method, e.g. {TASK_METHODS[task]}")
   if baselines is None:
     baselines = FUSION_BASELINES if task == "fusion" else default_baselines
-  known = methods.available()
-  unknown = [b for b in baselines if b not in known]
-  for b in unknown:
-    logging.warning("baseline %r is not registered (optional dependency missing?): skipped; "
-                    "registered: %s", b, sorted(known))
-  baselines = [b for b in baselines if b in known]
+  baselines, skipped = methods.usable(baselines, "baselines")
+  unknown = list(skipped)
+  for b, why in skipped.items():
+    logging.warning("baseline %r is not available: %s; skipped", b, why)
   wrong = [b for b in baselines if _kind(b) not in fits]
   if wrong and task == "fusion":
     raise ValueError(f"task 'fusion': baselines {wrong} are not fusion methods; give fusion "

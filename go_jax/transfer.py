@@ -146,6 +146,8 @@ def settings(config) -> Dict[str, Any]:
     raise ValueError("transfer config: finetune_seconds needs a 'default' entry")
   for spec in cfg["topologies"]:
     topology_spec.parse_topology(spec)
+  for spec in cfg["graphs"]:
+    harness.check_graph(spec, "transfer config: graphs")
   objectives.get_objective(cfg["objective"])
   for r in cfg["rows"]:
     try:
@@ -157,13 +159,9 @@ def settings(config) -> Dict[str, Any]:
 
 def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:
   """Per instance: the baselines' cells, then the learned rows' (labelled by row)."""
-  known = methods.available()
-  baselines = []
-  for name in cfg["baselines"]:
-    if name in known:
-      baselines.append(name)
-    else:
-      logging.warning("transfer: baseline %s is not available; skipped", name)
+  baselines, skipped = methods.usable(cfg["baselines"], "transfer config: baselines")
+  for name, why in skipped.items():
+    logging.warning("transfer: baseline %s is not available: %s; skipped", name, why)
   cells = []
   for graph in cfg["graphs"]:
     for topo in cfg["topologies"]:

@@ -134,13 +134,24 @@ def test_failing_method_is_an_error_row(tmp_path, monkeypatch):
     harness.run(dict(cfg, fail_fast=True), str(tmp_path / "b"), progress=False)
 
 
-def test_unavailable_methods_are_skipped(tmp_path):
-  cfg = tiny_config(methods=["round_robin", "no_such_method"], graphs=GRAPHS[:1],
+def test_unavailable_methods_are_skipped_and_typos_stop_the_plan(tmp_path, monkeypatch):
+  """A built-in whose optional dependency is missing is skipped (the config serves installs
+  without the extra); an unknown name or a graph that does not exist stops before any cell."""
+  methods.available()  # the built-ins loaded, so that the entry below stays
+  monkeypatch.setitem(methods._UNAVAILABLE, "optional_one", "it needs fakepkg")  # pylint: disable=protected-access
+  cfg = tiny_config(methods=["round_robin", "optional_one"], graphs=GRAPHS[:1],
                     topologies=["nvlink2"])
   rows = harness.run(cfg, str(tmp_path), progress=False)
   assert [r["method"] for r in rows] == ["round_robin"]
   with pytest.raises(ValueError, match="none of the methods"):
-    harness.plan(harness.settings(tiny_config(methods=["no_such_method"])))
+    harness.plan(harness.settings(tiny_config(methods=["optional_one"])))
+  with pytest.raises(ValueError, match=r"methods: unknown method\(s\) \['no_such_method'\]"):
+    harness.plan(harness.settings(tiny_config(methods=["round_robin", "no_such_method"])))
+  for graph, what in (("pipedream:no_such_model", "unknown PipeDream model"),
+                      ("zoo:bert_base,size=huge", "unknown zoo size"),
+                      ("no_such_module:fn", "nor an importable module")):
+    with pytest.raises(ValueError, match=f"harness config: graphs: .*{what}"):
+      harness.plan(harness.settings(tiny_config(graphs=[graph])))
 
 
 def test_relative_memory_makes_single_device_infeasible():

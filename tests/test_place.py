@@ -163,7 +163,7 @@ def launcher_run(tmp_path_factory, tiny_checkpoint):
   out = str(tmp_path_factory.mktemp("launcher") / "out")
   cmd = [sys.executable, "-m", "experiments.place", f"--graph={GRAPH}", "--topology=nvlink2",
          f"--checkpoint={tiny_checkpoint}", "--finetune_seconds=0", "--samples=4",
-         "--baselines=heft,m_etf,no_such_method", f"--out={out}"]
+         "--baselines=heft,m_etf", f"--out={out}"]
   env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
   proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -285,12 +285,17 @@ def test_place_coarsens_big_graphs(tmp_path):
   assert not any(n.endswith(".png") for n in os.listdir(tmp_path))
 
 
-def test_place_skips_unregistered_baselines_and_ranks_peak_memory():
+def test_place_skips_unavailable_baselines_and_ranks_peak_memory(monkeypatch):
+  """A built-in whose optional dependency is missing is skipped; a typo stops the run."""
+  methods.available()  # the built-ins loaded, so that the entry below stays
+  monkeypatch.setitem(methods._UNAVAILABLE, "optional_one", "it needs fakepkg")  # pylint: disable=protected-access
   graph = sources.load_graph("chain:n=8")
+  with pytest.raises(ValueError, match=r"baselines: unknown method\(s\) \['no_such_method'\]"):
+    place_lib.place(graph, "nvlink2", method=None, baselines=["no_such_method", "heft"])
   result = place_lib.place(graph, "nvlink2", objective="peak_memory", method=None,
-                           baselines=["no_such_method", "heft", "single"])
+                           baselines=["optional_one", "heft", "single"])
   assert [r.key for r in result.rows] == ["heft", "single"]
-  assert result.settings["skipped_baselines"] == ["no_such_method"]
+  assert result.settings["skipped_baselines"] == ["optional_one"]
   _check_rows(result, "peak_memory")
   table = place_lib.markdown_table(result)  # peak memory in bytes, not seconds
   assert f"| {plotting.format_bytes(result.rows[1].objective)} |" in table
@@ -371,7 +376,7 @@ def test_launcher_end_to_end(launcher_run):
       "go zero-shot (greedy)", "go zero-shot (best of 4)", "heft", "m_etf"]
   assert [r["stage"] for r in data["rows"]] == [
       "zero-shot greedy", "zero-shot best of 4", None, None]
-  assert data["settings"]["skipped_baselines"] == ["no_such_method"]
+  assert data["settings"]["skipped_baselines"] == []
   rows = {r["key"]: r for r in data["rows"]}
   assert rows["go_zero_shot_best"]["objective"] <= rows["go_zero_shot_greedy"]["objective"]
   best = min(data["rows"], key=lambda r: (r["objective"], r["kind"] == "go"))

@@ -377,7 +377,6 @@ def test_load_graph_specs(tmp_path):
 @pytest.mark.parametrize("spec, match", [
     ("bogus:n=3", "unknown graph spec kind 'bogus'.*valid kinds: layered, regal"),
     ("layered:n=10,widht=2", "unknown key 'widht' for layered; valid keys: .*width"),
-    ("layered:n=10", "layered requires width"),
     ("chain:n=ten", "bad value for 'n'"),
     ("chain:n=3,integer_costs=maybe", "expected a boolean"),
     ("chain:n=3,n=4", "given twice"),
@@ -619,3 +618,38 @@ def test_coarsen_option_after_the_kind_and_in_resolved_specs(tmp_path):
   assert load_graph(f"{path},coarsen=7").num_nodes <= 7
   with pytest.raises(ValueError, match="coarsen"):
     sources.resolve_spec("alexnet,coarsen=-3")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("pipedream:no_such_model", "unknown PipeDream model 'no_such_model'; available: .*resnet50"),
+    ("piper:no_such_model", "unknown Piper model 'no_such_model'"),
+    ("zoo:no_such_model", "unknown zoo model 'no_such_model'; available: .*bert_base"),
+    ("zoo:bert_base,size=huge", "unknown zoo size 'huge'"),
+    ("zoo:bert_base,stage=mid", "stage must be 'pre' or 'post', got 'mid'"),
+    ("zoo:bert_base,no_such_knob=1", "unknown knob\\(s\\) \\['no_such_knob'\\]"),
+    ("zoo:bert_base,device=no_gpu", "unknown device spec 'no_gpu'"),
+    ("costgraph:missing.pbtxt", "cannot read CostGraphDef file 'missing.pbtxt': it does not exist"),
+    ("no_such_module_xyz:fn", "'jax:no_such_module_xyz:fn'.*neither a graph source kind"),
+    ("MOD:missing", "module 'MOD' has no function 'missing'"),
+    ("missing_file.npz", "cannot read graph file 'missing_file.npz': it does not exist"),
+    ("zoo:gpt2_small,coarsen=0", "coarsen must be a positive number"),
+])
+def test_check_spec_refuses_what_load_graph_would(programs, text, match):
+  """A sweep checks its graphs with `check_spec` before any cell: the same errors as
+  `load_graph` for everything that does not need the graph built."""
+  text, match = text.replace("MOD", programs), match.replace("MOD", programs)
+  with pytest.raises(ValueError, match=match):
+    sources.check_spec(text)
+  with pytest.raises(ValueError, match=match):
+    load_graph(text)
+
+
+def test_check_spec_resolves_without_building(programs):
+  """Valid arguments give their source spec; nothing is built or called (`broken` raises when
+  called, and a zoo model's step is not traced)."""
+  assert sources.check_spec("resnet50") == "pipedream:resnet50"
+  assert sources.check_spec("gpt2_small,coarsen=64") == "zoo:gpt2_small,coarsen=64"
+  assert sources.check_spec("zoo:bert_base,size=small,batch=2") == "zoo:bert_base,size=small,batch=2"
+  assert sources.check_spec(f"{programs}:broken") == f"jax:{programs}:broken"
+  with pytest.raises(ValueError, match="calling broken"):
+    load_graph(f"{programs}:broken")

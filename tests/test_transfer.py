@@ -44,7 +44,7 @@ def tiny_pretrain(row):
 
 
 def tiny_config(tmp_path, rows=("go_hint",)):
-  return dict(graphs=(GRAPH,), topologies=(TOPO,), baselines=("heft", "m_etf", "nope"),
+  return dict(graphs=(GRAPH,), topologies=(TOPO,), baselines=("heft", "m_etf"),
               brkga_budget=100, rows=rows, objective="makespan", seed=0, samples=8,
               finetune_seconds={"default": 1.0}, finetune_lr=FINETUNE_LR,
               pretrain_dir=str(tmp_path / "pretrain"), pretrain_missing=True, use_shipped=False)
@@ -172,6 +172,12 @@ def test_config_errors(tmp_path):
     transfer.settings(bad)
   with pytest.raises(ValueError, match="no pretrained policy"):
     transfer.ensure_pretrained("go", dict(tiny_config(tmp_path), pretrain_missing=False))
+  # A typo in a baseline or a graph stops the sweep before any cell runs.
+  with pytest.raises(ValueError, match=r"transfer config: baselines: unknown method\(s\) "
+                     r"\['nope'\]"):
+    transfer.plan(transfer.settings(dict(tiny_config(tmp_path), baselines=("heft", "nope"))))
+  with pytest.raises(ValueError, match="transfer config: graphs: .*unknown PipeDream model"):
+    transfer.settings(dict(tiny_config(tmp_path), graphs=("pipedream:no_such_model",)))
 
 
 def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):

@@ -1,7 +1,8 @@
 """Base config of the evaluation harness (experiments/evaluate.py, go_jax.harness).
 
 Derived configs import this one and override fields. Fields:
-  methods: method names of go_jax.methods (names not registered are skipped with a warning).
+  methods: method names of go_jax.methods (built-in methods whose optional dependency is
+    missing are skipped with a warning; an unknown name stops the run before any cell).
   graphs: graph specs of simulator.sources.load_graph ("layered:n=200,width=16,seed=0", ...).
   topologies: "PRESET", "file.json" or either with "@mem=VALUE", VALUE bytes ("8e9", "inf") or a factor of the
     graph's single-device footprint ("0.6x": one device cannot hold the model).

@@ -139,6 +139,24 @@ def get(name: str) -> MethodSpec:
   raise ValueError(f"unknown method {name!r}; available: {sorted(METHODS)}")
 
 
+def usable(names: Sequence[str], what: str = "methods") -> Tuple[List[str], Dict[str, str]]:
+  """(the registered ones of `names`, in order and without repeats; {name: why} of the built-in
+  ones that are not available here, e.g. metis without pymetis). Sweeps and comparisons skip
+  the latter with a warning, so that one config serves installs with and without the optional
+  extras; a name that is neither is a typo and stops them.
+
+  Raises:
+    ValueError: a name that is not a method at all (the message says `what` it was given as and
+      lists the registered names).
+  """
+  _load_builtin_methods()
+  unknown = [n for n in names if n not in METHODS and n not in _UNAVAILABLE]
+  if unknown:
+    raise ValueError(f"{what}: unknown method(s) {unknown}; available: {sorted(METHODS)}")
+  skipped = {n: _UNAVAILABLE[n] for n in names if n not in METHODS}
+  return [n for n in dict.fromkeys(names) if n in METHODS], skipped
+
+
 def unavailable() -> Dict[str, str]:
   """Built-in modules and methods that could not be loaded -> why (e.g. a missing optional
   dependency and the package to install); empty when everything loaded."""

@@ -234,11 +234,74 @@ def load_graph(spec: str) -> CompGraph:
   return coarsen.coarsen(graph, limit, name=f"{graph.name}@coarse{limit}").graph
 
 
+def check_spec(spec: str) -> str:
+  """Checks a graph argument without building its graph; returns the source spec it stands for.
+
+  Everything `load_graph` checks before the graph's own loader runs (the form, the kind, every
+  key and value), plus that the named thing exists: a PipeDream or Piper model or file, a
+  zoo model, a CostGraphDef file, an .npz file, a `jax:` module and function (the module is
+  imported; the function is not called). Sweeps check their graphs with it before any cell
+  runs, so a typo fails the launch instead of every cell of that graph.
+
+  Raises:
+    ValueError: as `load_graph` would for these reasons (the message names the spec).
+  """
+  base, limit = split_coarsen(str(spec).strip())
+  resolved = resolve_spec(base)
+  if not resolved.endswith(".npz"):
+    kind_name, kwargs = _parse(resolved)
+    check = _CHECKS.get(kind_name)
+    if check is not None:
+      try:
+        check(kwargs)
+      except jax_program.ModuleNotImportable as e:
+        raise _not_importable(resolved, e) from e
+      except ValueError as e:
+        if resolved in str(e):
+          raise
+        raise ValueError(f"graph spec {resolved!r}: {e}") from None
+  return resolved if limit is None else f"{resolved},{COARSEN_KEY}={limit}"
+
+
+def _check_jax(target: str) -> None:
+  with jax_program.working_dir_on_path():
+    jax_program.import_function(target)
+
+
+def _check_costgraph(path: str) -> None:
+  if not os.path.isfile(path):  # load_costgraph's own message
+    raise ValueError(f"cannot read CostGraphDef file {path!r}: it does not exist")
+
+
+# The cheap existence checks of the importers (`check_spec`), from the parsed keyword arguments.
+_CHECKS: Dict[str, Callable[[Dict[str, object]], None]] = {
+    "pipedream": lambda kw: pipedream.resolve_pipedream(kw["path_or_model_name"]),
+    "piper": lambda kw: piper.resolve_piper(kw["path_or_name"]),
+    "zoo": lambda kw: zoo_source.check_zoo(**kw),
+    "jax": lambda kw: _check_jax(kw["target"]),
+    "costgraph": lambda kw: _check_costgraph(kw["path"])}
+
+
+def _not_importable(spec: str, e: "jax_program.ModuleNotImportable") -> ValueError:
+  return ValueError(f"graph spec {spec!r}: {e.module!r} is neither a graph source kind "
+                    f"({', '.join(REGISTRY)}) nor an importable module ({e.cause})")
+
+
 def _load_graph(spec: str) -> CompGraph:
   """`load_graph` without the coarsening."""
   spec = resolve_spec(spec)
   if spec.endswith(".npz"):
     return CompGraph.load(spec)
+  kind_name, kwargs = _parse(spec)
+  try:
+    return REGISTRY[kind_name].fn(**kwargs)
+  except jax_program.ModuleNotImportable as e:
+    raise _not_importable(spec, e) from e
+
+
+def _parse(spec: str):
+  """(kind name, keyword arguments of its function) of a resolved source spec; ValueError on an
+  unknown key, a bad value, a missing required argument or a stray unnamed one."""
   kind_name, items = _split_spec(spec)
   kind = REGISTRY[kind_name]
   keys = kind.keys()
@@ -283,11 +346,7 @@ def _load_graph(spec: str) -> CompGraph:
   if missing:
     raise ValueError(f"graph spec {spec!r}: {kind_name} requires {', '.join(missing)} "
                      f"(n = num_nodes); valid keys: {', '.join(sorted(keys))}")
-  try:
-    return kind.fn(**kwargs)
-  except jax_program.ModuleNotImportable as e:
-    raise ValueError(f"graph spec {spec!r}: {e.module!r} is neither a graph source kind "
-                     f"({', '.join(REGISTRY)}) nor an importable module ({e.cause})") from e
+  return kind_name, kwargs
 
 
 def available_graphs() -> Dict[str, List[str]]:
@@ -305,6 +364,7 @@ def available_graphs() -> Dict[str, List[str]]:
   return out
 
 
-__all__ = ["DATA_ENV_VAR", "REGISTRY", "SourceKind", "data_root", "load_graph", "resolve_spec",
+__all__ = ["DATA_ENV_VAR", "REGISTRY", "SourceKind", "data_root", "load_graph", "check_spec",
+           "resolve_spec",
            "available_graphs", "load_pipedream", "load_piper", "layered_dag", "regal_dag",
            "chain", "series_parallel", "synthetic", "pipedream", "piper", "jax_program"]

@@ -58,6 +58,25 @@ def _source_digest() -> str:
   return h.hexdigest()[:16]
 
 
+def check_zoo(model: str, size: str = "default", stage: str = "pre", device: str = "v100",
+              calibration: Optional[str] = None, cache: bool = True, **knobs) -> None:
+  """What `load_zoo` checks before its long build (model, size, knobs, stage, device,
+  calibration file), without building (`simulator.sources.check_spec`).
+
+  Raises:
+    ValueError: unknown model, size, stage, knob, device or a bad calibration file.
+  """
+  del cache
+  from simulator import costmodel, zoo
+  from simulator.sources import jax_program
+  if stage not in jax_program.STAGES:
+    raise ValueError(f"stage must be {' or '.join(map(repr, jax_program.STAGES))}, got "
+                     f"{stage!r}")
+  costmodel.device_spec(device, costmodel.Calibration.load(calibration) if calibration
+                        else None)
+  zoo.check(model, size, **knobs)
+
+
 def load_zoo(model: str, size: str = "default", stage: str = "pre", device: str = "v100",
              calibration: Optional[str] = None, cache: bool = True, **knobs) -> CompGraph:
   """The costed CompGraph of zoo model `model`'s training step (see the module docstring).

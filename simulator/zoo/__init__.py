@@ -94,6 +94,17 @@ def build(name: str, size: str = "default", **overrides) -> ZooStep:
   Raises:
     ValueError: unknown model, size or knob.
   """
+  knobs = check(name, size, **overrides)
+  step, init = MODELS[name].builder(**knobs)
+  return ZooStep(name, step, init, knobs)
+
+
+def check(name: str, size: str = "default", **overrides) -> Dict[str, object]:
+  """The knobs `build` would build zoo model `name` with, without building it.
+
+  Raises:
+    ValueError: unknown model, size or knob.
+  """
   _load()
   if name not in MODELS:
     raise ValueError(f"unknown zoo model {name!r}; available: {', '.join(sorted(MODELS))}")
@@ -107,8 +118,7 @@ def build(name: str, size: str = "default", **overrides) -> ZooStep:
     raise ValueError(f"zoo model {name!r}: unknown knob(s) {sorted(bad)}; valid knobs: "
                      f"{', '.join(sorted(knobs))}")
   knobs.update(overrides)
-  step, init = model.builder(**knobs)
-  return ZooStep(name, step, init, knobs)
+  return knobs
 
 
 def graph(name: str, size: str = "default", stage: str = "pre",
