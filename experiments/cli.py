@@ -137,7 +137,7 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
   try:
     return FLAGS(argv)
   except flags.Error as e:
-    fail(one_line(e))
+    fail(_config_traceback_error(str(e)) or one_line(e))
   except Exception as e:  # pylint: disable=broad-except
     # A config file's own error (a SyntaxError, or anything its get_config raises) or a bad
     # override parsed with an explicit --config=FILE: any type, reported on one line.
@@ -147,6 +147,21 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
       fail(_override_error(overridden[0], argv, e))
     fail(f"bad flag value: {type(e).__name__}: {one_line(e)}")
   return []  # not reached: fail exits
+
+
+def _config_traceback_error(text: str) -> Optional[str]:
+  """ml_collections' message for a config file whose code raised (e.g. get_config refusing its
+  argument), which quotes the whole traceback, as 'flag --config=ARG: ERROR' with only the
+  exception (the lines after the traceback's last indented frame line); None for others."""
+  if "Error whilst parsing config file" not in text or "Traceback (most recent call" not in text:
+    return None
+  flag = re.match(r"flag (--\S+?): Error whilst", text)
+  lines = text.rstrip().splitlines()
+  frame = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
+  error = " ".join(" ".join(lines[frame + 1:]).split())
+  if not error:
+    return None
+  return f"flag {flag.group(1)}: {error}" if flag else error
 
 
 def _config_file_error(text: str) -> Optional[str]:

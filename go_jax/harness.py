@@ -117,7 +117,15 @@ def settings(config) -> Dict[str, Any]:
   out = dict(DEFAULTS, **given)
   for field in ("methods", "graphs", "topologies", "seeds", "objective"):
     out[field] = _as_list(out[field], field)
-  out["seeds"] = [int(s) for s in out["seeds"]]
+  seeds = out["seeds"]
+  if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
+    raise ValueError(f"harness config: seeds must be integers >= 0, got {list(seeds)}")
+  out["seeds"] = [int(s) for s in seeds]
+  budget = out["budget"]
+  if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer))
+                             or budget < 1):
+    raise ValueError(f"harness config: budget (simulator evaluations per search) must be an "
+                     f"integer >= 1 or None, got {budget!r}")
   out["method_options"] = {str(k): dict(v) for k, v in dict(out["method_options"] or {}).items()}
   return out
 

@@ -147,6 +147,11 @@ def test_unavailable_methods_are_skipped_and_typos_stop_the_plan(tmp_path, monke
     harness.plan(harness.settings(tiny_config(methods=["optional_one"])))
   with pytest.raises(ValueError, match=r"methods: unknown method\(s\) \['no_such_method'\]"):
     harness.plan(harness.settings(tiny_config(methods=["round_robin", "no_such_method"])))
+  with pytest.raises(ValueError, match=r"seeds must be integers >= 0, got \[0, -1\]"):
+    harness.settings(tiny_config(seeds=[0, -1]))
+  for budget in (0, -5, 2.5, True):
+    with pytest.raises(ValueError, match="budget .* must be an integer >= 1 or None"):
+      harness.settings(tiny_config(budget=budget))
   for graph, what in (("pipedream:no_such_model", "unknown PipeDream model"),
                       ("zoo:bert_base,size=huge", "unknown zoo size"),
                       ("no_such_module:fn", "nor an importable module")):

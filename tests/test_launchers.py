@@ -129,6 +129,7 @@ def simulate_bad_inputs(tmp):
       ([f"--topology={f['bad.json']}", out], "bad.json"),
       (["--placement=bogus", out], "bogus"),
       (["--mem_capacity=-1", out], "mem_capacity"),
+      (["--mem_capacity=nan", out], "--mem_capacity: give bytes >= 0 or 'inf', got nan"),
       ([f"--out={f['a_file']}"], "exists and is not a folder"),
   ]
 
@@ -180,6 +181,24 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path):
     assert len(lines) == 1, (args, err[-3000:])
     assert lines[0].startswith(f"{name}: error: "), (args, lines)
     assert want in lines[0], (args, lines)
+
+
+def test_a_config_file_that_raises_is_one_line_without_its_traceback():
+  """ml_collections quotes the whole traceback of a config file's own error (get_config
+  refusing its argument); the launchers keep the exception alone."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", flag_values=values)
+  arg = os.path.join(REPO, "experiments", "configs", "pretrain.py") + ":no_such_row"
+  with pytest.raises(flags.Error) as info:
+    values(["prog", f"--config={arg}"])
+  assert "Traceback" in str(info.value)
+  line = cli._config_traceback_error(str(info.value))  # pylint: disable=protected-access
+  assert line == (f"flag --config={arg}: ValueError: pretrain.py: unknown row 'no_such_row'; "
+                  "choose one of " + line.split("choose one of ", 1)[1])
+  assert "Traceback" not in line and "\n" not in line
+  assert cli._config_traceback_error("flag --x=1: some other error") is None  # pylint: disable=protected-access
 
 
 def test_simulate_bad_input_in_process(tmp_path, capsys):
