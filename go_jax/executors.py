@@ -176,6 +176,29 @@ def _guarded(task, item, cpus_per_cell):
     release_compiled_code()  # a Ray worker process runs many cells too
 
 
+REACH_TIMEOUT_S = 5.0  # how long `check_reachable` waits for a cluster's port
+
+
+def check_reachable(address: str) -> None:
+  """A quick check that a `HOST:PORT` (or `ray://HOST:PORT`) cluster address answers, before
+  `ray.init`, which retries an unreachable one for about a minute with a screen of warnings.
+  "auto" and other forms are left to Ray.
+
+  Raises:
+    ConnectionError: the host does not resolve or nothing listens on the port (one line).
+  """
+  import socket  # pylint: disable=g-import-not-at-top
+  host, sep, port = address.split("://", 1)[-1].rpartition(":")
+  if not sep or not host or not port.isdigit():
+    return
+  try:
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
+      pass
+  except OSError as e:
+    raise ConnectionError(f"no Ray cluster at {address!r}: cannot connect to {host}:{port} "
+                          f"({e.strerror or e})") from e
+
+
 class RayExecutor(Executor):
   """Every item one Ray task, results collected with `ray.wait` as they finish.
 
@@ -211,6 +234,7 @@ class RayExecutor(Executor):
       return self
     options = dict(runtime_env=env, log_to_driver=True)
     if self.address:
+      check_reachable(self.address)
       options.update(address=self.address)
     else:  # workers on this machine import the same go-jax as this process
       root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -235,6 +235,10 @@ def resolve(task: str, method: Optional[str], baselines: Optional[Sequence[str]]
   if task == "fusion":
     if not placement_from:
       raise ValueError("task 'fusion' needs placement_from, a placement or joint method")
+    try:
+      methods.get(placement_from)
+    except ValueError as e:
+      raise ValueError(f"placement_from: {e}") from None
     if _kind(placement_from) not in PLACING:
       raise ValueError(f"placement_from '{placement_from}' (kind {_kind(placement_from)}) must "
                        f"be a placement or joint method, e.g. {DEFAULT_PLACEMENT_FROM}")

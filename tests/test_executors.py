@@ -152,6 +152,12 @@ def test_executor_registry_and_bad_options(monkeypatch):
     executors.make("ray", cpus_per_cell=0)
   with pytest.raises(ValueError, match="takes no options"):
     executors.make("local", address="auto")
+  # A cluster address that does not answer fails at once with one line, before ray.init.
+  with pytest.raises(ConnectionError, match=r"no Ray cluster at '127.0.0.1:1': cannot connect"):
+    executors.check_reachable("127.0.0.1:1")
+  with pytest.raises(ConnectionError, match="no Ray cluster at 'ray://127.0.0.1:1'"):
+    executors.check_reachable("ray://127.0.0.1:1")
+  executors.check_reachable("auto")  # other forms are left to Ray
   monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")  # the driver's other flags are kept
   env = executors.worker_env(cpus_per_cell=1, gpus_per_cell=0)
   assert env["JAX_PLATFORMS"] == "cpu"
