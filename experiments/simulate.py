@@ -47,11 +47,13 @@ flags.DEFINE_float("mem_capacity", None, "Per-device memory capacity in bytes, o
                    "topology's (e.g. 8e9; 'inf' for unbounded).", lower_bound=0.0)
 flags.DEFINE_string("placement", "round_robin",
                     "Placement: a registered placement or joint method, one of "
-                    f"{sorted(placements.placement_names())}, or an (N,) int array saved with "
-                    "numpy.save ('npy:<path>' or '<path>.npy').")
+                    f"{sorted(placements.placement_names())}, an (N,) int array saved with "
+                    "numpy.save ('npy:<path>' or '<path>.npy'), or one device per op inline "
+                    "('0,1,1,0').")
 flags.DEFINE_string("priority", "critical_path",
-                    f"Priority (higher runs first): one of {sorted(placements.PRIORITIES)} or an "
-                    "(N,) float array saved with numpy.save ('npy:<path>' or '<path>.npy').")
+                    f"Priority (higher runs first): one of {sorted(placements.PRIORITIES)}, an "
+                    "(N,) float array saved with numpy.save ('npy:<path>' or '<path>.npy'), or "
+                    "one number per op inline ('3,2,1').")
 flags.DEFINE_integer("seed", 0, "Seed of the random strategies.")
 flags.DEFINE_string("out", DEFAULT_OUT, "Folder for schedule.png and summary.json.")
 

@@ -11,7 +11,8 @@ solved with `methods.solve` and the given seed, so a name means the same everywh
 
 `make_placement` / `make_priority` also accept an action saved with `numpy.save`, as
 "npy:<path>" or a bare path ending in ".npy", so that an action found by one tool (a search, a
-trained policy) can be replayed and plotted by another. Results are validated here, with
+trained policy) can be replayed and plotted by another, and an inline one, one number per op in
+op order ("0,1,1,0"), for a small graph typed by hand. Results are validated here, with
 messages naming the method, strategy or file, before they reach the simulator.
 """
 
@@ -146,13 +147,39 @@ def check_priority(priority, graph, source: str = "priority") -> np.ndarray:
   return arr
 
 
+def inline_values(spec: str, what: str) -> Optional[np.ndarray]:
+  """The numbers of an inline action, one per op in op order ("0,1,1,0"; a lone number for a
+  one-op graph), as float64; None when `spec` is not one (a name or a path). ValueError naming
+  the first item that is not a number."""
+  text = spec.strip()
+  items = [x.strip() for x in text.split(",")]
+  if len(items) == 1:
+    try:
+      float(items[0])
+    except ValueError:
+      return None  # a name or a path
+  values = []
+  for i, item in enumerate(items):
+    try:
+      values.append(float(item))
+    except ValueError:
+      raise ValueError(f"inline {what} {text!r}: item {i} ({item!r}) is not a number") from None
+  return np.asarray(values, np.float64)
+
+
 def make_placement(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
   """(N,) int32 placement from a registered placement / joint method (`placement_names`),
-  solved with `methods.solve(spec, graph, topology, seed=seed)`, or from an .npy spec."""
+  solved with `methods.solve(spec, graph, topology, seed=seed)`, from an .npy spec, or inline
+  (one device per op, comma-separated: "0,1,1")."""
   path = npy_path(spec)
   if path is not None:
     return check_placement(_load_npy(path, "placement", graph), graph, topology,
                            f"placement file '{path}'")
+  inline = inline_values(spec, "placement")
+  if inline is not None:
+    if np.all(np.isfinite(inline) & (inline == np.round(inline))):
+      inline = inline.astype(np.int64)  # devices shown as typed in the range message
+    return check_placement(inline, graph, topology, f"inline placement {spec.strip()!r}")
   names = placement_names()
   if spec not in names:
     if spec in methods.unavailable():
@@ -168,10 +195,14 @@ def make_placement(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
 
 
 def make_priority(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
-  """(N,) float64 priority from a strategy name in `PRIORITIES` or an .npy spec."""
+  """(N,) float64 priority from a strategy name in `PRIORITIES`, an .npy spec, or inline (one
+  number per op, comma-separated: "3,2.5,1")."""
   path = npy_path(spec)
   if path is not None:
     return check_priority(_load_npy(path, "priority", graph), graph, f"priority file '{path}'")
+  inline = inline_values(spec, "priority")
+  if inline is not None:
+    return check_priority(inline, graph, f"inline priority {spec.strip()!r}")
   if spec not in PRIORITIES:
     raise _unknown("priority", spec, PRIORITIES)
   return check_priority(PRIORITIES[spec](graph, topology, seed), graph,

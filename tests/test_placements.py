@@ -4,7 +4,7 @@ ranges, hand-checked priorities, clear errors."""
 import numpy as np
 import pytest
 
-from simulator import CompGraph, Topology
+from simulator import CompGraph, Topology, sources
 from go_jax import placements
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -104,6 +104,28 @@ def test_npy_specs(tmp_path):
   np.save(q, np.array([0.5, 1.0, -2.0, 3.0, 0.0]))
   np.testing.assert_array_equal(placements.make_priority("npy:" + q, g, TOPO),
                                 [0.5, 1.0, -2.0, 3.0, 0.0])
+
+
+def test_inline_specs():
+  """One number per op, comma-separated, as typed on a command line."""
+  g = tiny()
+  placement = placements.make_placement(" 2, 1,0,1,2 ", g, TOPO)
+  assert placement.dtype == np.int32
+  np.testing.assert_array_equal(placement, [2, 1, 0, 1, 2])
+  np.testing.assert_array_equal(placements.make_priority("0.5,1,-2,3e0,0", g, TOPO),
+                                [0.5, 1.0, -2.0, 3.0, 0.0])
+  for spec, match in (("0,1,x,0,0", r"inline placement '0,1,x,0,0': item 2 \('x'\) is not a "
+                                    "number"),
+                      ("0,1,0", r"inline placement '0,1,0': shape \(3,\), expected \(5,\)"),
+                      ("0,1,3,0,0", r"op 2 has device 3, outside \[0, 3\)"),
+                      ("0,0.5,0,0,0", "op 1 has device 0.5, not an integer"),
+                      ("0,1,,0,0", "item 2 \\(''\\) is not a number")):
+    with pytest.raises(ValueError, match=match):
+      placements.make_placement(spec, g, TOPO)
+  with pytest.raises(ValueError, match="inline priority '1,nan,1,1,1': op 1 has priority nan"):
+    placements.make_priority("1,nan,1,1,1", g, TOPO)
+  one = sources.chain(1)
+  np.testing.assert_array_equal(placements.make_placement("1", one, TOPO), [1])
 
 
 def test_errors(tmp_path):
