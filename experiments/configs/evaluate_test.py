@@ -1,6 +1,7 @@
 """Tiny CI config of the evaluation harness: 2 small synthetic graphs, one 2-device topology
 with and without a memory limit, the simple baselines plus those classic methods that are
-available (those missing an optional dependency are skipped with a warning), a small search budget, one seed.
+available (those missing an optional dependency are skipped with a warning), a small search
+budget, one seed.
 
 The budget (32 simulator evaluations) is below one generation of BRKGA's default population
 (100 - 20 elites = 80 evaluations), so BRKGA runs with a population of 16 here (13 new

@@ -365,6 +365,5 @@ def available_graphs() -> Dict[str, List[str]]:
 
 
 __all__ = ["DATA_ENV_VAR", "REGISTRY", "SourceKind", "data_root", "load_graph", "check_spec",
-           "resolve_spec",
-           "available_graphs", "load_pipedream", "load_piper", "layered_dag", "regal_dag",
+           "resolve_spec", "available_graphs", "load_pipedream", "load_piper", "layered_dag", "regal_dag",
            "chain", "series_parallel", "synthetic", "pipedream", "piper", "jax_program"]
