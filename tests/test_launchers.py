@@ -183,6 +183,8 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path):
     assert want in lines[0], (args, lines)
 
 
+# ml_collections loads a config file with importlib's deprecated load_module().
+@pytest.mark.filterwarnings("ignore:the load_module\\(\\) method is deprecated:DeprecationWarning")
 def test_a_config_file_that_raises_is_one_line_without_its_traceback():
   """ml_collections quotes the whole traceback of a config file's own error (get_config
   refusing its argument); the launchers keep the exception alone."""
