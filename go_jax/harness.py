@@ -21,7 +21,9 @@ number the simulator would not give. Results go to `<out>/`:
 
 Resumable: results.json is rewritten atomically after every cell, and a later run with the same
 out folder skips every cell whose key (method, graph, topology, seed, objective) already has
-rows without an error (rows that recorded an error are run again). A cell that raises becomes a
+rows without an error, made with the same settings (`cell_settings`: the cell's options, the
+budget and, for schedulers, the placement method; results.json records them per cell). Rows
+that recorded an error, or whose settings changed, are run again. A cell that raises becomes a
 row whose `error` is one line (the traceback is logged at --v=1), unless `fail_fast`.
 `method_options` gives a method options of its own (e.g. a smaller BRKGA population for a
 small budget).
@@ -35,6 +37,7 @@ placement infeasible: the memory-constrained setting in which the model must be 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -348,6 +351,14 @@ def _error_row(cell: Cell, cfg, exc: BaseException) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------ run
+def _load_store(out: Optional[str], launcher: str) -> Dict[str, Any]:
+  """{"rows": [...], "cell_settings": {...}} of `<out>/results.json` (empty where none)."""
+  data = results.load(out, launcher) if out else None
+  if data is None:
+    return {"rows": [], "cell_settings": {}}
+  return {"rows": data["rows"], "cell_settings": data.get("cell_settings") or {}}
+
+
 def load_rows(out: str, launcher: str = LAUNCHER) -> List[Dict[str, Any]]:
   """Rows of `<out>/results.json` written by `launcher`, or [] where there is none yet;
   ValueError if another launcher wrote it (`results.load`)."""
@@ -391,6 +402,20 @@ def worker_instances(cfg: Mapping[str, Any]) -> Instances:
   return executors.process_cache("harness", cfg, lambda: Instances(dict(cfg)))
 
 
+def cell_settings(cell: Cell, cfg: Mapping[str, Any]) -> Dict[str, Any]:
+  """What a cell's rows depend on beyond its key: its options, the search budget and, for a
+  method that works on a fixed placement, the method that made it. JSON-normalised, so that a
+  value read back from results.json compares equal to the one it was written from."""
+  fixed = _kind(cell.method) in FIXED_PLACEMENT if cell.method in methods.METHODS else False
+  value = {"options": {k: v for k, v in cell.options}, "budget": cfg.get("budget"),
+           "schedule_placement": cfg.get("schedule_placement") if fixed else None}
+  return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _key_text(key: Tuple) -> str:
+  return json.dumps(list(key))
+
+
 def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launcher: str,
             config: Mapping[str, Any], fail_fast: bool = False, progress: bool = True,
             plot_dir: Optional[str] = None, before_cell=None, describe=None,
@@ -413,13 +438,31 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
     os.makedirs(out, exist_ok=True)
   done: Dict[Tuple, List[Dict]] = {}
   # Every process of a multi-process run resumes from process 0's file (the same cells).
-  for r in distributed.from_primary(lambda: load_rows(out, launcher) if out else []):
+  stored = distributed.from_primary(lambda: _load_store(out, launcher))
+  for r in stored["rows"]:
     done.setdefault(cell_key(r), []).append(r)
-  ok = lambda k: k in done and not any(r.get("error") for r in done[k])
-  todo = [c for c in cells if not ok(c.key)]
+  # Each cell's settings as its rows were made (a file from before they were recorded has none:
+  # its rows are taken as they are).
+  made_with: Dict[str, Any] = dict(stored.get("cell_settings") or {})
+  now = {c.key: cell_settings(c, inst.cfg) for c in cells}
+
+  def ok(cell):
+    if cell.key not in done or any(r.get("error") for r in done[cell.key]):
+      return False
+    old = made_with.get(_key_text(cell.key))
+    return old is None or old == now[cell.key]
+
+  stale = [c for c in cells if c.key in done and not ok(c)
+           and not any(r.get("error") for r in done[c.key])]
+  if stale:
+    logging.warning("%d finished cell(s) run again: their options or budget changed since their "
+                    "rows were written (e.g. %s on %s)", len(stale), stale[0].name,
+                    stale[0].graph)
+  todo = [c for c in cells if not ok(c)]
   bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
                   disable=not progress, dynamic_ncols=True)
-  payload = lambda: {"config": dict(config), "rows": _ordered(done, cells)}
+  payload = lambda: {"config": dict(config), "rows": _ordered(done, cells),
+                     "cell_settings": made_with}
   text = lambda cell: (describe(cell) if describe else
                        f"{cell.name} {cell.graph} {cell.topology} s{cell.seed}")
 
@@ -437,6 +480,7 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
       logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
       rows = [_error_row(cell, inst.cfg, exc)]
     done[cell.key] = rows
+    made_with[_key_text(cell.key)] = now[cell.key]
     if out is not None:
       results.write_json(out, launcher, payload())
     bar.update(1)
@@ -480,6 +524,9 @@ def run(config, out: Optional[str], *, plots: Optional[bool] = None, progress: b
 
 
 def write_outputs(out: str, cfg, rows) -> Dict[str, str]:
-  """Writes results.json, results.csv and results.md (atomically); returns their paths."""
-  return {"json": results.write_json(out, LAUNCHER, {"config": dict(cfg), "rows": list(rows)}),
+  """Writes results.json, results.csv and results.md (atomically); returns their paths.
+  results.json keeps the cell settings `execute` recorded (what a resumed run compares)."""
+  made_with = _load_store(out, LAUNCHER)["cell_settings"]
+  payload = {"config": dict(cfg), "rows": list(rows), "cell_settings": made_with}
+  return {"json": results.write_json(out, LAUNCHER, payload),
           "csv": results.write_csv(out, rows), "md": results.write_markdown(out, markdown(rows))}

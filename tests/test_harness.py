@@ -103,6 +103,35 @@ def test_resume_skips_finished_cells(clean_run, tmp_path, monkeypatch):
   assert all(r["agrees"] for r in more)
 
 
+def test_resume_reruns_cells_whose_settings_changed(clean_run, tmp_path, monkeypatch):
+  """A finished cell is reused only with the options and budget it was made with: a changed
+  budget reruns every cell, a changed option only that method's cells."""
+  out, rows = clean_run
+  resumed = str(tmp_path / "resumed")
+  os.makedirs(resumed)
+  with open(os.path.join(out, "results.json")) as src, \
+       open(os.path.join(resumed, "results.json"), "w") as dst:
+    dst.write(src.read())
+  stored = json.loads(open(os.path.join(resumed, "results.json")).read())["cell_settings"]
+  assert len(stored) == len(rows)
+  counter = CountingSolve()
+  monkeypatch.setattr(methods, "solve", counter)
+  cfg = tiny_config(graphs=GRAPHS[:1], topologies=TOPOLOGIES[:1])
+  harness.run(dict(cfg, budget=7), resumed, progress=False)
+  assert counter.calls == len(METHODS)
+  again = harness.run(dict(cfg, budget=7), resumed, progress=False)  # now the same: reused
+  assert counter.calls == len(METHODS) and len(again) == len(rows)
+  cfg = dict(cfg, methods=["random", "round_robin"])
+  harness.run(dict(cfg, method_options={"random": {"samples": 4}}), resumed, progress=False)
+  assert counter.calls == len(METHODS) + 2  # random is new; round_robin's budget changed back
+  harness.run(dict(cfg, method_options={"random": {"samples": 5}}), resumed, progress=False)
+  assert counter.calls == len(METHODS) + 3  # only random's option changed
+  data = json.loads(open(os.path.join(resumed, "results.json")).read())
+  key = json.dumps(["random", GRAPHS[0], TOPOLOGIES[0], 0, "makespan"])
+  assert data["cell_settings"][key] == {"budget": None, "options": {"samples": 5},
+                                        "schedule_placement": None}
+
+
 def test_interrupted_run_resumes_to_the_same_rows(clean_run, tmp_path, monkeypatch):
   _, rows = clean_run
   out = str(tmp_path / "interrupted")
