@@ -19,7 +19,8 @@ figures are issue 13's (experiments/fusion_comparison.py `figures`). --models=he
 the families the shipped `go_fusion` checkpoint never saw (experiments/configs/pretrain_fusion.py).
 
 Prints the table, writes <out>/fusion_table.json atomically after every model (an interrupted
-run resumes: finished models are not redone).
+run resumes: a finished model is not redone unless it was made with other --device,
+--devices, --placers or learned settings, which recompute it).
 
   python -m experiments.fusion_table --size=small --out=results/fusion_table
   python -m experiments.fusion_table --models=heldout --learned_seconds=120 \
@@ -91,19 +92,21 @@ def main(argv: Sequence[str]) -> None:
                "samples": FLAGS.samples, "seed": FLAGS.seed}
   settings = {"size": FLAGS.size, "device": FLAGS.device, "devices": counts,
               "placers": list(FLAGS.placers), "learned": learned}
+  # A model's row is reused only if it was made with these settings (recorded in the row):
+  # another --device, --placers, --devices or learned setting recomputes it.
+  made_with = json.loads(json.dumps(settings))
   rows, start = [], time.time()
   for k, name in enumerate(names):
     key = f"{name}/{FLAGS.size}"
-    if key in done and [c["devices"] for c in done[key]["cells"]] == counts and (
-        learned is None or all(("go_fusion" in c) or ("go_joint3" in c)
-                               for c in done[key]["cells"])):
+    if key in done and done[key].get("settings") == made_with:
       rows.append(done[key])
       continue
     t0 = time.time()
     try:
-      rows.append(model_rows(name, FLAGS.size, FLAGS.device, counts, FLAGS.placers, learned))
+      row = model_rows(name, FLAGS.size, FLAGS.device, counts, FLAGS.placers, learned)
     except ValueError as e:
       raise app.UsageError(f"{name}: {e}") from e
+    rows.append(dict(row, settings=made_with))
     fileio.write_json(path, dict(settings, rows=rows))
     rate = (time.time() - start) / (k + 1)
     print(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
