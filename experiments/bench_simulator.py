@@ -33,8 +33,10 @@ flags.DEFINE_list("devices", ["1", "all"], "CPU device counts to shard each batc
 flags.DEFINE_string("topology", "nvlink8", cli.topology_help("Topology preset."))
 flags.DEFINE_string("graph", "layered:n={n},width={width},seed=0",
                     "graph spec template; {n} and {width} (= round(sqrt(n))) are filled in")
-flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per size")
-flags.DEFINE_integer("repeats", 3, "timed runs per cell (the median is reported)")
+flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per size",
+                     lower_bound=1)
+flags.DEFINE_integer("repeats", 3, "timed runs per cell (the median is reported)",
+                     lower_bound=1)
 flags.DEFINE_bool("profile", False, "also print the top XLA ops of the largest cell")
 flags.DEFINE_integer("pin_core", None, "run every cell pinned to this one CPU core (as "
                      "`taskset -c`), so that the speedup is a single-core ratio; needs "
@@ -51,7 +53,7 @@ def _worker(kind, n, batch, cfg, queue):
     runtime.configure_cpu_devices(cfg["devices"])
     from simulator import benchmark, preset
     from simulator.sources import load_graph
-    graph = load_graph(cfg["graph"].format(n=n, width=max(4, round(n ** 0.5))))
+    graph = load_graph(graph_spec(cfg["graph"], n))
     topo = preset(cfg["topology"])
     cells = {  # what a worker measures, by cell kind
         "reference": lambda: benchmark.time_reference(graph, topo, cfg["ref_samples"]),
@@ -59,7 +61,7 @@ def _worker(kind, n, batch, cfg, queue):
         "profile": lambda: {"top_ops": benchmark.profile_simulate(graph, topo, batch)},
     }
     out = cells[kind]()
-    out.update(n=n, edges=graph.num_edges, graph=graph.name,
+    out.update(n=graph.num_nodes, edges=graph.num_edges, graph=graph.name,
                peak_rss_bytes=benchmark.peak_rss_bytes(), cpus=sorted(os.sched_getaffinity(0)))
     queue.put(out)
   except Exception as e:  # reported by the parent with the cell's name
@@ -76,8 +78,32 @@ def run_cell(kind, n, batch=0, devices=1):
   out = queue.get()
   proc.join()
   if "error" in out:
-    raise RuntimeError(f"{kind} cell N={n} B={batch} failed: {out['error']}")
+    raise ValueError(f"{kind} cell N={n} B={batch} failed: {out['error']}")
   return out
+
+
+def graph_spec(template: str, n: int) -> str:
+  """The --graph template filled in for size n ({n}; {width} = max(4, round(sqrt(n))))."""
+  return template.format(n=n, width=max(4, round(n ** 0.5)))
+
+
+def check_template(template: str, sizes) -> None:
+  """UsageError unless --graph is a template whose every size is a valid graph spec, and one
+  that depends on {n} when several sizes are asked for (else every row is the same graph)."""
+  from simulator import sources  # pylint: disable=g-import-not-at-top
+  for n in sizes:
+    try:
+      spec = graph_spec(template, n)
+    except (KeyError, IndexError, ValueError) as e:
+      raise app.UsageError(f"--graph={template}: not a template of {{n}} and {{width}} "
+                           f"({type(e).__name__}: {e})") from e
+    try:
+      sources.check_spec(spec)
+    except ValueError as e:
+      raise app.UsageError(f"--graph={template}: {cli.one_line(e)}") from e
+  if len(set(sizes)) > 1 and "{n}" not in template:
+    raise app.UsageError(f"--graph={template}: has no {{n}}, so every --sizes value would be "
+                         "the same graph; put {n} in it or give one size")
 
 
 def format_table(rows):
@@ -112,6 +138,7 @@ def main(argv):
   cli.check_out(FLAGS.out, is_file=True)
   sizes = _positive_ints("sizes", FLAGS.sizes)
   batches = _positive_ints("batches", FLAGS.batches)
+  check_template(FLAGS.graph, sizes)
   cores = os.cpu_count() or 1
   if FLAGS.pin_core is not None:
     if FLAGS.pin_core not in os.sched_getaffinity(0):

@@ -57,11 +57,27 @@ def test_launcher_pinned_to_one_core(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "experiments.bench_simulator", "--sizes=20", "--batches=2",
        "--ref_samples=2", "--repeats=1", "--topology=nvlink2", f"--pin_core={core}",
-       f"--out={out}"], cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+       "--graph=layered:n=12,width=4,seed=0", f"--out={out}"], cwd=repo, capture_output=True,
+      text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   payload = json.loads(out.read_text())
+  assert {r["n"] for r in payload["rows"]} == {12}  # the graph's size, not --sizes
   assert payload["pin_core"] == core
   assert [r["method"] for r in payload["rows"]] == ["reference", "simulate"]
   assert all(r["cpus"] == [core] for r in payload["rows"])
   assert payload["rows"][1]["devices"] == 1
   assert "single-core ratio" in proc.stdout
+
+
+def test_launcher_refuses_a_bad_graph_template(tmp_path):
+  """A --graph without {n} for several sizes, or one that is no graph spec, stops with one
+  line before any cell runs."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  for flag, words in (("--graph=layered:n=10,seed=0", "has no {n}"),
+                      ("--graph=nosuch:n={n}", "unknown graph spec kind")):
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.bench_simulator", "--sizes=10,20", flag,
+         f"--out={tmp_path / 'b.json'}"], cwd=repo, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert proc.returncode != 0 and words in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "b.json").exists()
