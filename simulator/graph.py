@@ -19,6 +19,11 @@ from simulator.costref import CostReference
 
 # Per-node float fields, in the order they are stored and reported.
 FLOAT_FIELDS = ("cost", "out_bytes", "param_bytes", "temp_bytes", "flops", "bytes_accessed")
+# The largest value a graph or topology field may hold. The simulator works in float32 (max
+# about 3.4e38): with every value at most 1e30, sums over up to 1e8 nodes (a makespan, a
+# device's memory) stay finite, where a larger value would overflow to inf or wrap a
+# difference negative and give a silently wrong answer.
+MAX_VALUE = 1e30
 
 
 def _as_1d(name: str, value, dtype) -> np.ndarray:
@@ -157,6 +162,12 @@ class CompGraph:
         i = int(bad[0])
         raise ValueError(f"CompGraph '{self.name}': field '{f}' of node {self.node_label(i)} "
                          f"is negative ({arr[i]})")
+      bad = np.flatnonzero(arr > MAX_VALUE)
+      if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"CompGraph '{self.name}': field '{f}' of node {self.node_label(i)} "
+                         f"is {arr[i]:g}, above {MAX_VALUE:g} (the simulator's float32 "
+                         "range; check the units)")
     if np.any(self.op_type < 0):
       i = int(np.flatnonzero(self.op_type < 0)[0])
       raise ValueError(f"CompGraph '{self.name}': op_type of node {self.node_label(i)} "

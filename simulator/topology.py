@@ -22,6 +22,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import flax
 import numpy as np
 
+from simulator.graph import MAX_VALUE
+
 GB = 1e9
 GiB = 2.0**30
 US = 1e-6
@@ -95,6 +97,20 @@ class Topology:
     for field, _, mask, what in checks:
       if np.any(mask):
         fail(field, mask, what)
+    # Finite values beyond the simulator's float32 range (graph.MAX_VALUE), and speeds or
+    # bandwidths so small that a cost or a transfer time divided by them would overflow.
+    for field, arr, mask in (
+        [(k, v, np.isfinite(v) & (v > MAX_VALUE)) for k, v in vecs.items()] +
+        [(k, v, off & np.isfinite(v) & (v > MAX_VALUE)) for k, v in mats.items()]):
+      if np.any(mask):
+        fail(field, mask, f"is above {MAX_VALUE:g} (the simulator's float32 range; use inf "
+             "for unbounded, or check the units)")
+    for field, arr, mask in (("speed", speed, speed < 1 / MAX_VALUE),
+                             ("bandwidth", mats["bandwidth"], off & (mats["bandwidth"] <
+                                                                     1 / MAX_VALUE))):
+      if np.any(mask):
+        fail(field, mask, f"is below {1 / MAX_VALUE:g} (times divided by it would overflow "
+             "the simulator's float32 range)")
     bw = np.where(off, mats["bandwidth"], np.inf)
     lat = np.where(off, mats["latency"], 0.0)
     return cls(speed=speed, overhead=vecs["overhead"], mem_capacity=vecs["mem_capacity"],

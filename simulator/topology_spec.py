@@ -42,6 +42,10 @@ def _parse_mem(text: str, spec: str) -> Tuple[Optional[float], Optional[float]]:
     value = float(text[:-1] if relative else text)
   except ValueError:
     value = float("nan")
+  number = text[:-1] if relative else text
+  spelled_inf = number.strip().lower().lstrip("+") in ("inf", "infinity")
+  if math.isinf(value) and not spelled_inf:  # '1e400': overflowed, not a request for inf
+    value = float("nan")
   if not value >= 0 or (relative and not math.isfinite(value)):
     raise ValueError(f"topology spec {spec!r}: mem must be bytes >= 0 ('2e9', 'inf') or a "
                      f"finite factor of the single-device footprint ('0.6x'), got {text!r}")

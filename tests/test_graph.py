@@ -69,7 +69,8 @@ def test_edge_index_out_of_range(field, s, r):
 
 @pytest.mark.parametrize("field", FLOAT_FIELDS)
 @pytest.mark.parametrize("value,what", [(-1.0, "negative"), (np.nan, "not finite"),
-                                        (np.inf, "not finite"), (-np.inf, "not finite")])
+                                        (np.inf, "not finite"), (-np.inf, "not finite"),
+                                        (1e39, "1e\\+39, above 1e\\+30")])
 def test_bad_float_values(field, value, what):
   vals = np.ones(3)
   vals[1] = value

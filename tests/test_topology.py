@@ -70,6 +70,17 @@ def test_bad_mem_capacity(value):
     Topology.create(**with_entry("mem_capacity", 0, value))
 
 
+@pytest.mark.parametrize("field,index,value,what", [
+    ("mem_capacity", 1, 1e35, "mem_capacity of device 1 is above 1e\\+30"),
+    ("speed", 0, 1e31, "speed of device 0 is above 1e\\+30"),
+    ("speed", 2, 1e-31, "speed of device 2 is below 1e-30"),
+    ("overhead", 1, 1e33, "overhead of device 1 is above")])
+def test_values_beyond_float32_range(field, index, value, what):
+  """Finite values the float32 simulator cannot hold (or divide by) are refused, not run."""
+  with pytest.raises(ValueError, match=what):
+    Topology.create(**with_entry(field, index, value))
+
+
 def test_inf_and_zero_memory_allowed():
   t = Topology.create(**args(mem_capacity=[np.inf, 0.0, 5.0]))
   np.testing.assert_array_equal(t.mem_capacity, [np.inf, 0.0, 5.0])

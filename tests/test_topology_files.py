@@ -324,6 +324,7 @@ def test_topology_object_is_a_spec(chain):
     ("nope", "unknown preset 'nope'"),
     ("nvlink2@mem=abc", "'nvlink2@mem=abc'"),
     ("nvlink2@mem=-1x", "'nvlink2@mem=-1x'"),
+    ("nvlink2@mem=1e400", "got '1e400'"),  # overflows to inf: not a request for unbounded
     ("nvlink2@size=1", "bad option 'size=1'"),
     ("nvlink2@mem=1@mem=2", "given twice"),
     ("", "non-empty"),
