@@ -135,7 +135,9 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
   if _DEFERRED_ERRORS:
     fail(_DEFERRED_ERRORS[0])
   try:
-    return FLAGS(argv)
+    rest = FLAGS(argv)
+    _refuse_nan_flags()
+    return rest
   except flags.Error as e:
     fail(_config_traceback_error(str(e)) or one_line(e))
   except Exception as e:  # pylint: disable=broad-except
@@ -147,6 +149,16 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
       fail(_override_error(overridden[0], argv, e))
     fail(f"bad flag value: {type(e).__name__}: {one_line(e)}")
   return []  # not reached: fail exits
+
+
+def _refuse_nan_flags() -> None:
+  """Every float flag given as nan stops the launcher (absl's bounds let NaN through: it
+  compares false with either bound, so '--finetune_seconds=nan' would run with a nan
+  budget)."""
+  for name in sorted(FLAGS):
+    flag = FLAGS[name]
+    if flag.present and isinstance(flag.value, float) and math.isnan(flag.value):
+      fail(f"flag --{name}=nan: not a number; give a value")
 
 
 def _config_traceback_error(text: str) -> Optional[str]:

@@ -195,8 +195,6 @@ def main(argv: Sequence[str]) -> None:
   cli.check_out(FLAGS.out)
   setup = {k: getattr(FLAGS, k) for k in ("graph", "topology", "mem_capacity", "placement",
                                            "priority", "seed", "out")}
-  if FLAGS.mem_capacity is not None and np.isnan(FLAGS.mem_capacity):
-    raise app.UsageError("--mem_capacity: give bytes >= 0 or 'inf', got nan")
   spec = _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)  # files read
   graph = _as_flag_error("graph", sources.load_graph, FLAGS.graph)
   topology, setup["preset"], setup["footprint"] = _as_flag_error(

@@ -129,7 +129,7 @@ def simulate_bad_inputs(tmp):
       ([f"--topology={f['bad.json']}", out], "bad.json"),
       (["--placement=bogus", out], "bogus"),
       (["--mem_capacity=-1", out], "mem_capacity"),
-      (["--mem_capacity=nan", out], "--mem_capacity: give bytes >= 0 or 'inf', got nan"),
+      (["--mem_capacity=nan", out], "flag --mem_capacity=nan: not a number"),  # any float flag
       ([f"--out={f['a_file']}"], "exists and is not a folder"),
   ]
 
@@ -143,6 +143,8 @@ def _bad_inputs(tmp):
       ([script("go-jax-place"), f"--graph={f['garbage.npz']}", f"--out={tmp / 'place'}"],
        "garbage.npz"),
       ([script("go-jax-place"), f"--out={f['a_file']}"], "exists and is not a folder"),
+      ([script("go-jax-place"), "--finetune_seconds=nan", f"--out={tmp / 'place'}"],
+       "flag --finetune_seconds=nan: not a number"),  # absl's bounds let nan through
       ([script("go-jax-place"), f"--topology={f['none.json']}", f"--out={tmp / 'place'}"],
        "none.json"),
       ([script("go-jax-train"), f"--workdir={tmp / 'tr'}", "--config.nosuch=3"],
