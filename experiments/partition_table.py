@@ -32,7 +32,7 @@ flags.DEFINE_integer("batch", 8, "Batch knob of every model (0: the size's own).
 flags.DEFINE_string("device", "v100", "Cost model device of the graphs (simulator.costmodel).")
 flags.DEFINE_list("devices", ["4", "8"], "Device counts (the nvlink<D> preset).")
 flags.DEFINE_float("mem_factor", 0.5, "Device memory as a multiple of the single-device "
-                   "footprint.", lower_bound=0.0)
+                   "footprint (> 0).", lower_bound=0.0)
 flags.DEFINE_list("placers", ["heft", "m_etf", "m_sct", "metis", "expert"],
                   "Placement methods.")
 flags.DEFINE_list("partitioners", ["tofu", "data_parallel", "megatron"],
@@ -52,6 +52,14 @@ def main(argv: Sequence[str]) -> None:
     methods.usable(FLAGS.placers, "--placers")  # a typo stops here; metis without pymetis is
   except ValueError as e:                       # skipped by model_rows
     raise app.UsageError(str(e)) from e
+  bad = [m for m in FLAGS.placers if m in methods.METHODS
+         and methods.get(m).kind not in ("placement", "joint")]
+  if bad:
+    raise app.UsageError(f"--placers: not placement methods: {bad} (a partitioner goes in "
+                         "--partitioners)")
+  if not FLAGS.mem_factor > 0:
+    raise app.UsageError(f"--mem_factor={FLAGS.mem_factor:g}: must be > 0 (a multiple of the "
+                         "single-device footprint)")
   bad = [m for m in FLAGS.partitioners if m not in methods.available(("partition",))]
   if bad:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "

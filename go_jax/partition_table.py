@@ -78,7 +78,10 @@ def _ms(r) -> str:
   if r is None:
     return "-"
   text = f"{r['makespan'] * 1e3:.3g} ms"
-  return text if r["feasible"] else f"OOM ({r['peak_memory'] / r['capacity']:.2f}x cap)"
+  if r["feasible"]:
+    return text
+  return (f"OOM ({r['peak_memory'] / r['capacity']:.2f}x cap)" if r["capacity"] > 0 else
+          f"OOM ({r['peak_memory']:.3g} B, no memory)")
 
 
 def table_text(rows: Sequence[Dict[str, Any]], partitioners=PARTITIONERS) -> str:

@@ -158,6 +158,10 @@ def _bad_inputs(tmp):
       ([script("go-jax-transfer"), f"--out={f['a_file']}"], "exists and is not a folder"),
       ([script("go-jax-bench-simulator"), "--sizes=0", f"--out={tmp / 'b.json'}"], "--sizes"),
       ([script("go-jax-bench-simulator"), f"--out={tmp}"], "is a folder"),
+      ([sys.executable, "-m", "experiments.partition_table", "--placers=heft,tofu",
+        f"--out={tmp / 'pt'}"], "not placement methods: ['tofu']"),
+      ([sys.executable, "-m", "experiments.partition_table", "--mem_factor=0",
+        f"--out={tmp / 'pt'}"], "--mem_factor=0: must be > 0"),
       # multi-process flags (go_jax.distributed): checked before JAX starts
       ([script("go-jax-place"), "--process_id=1", f"--out={tmp / 'place'}"],
        "need a coordinator_address"),
@@ -176,7 +180,8 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path):
     for args, want, proc in batch:
       procs.append((args, want, *finish(proc)))
   for args, want, rc, out, err in procs:
-    name = os.path.basename(args[0])
+    name = (os.path.basename(args[0]) if args[1] != "-m" else  # python -m experiments.X
+            args[2].rsplit(".", 1)[-1] + ".py")
     lines = [l for l in err.splitlines() if l.strip()]
     assert rc != 0, (args, out[-500:], err[-2000:])
     assert "Traceback" not in err, (args, err[-3000:])
