@@ -476,7 +476,7 @@ def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dic
   try:
     with open(path, encoding="utf-8") as fh:
       old = json.load(fh)
-  except (OSError, json.JSONDecodeError) as e:
+  except (OSError, json.JSONDecodeError, RecursionError) as e:
     raise ValueError(f"{path}: not a readable results JSON ({e}); move it away to start "
                      "afresh") from e
   if old.get("launcher") != launcher or not isinstance(old.get("cells"), dict):

@@ -184,7 +184,7 @@ def load(out: str, launcher: str) -> Optional[Dict[str, Any]]:
   try:
     with open(path) as fh:
       data = json.load(fh)
-  except (OSError, json.JSONDecodeError) as e:
+  except (OSError, json.JSONDecodeError, RecursionError) as e:
     raise ValueError(f"{path}: not a go-jax results file ({e})") from e
   if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
     raise ValueError(f"{path}: not a go-jax results file (expected an object with 'rows')")

@@ -36,6 +36,11 @@ V100_PEAK_FLOPS = 15.7e12
 # Shipped example files (simulator/data/topologies/*.json).
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "topologies")
 
+# The most devices a file may expand to: the (D, D) link matrices and the simulator's
+# per-device state grow with D squared, and a typo such as "count": 100000 would otherwise end
+# in a MemoryError deep inside numpy instead of an error naming the field.
+MAX_DEVICES = 4096
+
 _TOP_KEYS = ("version", "name", "description", "reference_peak_flops", "devices", "links")
 _DEVICE_KEYS = ("name", "count", "speed", "peak_flops", "memory", "overhead")
 _MATRIX_KEYS = ("bandwidth", "latency")
@@ -159,6 +164,9 @@ def _devices(r: _Reader, entries, reference: float):
     over = r.number(dev.get("overhead", 0.0), f"{f}.overhead", "seconds")
     count = r.integer(dev["count"], f"{f}.count", 1) if "count" in dev else None
     base = r.text(dev["name"], f"{f}.name") if "name" in dev else None
+    if len(names) + (count or 1) > MAX_DEVICES:
+      r.fail(f"{f}.count" if count else f, f"makes {len(names) + (count or 1)} devices, more "
+             f"than the {MAX_DEVICES} a topology may have")
     for k in range(count or 1):
       if base is None:
         name = f"d{len(names)}"
@@ -311,6 +319,8 @@ def read(path: Union[str, os.PathLike]) -> Any:
       return json.load(fh, parse_constant=float)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: not valid JSON: {e}") from None
+  except RecursionError:
+    raise ValueError(f"{path}: not a topology file: JSON nested too deeply") from None
   except (OSError, UnicodeDecodeError) as e:
     raise ValueError(f"{path}: cannot read topology file: {e}") from None
 

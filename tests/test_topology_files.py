@@ -200,6 +200,8 @@ MATRIX = {"devices": [{"name": n, "speed": 1, "memory": 1e9} for n in "xyz"],
     (_set(MATRIX, ["links", "latency"], DEL), "links.latency", "is missing"),
     (_set(MATRIX, ["links", "latency"], "Infinity"), "links.latency", "must be finite"),
     ([1, 2], "", "must hold one JSON object, got list"),
+    (_set(two_hosts(), ["devices", 0, "count"], 100000), "devices[0].count",
+     "more than the 4096 a topology may have"),
 ])
 def test_bad_file_names_file_and_field(tmp_path, content, field, what):
   path = write(tmp_path, content)
@@ -227,6 +229,7 @@ def test_nan_token_and_diagonal(tmp_path):
     ("{\"devices\": [}", "not valid JSON: Expecting value: line 1 column 14"),
     ("devices: 1", "not valid JSON"),
     ("", "not valid JSON"),
+    ("[" * 100000 + "]" * 100000, "not a topology file: JSON nested too deeply"),
 ])
 def test_non_json_text(tmp_path, text, what):
   path = write(tmp_path, text)
