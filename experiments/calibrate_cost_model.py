@@ -37,7 +37,8 @@ flags.DEFINE_bool("progress", True, "Print progress to stderr.")
 flags.DEFINE_string("topology", None, "Measure the local devices and write this topology JSON "
                     "instead of calibrating the cost model.")
 flags.DEFINE_integer("cpu_devices", None, "With --topology: expose this many CPU devices "
-                     "first (JAX's default on a CPU is one).", lower_bound=1)
+                     "first (JAX's default on a CPU is one).", lower_bound=1,
+                     upper_bound=1024)  # = simulator.runtime.MAX_CPU_DEVICES
 
 
 def main(argv: Sequence[str]) -> None:

@@ -45,7 +45,8 @@ flags.DEFINE_bool("progress", True, "Show a progress bar.")
 cli.define_executor_flags(__name__)
 flags.DEFINE_integer("cpu_devices", 0, "CPU cores exposed as devices, so that each batch of "
                      "actions is split across them (0: one per core; 1: no split). See "
-                     "simulator.runtime.configure_cpu_devices.")
+                     "simulator.runtime.configure_cpu_devices.", lower_bound=0,
+                     upper_bound=1024)  # simulator.runtime.MAX_CPU_DEVICES
 cli.define_distributed_flags()
 
 

@@ -136,7 +136,8 @@ flags.DEFINE_list("partition", [],
                   "(HLO strategy space), other graphs use the shape-free space.")
 flags.DEFINE_integer("cpu_devices", None,
                      "Expose this many CPU devices before JAX starts (JAX's default on a CPU "
-                     "is one), e.g. for --execute on a CPU-only machine.", lower_bound=1)
+                     "is one), e.g. for --execute on a CPU-only machine.", lower_bound=1,
+                     upper_bound=runtime.MAX_CPU_DEVICES)
 cli.define_distributed_flags()
 
 

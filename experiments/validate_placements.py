@@ -50,7 +50,8 @@ flags.DEFINE_float("go_finetune_seconds", 0.0, "Fine-tuning of go_hint (0: zero-
                    lower_bound=0.0)
 flags.DEFINE_integer("repeats", 7, "Timed rounds (median).", lower_bound=3)
 flags.DEFINE_integer("cpu_devices", None, "Virtual CPU devices to expose (default: the largest "
-                     "--devices).", lower_bound=1)
+                     "--devices).", lower_bound=1,
+                     upper_bound=1024)  # = simulator.runtime.MAX_CPU_DEVICES
 flags.DEFINE_list("backends", [], "JAX backends whose devices are placed over, in this order "
                   "(e.g. gpu,cpu); default: the devices of JAX's default backend.")
 flags.DEFINE_string("calibration", None, "Cost-model calibration JSON (go-jax-calibrate); "

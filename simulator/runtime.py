@@ -33,6 +33,11 @@ def _backends_started_error(error: RuntimeError) -> bool:
   return "backend" in str(error).lower()
 
 
+# The most CPU devices `configure_cpu_devices` exposes: each is a JAX device with its own
+# runtime state, and far more than a machine has cores only slows JAX's start (100000 hung it).
+MAX_CPU_DEVICES = 1024
+
+
 def configure_cpu_devices(count: Optional[int] = None) -> int:
   """Exposes `count` CPU devices (default: one per core); returns the count requested.
 
@@ -43,8 +48,9 @@ def configure_cpu_devices(count: Optional[int] = None) -> int:
   only affects the host platform.
   """
   count = (os.cpu_count() or 1) if count is None else int(count)
-  if count < 1:
-    raise ValueError(f"configure_cpu_devices: count must be >= 1, got {count}")
+  if not 1 <= count <= MAX_CPU_DEVICES:
+    raise ValueError(f"configure_cpu_devices: count must be in [1, {MAX_CPU_DEVICES}], got "
+                     f"{count}")
   import jax  # pylint: disable=g-import-not-at-top
   try:
     jax.config.update(_CONFIG, count)

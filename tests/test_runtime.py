@@ -67,8 +67,9 @@ def test_configure_after_backend_start_is_a_no_op(monkeypatch):
 
 
 def test_bad_count():
-  with pytest.raises(ValueError, match="count"):
-    runtime.configure_cpu_devices(0)
+  for count in (0, runtime.MAX_CPU_DEVICES + 1):
+    with pytest.raises(ValueError, match=r"count must be in \[1, 1024\]"):
+      runtime.configure_cpu_devices(count)
 
 
 def test_compiled_code_is_released_near_the_mapping_limit():
