@@ -191,7 +191,9 @@ def main(argv: Sequence[str]) -> None:
       raise app.UsageError(f"--execute: {e}") from e
   _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)
   if FLAGS.checkpoint and FLAGS.checkpoint != place_lib.NO_CHECKPOINT:
-    _as_flag_error("checkpoint", pretrained.load_config, FLAGS.checkpoint)
+    # Config and parameters read now: a corrupt params.msgpack under an explicit --checkpoint
+    # stops the run, where inside the sweep it would only drop GO's rows.
+    _as_flag_error("checkpoint", pretrained.load, FLAGS.checkpoint)
   try:
     result = place_lib.place(
         graph, FLAGS.topology, objective=FLAGS.objective, seed=FLAGS.seed,

@@ -109,6 +109,17 @@ def bad_files(tmp):
   return files
 
 
+def corrupt_checkpoint(tmp):
+  """A checkpoint folder: the shipped go config beside a params.msgpack of garbage."""
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  folder = tmp / "corrupt_ckpt"
+  folder.mkdir(exist_ok=True)
+  src = os.path.join(pretrained.ROOT, "go", "config.json")
+  (folder / "config.json").write_text(open(src).read())
+  (folder / "params.msgpack").write_bytes(BAD_NPZ_BYTES)
+  return folder
+
+
 def simulate_bad_inputs(tmp):
   """(flags, text the one line must contain) of go-jax-simulate (run in-process by
   tests/test_simulate_launcher.py, two of them here as a console script)."""
@@ -143,6 +154,8 @@ def _bad_inputs(tmp):
       ([script("go-jax-place"), f"--graph={f['garbage.npz']}", f"--out={tmp / 'place'}"],
        "garbage.npz"),
       ([script("go-jax-place"), f"--out={f['a_file']}"], "exists and is not a folder"),
+      ([script("go-jax-place"), f"--checkpoint={corrupt_checkpoint(tmp)}",
+        f"--out={tmp / 'place'}"], "params.msgpack cannot be read into this policy"),
       ([script("go-jax-place"), "--finetune_seconds=nan", f"--out={tmp / 'place'}"],
        "flag --finetune_seconds=nan: not a number"),  # absl's bounds let nan through
       ([script("go-jax-place"), f"--topology={f['none.json']}", f"--out={tmp / 'place'}"],

@@ -74,8 +74,16 @@ def load_config(name_or_path: str = DEFAULT) -> ml_collections.ConfigDict:
   path = os.path.join(_folder(name_or_path), CONFIG_NAME)
   if not os.path.isfile(path):
     raise ValueError(f"pretrained checkpoint {name_or_path!r} has no {CONFIG_NAME} ({path})")
-  with open(path) as fh:
-    return ml_collections.ConfigDict(json.load(fh))
+  try:
+    with open(path, encoding="utf-8") as fh:
+      data = json.load(fh)
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    raise ValueError(f"pretrained checkpoint {name_or_path!r}: {path} is not readable JSON "
+                     f"({e})") from None
+  if not isinstance(data, dict):
+    raise ValueError(f"pretrained checkpoint {name_or_path!r}: {path} must hold a JSON "
+                     f"object, got {type(data).__name__}")
+  return ml_collections.ConfigDict(data)
 
 
 def _template_inputs(policy_config):

@@ -122,8 +122,8 @@ def load_params(path: str, template: Any) -> Any:
   try:
     params = serialization.from_bytes(template, data)
   except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"parameters in {path} do not fit this policy (another policy "
-                     f"config?): {e}") from e
+    raise ValueError(f"parameters in {path} cannot be read into this policy (a corrupt "
+                     f"file, or another policy config?): {e}") from e
   got = jax.tree_util.tree_flatten_with_path(params)[0]
   want = jax.tree_util.tree_flatten_with_path(template)[0]
   for (where, leaf), (_, ref) in zip(got, want):
