@@ -144,6 +144,14 @@ def settings(config) -> Dict[str, Any]:
                      f"got {updates!r}")
   if "default" not in cfg["finetune_seconds"]:
     raise ValueError("transfer config: finetune_seconds needs a 'default' entry")
+  budget = cfg["brkga_budget"]
+  if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+    raise ValueError(f"transfer config: brkga_budget (simulator evaluations of BRKGA) must be "
+                     f"an integer >= 1, got {budget!r}")
+  for row, secs in dict(cfg["finetune_seconds"]).items():
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not secs >= 0:
+      raise ValueError(f"transfer config: finetune_seconds[{row!r}] must be seconds >= 0, got "
+                       f"{secs!r}")
   for spec in cfg["topologies"]:
     topology_spec.parse_topology(spec)
   for spec in cfg["graphs"]:

@@ -170,6 +170,11 @@ def test_config_errors(tmp_path):
   bad = dict(tiny_config(tmp_path), finetune_seconds={"go": 3.0})
   with pytest.raises(ValueError, match="default"):
     transfer.settings(bad)
+  for budget in (0, -3, 2.5):
+    with pytest.raises(ValueError, match="brkga_budget .* must be an integer >= 1"):
+      transfer.settings(dict(tiny_config(tmp_path), brkga_budget=budget))
+  with pytest.raises(ValueError, match=r"finetune_seconds\['default'\] must be seconds >= 0"):
+    transfer.settings(dict(tiny_config(tmp_path), finetune_seconds={"default": -1.0}))
   with pytest.raises(ValueError, match="no pretrained policy"):
     transfer.ensure_pretrained("go", dict(tiny_config(tmp_path), pretrain_missing=False))
   # A typo in a baseline or a graph stops the sweep before any cell runs.
