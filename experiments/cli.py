@@ -79,6 +79,15 @@ def fail(message: str, exitcode: int = 1) -> None:
   sys.exit(exitcode)
 
 
+def fail_if_every_cell_failed(rows: Sequence[Mapping[str, Any]], where: str) -> None:
+  """Exit status 1 with one line when a sweep's rows are all errors (a bad option value in
+  the config, a graph every method rejects): a script that checks the status sees the
+  failure, where the tables alone would end in exit 0. Some errors among good rows pass."""
+  if rows and all(r.get("error") for r in rows):
+    fail(f"every cell failed ({len(rows)} rows, written to {where}); the first: "
+         f"{rows[0]['error']}")
+
+
 # ------------------------------------------------------------------ help
 def topology_help(text: str) -> str:
   """`text` followed by the topology preset names (for a --topology flag's help)."""

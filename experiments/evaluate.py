@@ -82,6 +82,7 @@ def main(argv: Sequence[str]) -> None:
   print(f"{counts['rows']} rows ({counts['errors']} errors, {counts['infeasible']} infeasible, "
         f"{counts['disagreements']} re-simulation disagreements); wrote "
         f"{os.path.abspath(os.path.join(FLAGS.out, harness.MD_NAME))} (.csv, .json)")
+  cli.fail_if_every_cell_failed(rows, os.path.abspath(FLAGS.out))
 
 
 def run():

@@ -47,6 +47,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   print(transfer.markdown(rows, transfer.settings(_CONFIG.value)))
   print(f"wrote {os.path.abspath(os.path.join(FLAGS.out, transfer.MD_NAME))}")
+  cli.fail_if_every_cell_failed(rows, os.path.abspath(FLAGS.out))
 
 
 def run():

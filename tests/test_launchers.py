@@ -472,3 +472,14 @@ def test_transfer_resumes_after_sigkill_cell_by_cell(tmp_path):
   ref_rows = json.loads((tmp_path / "ref" / "results.json").read_text())["rows"]
   assert 0 < len(partial) < len(rows) == len(ref_rows) == 4
   assert _comparable(rows) == _comparable(ref_rows)
+
+
+def test_sweep_whose_every_cell_failed_exits_nonzero(tmp_path):
+  """A bad option value fails every cell: the rows are written, and the status says so."""
+  rc, _, err = finish(start([
+      script("go-jax-evaluate"), "--config.methods=('brkga',)", "--noprogress",
+      "--config.method_options={'brkga': {'population': -3}}", f"--out={tmp_path / 'ev'}",
+      "--config.graphs=('chain:n=8',)", "--config.topologies=('nvlink2',)"], tmp_path))
+  last = err.strip().splitlines()[-1]
+  assert rc == 1 and "every cell failed (1 rows" in last and "population -3" in last, err
+  assert (tmp_path / "ev" / "results.json").is_file()

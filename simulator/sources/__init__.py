@@ -240,8 +240,9 @@ def check_spec(spec: str) -> str:
   Everything `load_graph` checks before the graph's own loader runs (the form, the kind, every
   key and value), plus that the named thing exists: a PipeDream or Piper model or file, a
   zoo model, a CostGraphDef file, an .npz file, a `jax:` module and function (the module is
-  imported; the function is not called). Sweeps check their graphs with it before any cell
-  runs, so a typo fails the launch instead of every cell of that graph.
+  imported; the function is not called); a synthetic graph (layered, regal, chain,
+  series_parallel) is generated, which checks every parameter. Sweeps check their graphs with
+  it before any cell runs, so a typo fails the launch instead of every cell of that graph.
 
   Raises:
     ValueError: as `load_graph` would for these reasons (the message names the spec).
@@ -280,6 +281,11 @@ _CHECKS: Dict[str, Callable[[Dict[str, object]], None]] = {
     "zoo": lambda kw: zoo_source.check_zoo(**kw),
     "jax": lambda kw: _check_jax(kw["target"]),
     "costgraph": lambda kw: _check_costgraph(kw["path"])}
+# The seeded synthetic generators are checked by generating (under a second for 1e5 nodes):
+# every parameter (a negative size, a width beyond the size) is refused before a sweep starts.
+for _kind in ("layered", "regal", "chain", "series_parallel"):
+  _CHECKS[_kind] = (lambda kind: lambda kw: REGISTRY[kind].fn(**kw))(_kind)
+del _kind
 
 
 def _not_importable(spec: str, e: "jax_program.ModuleNotImportable") -> ValueError:
