@@ -116,14 +116,17 @@ def test_killed_driver_resumes_without_redoing_cells(ray_executor, local_rows, t
 
 
 def test_a_failing_cell_is_the_same_error_row(ray_executor, tmp_path):
-  # chain:n=0 passes the config check (sources.check_spec) and fails when the cell builds it.
-  cfg = tiny_config(graphs=["chain:n=0", "chain:n=12,seed=0"], seeds=[0],
+  # A file that exists passes the config check (sources.check_spec) and fails when the cell
+  # builds it.
+  garbage = tmp_path / "garbage.npz"
+  garbage.write_bytes(b"not a zip archive" * 4)
+  cfg = tiny_config(graphs=[str(garbage), "chain:n=12,seed=0"], seeds=[0],
                     methods=["random"], method_options={})
   local = harness.run(cfg, str(tmp_path / "local"), progress=False)
   remote = harness.run(cfg, str(tmp_path / "ray"), progress=False, executor=ray_executor)
-  assert local[0]["error"] and "num_nodes must be >= 1" in local[0]["error"]
+  assert local[0]["error"] and "garbage.npz" in local[0]["error"]
   assert stable(remote) == stable(local)
-  with pytest.raises(ValueError, match="num_nodes must be >= 1"):
+  with pytest.raises(ValueError, match="garbage.npz"):
     harness.run(dict(cfg, fail_fast=True), str(tmp_path / "ff"), progress=False,
                 executor=ray_executor)
 

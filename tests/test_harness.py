@@ -326,7 +326,11 @@ def test_schedule_methods_and_plots(tmp_path):
   assert len(plots) == 3 and sum(p.startswith("compare__") for p in plots) == 1
   for p in plots:
     assert (tmp_path / "plots" / p).read_bytes()[:4] == b"\x89PNG"
-  bad = harness.run(tiny_config(methods=["expert"], graphs=["chain:n=0"],
+  garbage = tmp_path / "garbage.npz"  # exists, so the config check passes; fails to build
+  garbage.write_bytes(b"not a zip archive" * 4)
+  bad = harness.run(tiny_config(methods=["expert"], graphs=[str(garbage)],
                                 topologies=["nvlink2"]), str(tmp_path / "bad"), progress=False)
-  assert bad[0]["error"].startswith("ValueError") and "chain" in bad[0]["error"]
+  assert bad[0]["error"].startswith("ValueError") and "garbage.npz" in bad[0]["error"]
   assert "| error |" in open(tmp_path / "bad" / "results.md").read()
+  with pytest.raises(ValueError, match="graph spec 'chain:n=0': num_nodes must be >= 1"):
+    harness.run(tiny_config(graphs=["chain:n=0"]), None, progress=False)  # before any cell
