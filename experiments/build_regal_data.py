@@ -65,8 +65,12 @@ def main(argv):
         out, models=FLAGS.models or None, sizes=FLAGS.sizes, coarsen=FLAGS.coarsen or None,
         valid_families=FLAGS.valid_families, test_families=FLAGS.test_families,
         filter=FLAGS.filter, **filt)
-  print(json.dumps(datasets.acceptance(manifest), indent=1))
+  figures = datasets.acceptance(manifest)
+  print(json.dumps(figures, indent=1))
   print(f"wrote {out}/manifest.json")
+  if not figures["kept"]:  # a folder no training can use: say so in the exit status
+    raise app.UsageError(f"no graph kept of {figures['candidates']} candidates (rejected: "
+                         f"{figures['rejected']}); loosen the filter options")
 
 
 def run():

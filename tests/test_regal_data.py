@@ -112,6 +112,14 @@ def test_tiny_build_resumes_after_interruption(tmp_path):
   assert strip(more)[:10] == strip(manifest)
   with pytest.raises(ValueError, match=r"other settings \(differing: \['max_nodes'\]\)"):
     regal.build_regal_dataset(out, solve=solve, **dict(TINY, max_nodes=20))
+  # a bad filter option stops before the folder exists, so the corrected rerun can start
+  fresh = str(tmp_path / "fresh")
+  for bad, match in (({"objective": "nope"}, "unknown objective"),
+                     ({"low_budget": 50, "high_budget": 10}, "low_budget < high_budget"),
+                     ({"min_improvement": float("nan")}, "min_improvement must be in")):
+    with pytest.raises(ValueError, match=match):
+      regal.build_regal_dataset(fresh, solve=solve, **dict(TINY, **bad))
+    assert not os.path.exists(fresh)
 
 
 def test_a_training_config_takes_a_split(tmp_path):

@@ -54,6 +54,20 @@ def candidate_graph(index: int, *, seed: int = 0, min_nodes: int = 50, max_nodes
                    name=f"regal_{seed}_{index}")
 
 
+def check_filter_options(objective: str, low_budget, high_budget, min_improvement) -> None:
+  """ValueError naming the option unless REGAL's filter can run with these values."""
+  from go_jax import objectives  # pylint: disable=g-import-not-at-top
+  objectives.get_objective(objective)
+  for name, value in (("low_budget", low_budget), ("high_budget", high_budget)):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+      raise ValueError(f"{name} must be an integer number of evaluations, got {value!r}")
+  if not 1 <= low_budget < high_budget:
+    raise ValueError(f"need 1 <= low_budget < high_budget, got {low_budget}, {high_budget}")
+  if not 0 <= min_improvement < 1:  # nan fails too
+    raise ValueError(f"min_improvement must be in [0, 1) (a relative makespan reduction), got "
+                     f"{min_improvement!r}")
+
+
 def room_for_improvement(graph: CompGraph, topology=DEFAULT_TOPOLOGY, *,
                          low_budget: int = LOW_BUDGET, high_budget: int = HIGH_BUDGET,
                          objective: str = "makespan", seed: int = 0,
@@ -127,9 +141,12 @@ def build_regal_dataset(out: str, *, train: int = REGAL_SPLITS["train"],
                   locality=locality, topology=str(topology), objective=objective,
                   low_budget=low_budget, high_budget=high_budget,
                   min_improvement=min_improvement, brkga_seed=brkga_seed)
-  candidate_graph(0, seed=seed, min_nodes=min_nodes, max_nodes=max_nodes,
-                  max_inputs=max_inputs, locality=locality)  # bad options fail before any work
-  parse_topology(topology)
+  # Every option is checked before the folder is touched: a manifest written by a run that
+  # then failed would hold the bad settings and refuse the corrected rerun.
+  first = candidate_graph(0, seed=seed, min_nodes=min_nodes, max_nodes=max_nodes,
+                          max_inputs=max_inputs, locality=locality)
+  make_topology(parse_topology(topology), first)  # a relative @mem needs a graph
+  check_filter_options(objective, low_budget, high_budget, min_improvement)
   db = store.DatasetStore(out, "regal", settings, save_seconds=save_seconds, log=log)
   limit = max_candidates if max_candidates is not None else 50 * sum(targets.values())
   try:

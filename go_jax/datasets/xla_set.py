@@ -102,6 +102,10 @@ def build_xla_dataset(out: str, *, models: Optional[Sequence[str]] = None,
   if filter:
     settings.update(topology=str(topology), objective=objective, low_budget=low_budget,
                     high_budget=high_budget, min_improvement=min_improvement)
+    # Checked before the folder is touched (a manifest of bad settings blocks the rerun).
+    from simulator.topology_spec import parse_topology  # pylint: disable=g-import-not-at-top
+    parse_topology(topology)
+    regal.check_filter_options(objective, low_budget, high_budget, min_improvement)
   db = store.DatasetStore(out, "xla", settings, save_seconds=save_seconds, log=log)
   targets = {s: sum(1 for fam, _ in variants if splits[fam] == s) for s in store.SPLITS}
   try:
