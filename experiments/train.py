@@ -70,6 +70,11 @@ def _check_out() -> None:
   """--workdir (and --export_dir) can be written (process 0's)."""
   cli.check_out(FLAGS.workdir, flag="workdir")
   if FLAGS.export:
+    try:  # a bad name or folder stops now, not after the training it would export
+      pretrained.check_export(FLAGS.export, FLAGS.export_dir,
+                              allow_package=FLAGS.export_to_package)
+    except ValueError as e:
+      raise app.UsageError(f"--export={FLAGS.export}: {e}") from e
     cli.check_out(FLAGS.export_dir, flag="export_dir")
 
 
@@ -97,6 +102,8 @@ def main(argv: Sequence[str]) -> None:
       if primary:
         print(f"wrote {path}")
   except ValueError as e:
+    if str(e).startswith(os.path.join(FLAGS.workdir, "")):  # the workdir's files, not --config
+      raise app.UsageError(str(e)) from e
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   if FLAGS.export and primary:
     folder = pretrained.export(FLAGS.workdir, FLAGS.export, FLAGS.export_dir,

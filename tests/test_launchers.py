@@ -163,6 +163,8 @@ def _bad_inputs(tmp):
       ([script("go-jax-train"), f"--workdir={tmp / 'tr'}", "--config.nosuch=3"],
        "--config.nosuch=3: the config has no field 'nosuch'"),
       ([script("go-jax-train"), f"--workdir={f['a_file']}"], "exists and is not a folder"),
+      ([script("go-jax-train"), f"--workdir={tmp / 'tr'}", "--export=../../etc"],
+       "--export=../../etc: checkpoint name must be a plain folder name"),  # before training
       ([script("go-jax-evaluate"), f"--config={tmp / 'nope.py'}", f"--out={tmp / 'ev'}"],
        "nope.py: cannot load the config file"),
       ([script("go-jax-evaluate"), f"--config={f['bad.json']}", f"--out={tmp / 'ev'}"],

@@ -165,6 +165,40 @@ def test_resume_is_bitwise_exact(trained, tmp_path):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_a_damaged_newest_checkpoint_falls_back_to_an_older_one(trained, tmp_path):
+  """restore_latest skips a newest checkpoint whose files are garbage (a full disk, a file
+  overwritten) and restores the one before it; with every one damaged, one ValueError."""
+  trainer, *_ = trained
+  older = trainer.init(7)
+  newer, _ = trainer.update_chunk(older)
+  folder = tmp_path / "ckpt"
+  with checkpoint.Checkpointer(str(folder), keep=3) as ckpt:
+    ckpt.save(1, older)
+    ckpt.save(2, newer)
+  def damage(step):
+    for root, _, files in os.walk(folder / str(step)):
+      for name in files:
+        with open(os.path.join(root, name), "wb") as fh:
+          fh.write(b"garbage" * 3)
+  damage(2)
+  with checkpoint.Checkpointer(str(folder), keep=3) as ckpt:
+    step, state = ckpt.restore_latest(trainer.init(123))
+  assert step == 1
+  for a, b in zip(jax.tree_util.tree_leaves(jax.device_get(state)),
+                  jax.tree_util.tree_leaves(jax.device_get(older))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  damage(1)
+  with checkpoint.Checkpointer(str(folder), keep=3) as ckpt:
+    with pytest.raises(ValueError, match="checkpoint 2 in .* nor any older"):
+      ckpt.restore_latest(trainer.init(123))
+
+
+def test_an_unreadable_saved_config_names_the_file(tmp_path):
+  (tmp_path / "config.json").write_text("{bad")
+  with pytest.raises(ValueError, match=r"config\.json: the run's saved config is not readable"):
+    loop._check_resume(str(tmp_path), TOY_CONFIG)  # pylint: disable=protected-access
+
+
 def test_finetune_from_pretrained_params(trained, tmp_path):
   trainer, state, *_ = trained
   path = checkpoint.save_params(str(tmp_path / "params.msgpack"), state.params)

@@ -129,6 +129,21 @@ def _inside(path: str, folder: str) -> bool:
   return os.path.commonpath([path, folder]) == folder
 
 
+def check_export(name: str, export_dir: str, *, allow_package: bool = False) -> str:
+  """The folder `export` writes, or the ValueError it would raise for this name and folder
+  (a launcher checks before training, not after it)."""
+  if not name or not isinstance(name, str) or is_path(name) or name in (".", ".."):
+    raise ValueError(f"checkpoint name must be a plain folder name, got {name!r}")
+  if not export_dir or not isinstance(export_dir, str):
+    raise ValueError(f"export_dir must name a folder, got {export_dir!r}")
+  export_dir = os.path.expanduser(export_dir)
+  if not allow_package and _inside(export_dir, PACKAGE_ROOT):
+    raise ValueError(f"export_dir {export_dir!r} is inside the go_jax package "
+                     f"({PACKAGE_ROOT}); export to a folder of your own (e.g. --export_dir="
+                     "policies) and load it by path")
+  return os.path.join(export_dir, name)
+
+
 def export(workdir: str, name: str, export_dir: str, *, allow_package: bool = False) -> str:
   """Copies a finished training run's config.json and params.msgpack to
   `<export_dir>/<name>/` (atomically per file); returns the folder, which `load` reads.
@@ -138,16 +153,7 @@ def export(workdir: str, name: str, export_dir: str, *, allow_package: bool = Fa
       an `export_dir` inside the installed go_jax package (unless `allow_package`, which ships
       a checkpoint from a source checkout: `export_dir=pretrained.ROOT`).
   """
-  if not name or not isinstance(name, str) or is_path(name):
-    raise ValueError(f"checkpoint name must be a plain folder name, got {name!r}")
-  if not export_dir or not isinstance(export_dir, str):
-    raise ValueError(f"export_dir must name a folder, got {export_dir!r}")
-  export_dir = os.path.expanduser(export_dir)
-  if not allow_package and _inside(export_dir, PACKAGE_ROOT):
-    raise ValueError(f"export_dir {export_dir!r} is inside the go_jax package "
-                     f"({PACKAGE_ROOT}); export to a folder of your own (e.g. --export_dir="
-                     "policies) and load it by path")
-  folder = os.path.join(export_dir, name)
+  folder = check_export(name, export_dir, allow_package=allow_package)
   for fname in (CONFIG_NAME, PARAMS_NAME):
     src = os.path.join(workdir, fname)
     if not os.path.isfile(src):
@@ -160,5 +166,5 @@ def export(workdir: str, name: str, export_dir: str, *, allow_package: bool = Fa
   return folder
 
 
-__all__ = ["available", "is_path", "load", "load_config", "template", "export", "DEFAULT",
-           "ROOT"]
+__all__ = ["available", "is_path", "load", "load_config", "template", "check_export", "export",
+           "DEFAULT", "ROOT"]

@@ -20,11 +20,12 @@ file a fine-tuning run starts from.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from flax import serialization
 
 from simulator import fileio
@@ -86,6 +87,28 @@ class Checkpointer:
     # Orbax returns arrays committed to a device; fresh states are uncommitted, and jit keys
     # its executables on that, so a restored state would compile the update a second time.
     return jax.tree_util.tree_map(jnp.asarray, jax.device_get(restored))
+
+  def restore_latest(self, template) -> Tuple[Optional[int], Any]:
+    """(step, state) of the newest checkpoint that restores, trying older ones when a newer
+    one is damaged (a disk filled or a file overwritten after orbax finished it: a later run
+    then resumes from the last good one instead of failing); (None, template) when there is
+    none. ValueError with the newest checkpoint's error when none restores."""
+    steps = sorted(self.all_steps(), reverse=True)
+    first_error = None
+    for step in steps:
+      try:
+        return step, self.restore(template, step)
+      except Exception as e:  # pylint: disable=broad-except  (orbax/tensorstore raise many)
+        first_error = first_error or (step, e)
+        logging.warning("checkpoint %d in %s cannot be restored (%s); trying an older one",
+                        step, self.directory, str(e).splitlines()[0][:200])
+    if first_error is None:
+      return None, template
+    step, e = first_error
+    if isinstance(e, ValueError) and len(steps) == 1:
+      raise e
+    raise ValueError(f"checkpoint {step} in {self.directory} cannot be restored, nor any older "
+                     f"one: {type(e).__name__}: {e}") from e
 
   def wait(self) -> None:
     """Blocks until pending saves are on disk."""

@@ -89,8 +89,15 @@ def _check_resume(workdir: str, config) -> None:
   path = os.path.join(workdir, CONFIG_NAME)
   if not os.path.exists(path):
     return
-  with open(path) as fh:
-    old = json.load(fh)
+  try:
+    with open(path, encoding="utf-8") as fh:
+      old = json.load(fh)
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    raise ValueError(f"{path}: the run's saved config is not readable JSON ({e}); move the "
+                     "workdir away to start afresh") from None
+  if not isinstance(old, dict):
+    raise ValueError(f"{path}: the run's saved config must be a JSON object, got "
+                     f"{type(old).__name__}")
   new = config_dict(config)
   for cfg in (old, new):  # cloning settings a resumed cloning may change (imitation.py)
     if isinstance(cfg.get("imitation"), dict):
@@ -183,15 +190,18 @@ def open_checkpoints(workdir: str, config, state, keep: int):
   checkpointer = (ckpt_lib.Checkpointer(os.path.join(workdir, CKPT_DIR), keep=keep)
                   if distributed.is_primary() else None)
 
-  def latest() -> Optional[int]:
-    step = checkpointer.latest_step()
-    if step is not None:
-      _check_resume(workdir, config)
+  restored = {}
+
+  def latest() -> Optional[int]:  # process 0: the newest checkpoint that restores
+    if checkpointer.latest_step() is None:
+      return None
+    _check_resume(workdir, config)
+    step, restored["state"] = checkpointer.restore_latest(state)
     return step
   try:
     step = distributed.from_primary(latest)
     if step is not None:
-      state = distributed.tree_from_primary(lambda: checkpointer.restore(state, step), state)
+      state = distributed.tree_from_primary(lambda: restored["state"], state)
       logging.info("resumed from %s at update %d", os.path.join(workdir, CKPT_DIR), step)
   except BaseException:
     if checkpointer is not None:
