@@ -56,7 +56,8 @@ flags.DEFINE_string("simulate_graph", DEFAULT_GRAPHS[-1], "graph of the simulate
                     "('' to skip it)")
 flags.DEFINE_integer("batch", 64, "actions per simulate call")
 flags.DEFINE_integer("repeats", 2, "timed simulate calls (the median is reported)")
-flags.DEFINE_integer("seed", 0, "seed of GO and of the random actions")
+flags.DEFINE_integer("seed", 0, "seed of GO and of the random actions",
+                     lower_bound=0)
 flags.DEFINE_string("out", "results/bench_large_graphs.json", "JSON output path")
 
 

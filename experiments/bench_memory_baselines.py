@@ -48,7 +48,8 @@ flags.DEFINE_list("methods", ["m_etf", "m_sct", "m_topo", "heft", "metis", "expe
                   "methods; the list schedulers also run as NAME[static]")
 flags.DEFINE_integer("max_nodes", 800, "coarsen larger graphs to this many ops")
 flags.DEFINE_integer("budget", 2000, "simulator evaluations of brkga / brkga_seeded")
-flags.DEFINE_integer("seed", 0, "seed of the searches")
+flags.DEFINE_integer("seed", 0, "seed of the searches",
+                     lower_bound=0)
 flags.DEFINE_string("out", "results/bench_memory_baselines.json", "JSON output path")
 
 LIST_SCHEDULERS = ("m_etf", "m_sct", "m_topo", "heft")

@@ -26,7 +26,8 @@ flags.DEFINE_string("out", "data/regal", "dataset folder (resumed when it holds 
 flags.DEFINE_integer("train", 10000, "regal: training graphs")
 flags.DEFINE_integer("valid", 1000, "regal: validation graphs")
 flags.DEFINE_integer("test", 1000, "regal: test graphs")
-flags.DEFINE_integer("seed", 0, "regal: recipe seed (candidate k is the same in every run)")
+flags.DEFINE_integer("seed", 0, "regal: recipe seed (candidate k is the same in every run)",
+                     lower_bound=0)
 flags.DEFINE_integer("min_nodes", 50, "regal: fewest ops per graph")
 flags.DEFINE_integer("max_nodes", 200, "regal: most ops per graph")
 flags.DEFINE_integer("max_candidates", None, "regal: stop after this many candidates "

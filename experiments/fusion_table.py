@@ -55,7 +55,8 @@ flags.DEFINE_float("learned_seconds", 0.0, "Fine-tuning budget of go_fusion / go
 flags.DEFINE_string("checkpoint", "go_fusion", "Checkpoint of the learned methods.")
 flags.DEFINE_integer("samples", None, "K of the learned methods (default: the checkpoint's).",
                      lower_bound=1)
-flags.DEFINE_integer("seed", 0, "Seed of the learned methods.")
+flags.DEFINE_integer("seed", 0, "Seed of the learned methods.",
+                     lower_bound=0)
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:

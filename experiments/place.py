@@ -77,7 +77,8 @@ flags.DEFINE_string("topology", place_lib.DEFAULT_TOPOLOGY, cli.topology_help(
     "VALUE bytes per device or a multiple of the graph's single-device footprint "
     "('nvlink8@mem=0.6x')."))
 flags.DEFINE_enum("objective", "makespan", ["makespan", "peak_memory"], "What to minimise.")
-flags.DEFINE_integer("seed", 0, "Seed of GO and of the randomised baselines.")
+flags.DEFINE_integer("seed", 0, "Seed of GO and of the randomised baselines.",
+                     lower_bound=0)
 flags.DEFINE_enum("task", "joint", list(place_tasks.TASKS),
                   "What to compare: joint (placement and priority), fusion (fuse requests on "
                   "--placement_from's fixed schedule) or joint3 (placement, priority and "

@@ -54,7 +54,7 @@ flags.DEFINE_string("priority", "critical_path",
                     f"Priority (higher runs first): one of {sorted(placements.PRIORITIES)}, an "
                     "(N,) float array saved with numpy.save ('npy:<path>' or '<path>.npy'), or "
                     "one number per op inline ('3,2,1').")
-flags.DEFINE_integer("seed", 0, "Seed of the random strategies.")
+flags.DEFINE_integer("seed", 0, "Seed of the random strategies.", lower_bound=0)
 flags.DEFINE_string("out", DEFAULT_OUT, "Folder for schedule.png and summary.json.")
 
 

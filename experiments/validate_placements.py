@@ -56,7 +56,8 @@ flags.DEFINE_list("backends", [], "JAX backends whose devices are placed over, i
                   "(e.g. gpu,cpu); default: the devices of JAX's default backend.")
 flags.DEFINE_string("calibration", None, "Cost-model calibration JSON (go-jax-calibrate); "
                     "default: <out>/calibration.json, calibrated now (quick set) if missing.")
-flags.DEFINE_integer("seed", 0, "Seed of the methods.")
+flags.DEFINE_integer("seed", 0, "Seed of the methods.",
+                     lower_bound=0)
 flags.DEFINE_string("out", "results/placement_fidelity", "Output folder.")
 flags.DEFINE_bool("progress", True, "Print progress to stderr.")
 
