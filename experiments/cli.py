@@ -79,6 +79,23 @@ def fail(message: str, exitcode: int = 1) -> None:
   sys.exit(exitcode)
 
 
+def nvlink_counts(values: Sequence[str], flag: str = "devices") -> List[int]:
+  """The device counts of a list flag whose count D means the `nvlink<D>` preset; UsageError
+  naming the flag for a non-integer or a count without a preset (before any model is built)."""
+  from simulator import topology  # pylint: disable=g-import-not-at-top
+  try:
+    counts = [int(v) for v in values]
+  except ValueError as e:
+    raise app.UsageError(f"--{flag}={','.join(values)}: not a list of integers") from e
+  have = sorted(int(p[len("nvlink"):]) for p in topology.available_presets()
+                if re.fullmatch(r"nvlink\d+", p))
+  bad = [d for d in counts if d not in have]
+  if not counts or bad:
+    raise app.UsageError(f"--{flag}={','.join(values)}: no nvlink<D> preset for {bad or 'none'}; "
+                         f"counts with one: {', '.join(map(str, have))}")
+  return counts
+
+
 def fail_if_every_cell_failed(rows: Sequence[Mapping[str, Any]], where: str) -> None:
   """Exit status 1 with one line when a sweep's rows are all errors (a bad option value in
   the config, a graph every method rejects): a script that checks the status sees the
@@ -156,6 +173,10 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
     overridden = [n for n in names if any(a.lstrip("-").startswith(f"{n}.") for a in argv[1:])]
     if overridden and isinstance(e, (AttributeError, KeyError)):
       fail(_override_error(overridden[0], argv, e))
+    if isinstance(e, AttributeError) and "get_config" in str(e):
+      name, arg = _config_argument(argv, names)
+      fail(f"--{name}={arg}: the config file defines no get_config() (it must return the "
+           "ml_collections ConfigDict)")
     fail(f"bad flag value: {type(e).__name__}: {one_line(e)}")
   return []  # not reached: fail exits
 
@@ -168,6 +189,20 @@ def _refuse_nan_flags() -> None:
     flag = FLAGS[name]
     if flag.present and isinstance(flag.value, float) and math.isnan(flag.value):
       fail(f"flag --{name}=nan: not a number; give a value")
+
+
+def _config_argument(argv: Sequence[str], names: Sequence[str]):
+  """(flag, value) of the config-file flag on the command line ('--config=F' or '--config F');
+  (the first config flag, '?') where none is given."""
+  args = list(argv[1:])
+  for i, a in enumerate(args):
+    key, eq, value = a.lstrip("-").partition("=")
+    if key in names and a.startswith("-"):
+      if eq:
+        return key, value
+      if i + 1 < len(args):
+        return key, args[i + 1]
+  return (names[0] if names else "config"), "?"
 
 
 def _config_traceback_error(text: str) -> Optional[str]:

@@ -73,12 +73,7 @@ def main(argv: Sequence[str]) -> None:
       methods.get(name)
     except ValueError as e:
       raise app.UsageError(f"--placers: {e}") from e
-  try:
-    counts = [int(d) for d in FLAGS.devices]
-  except ValueError as e:
-    raise app.UsageError(f"--devices: {e}") from e
-  if any(d < 1 for d in counts):
-    raise app.UsageError(f"--devices: counts must be >= 1, got {counts}")
+  counts = cli.nvlink_counts(FLAGS.devices)
   path = os.path.join(FLAGS.out, "fusion_table.json")
   done = {}
   if os.path.exists(path):

@@ -64,10 +64,7 @@ def main(argv: Sequence[str]) -> None:
   if bad:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "
                          f"{sorted(methods.available(('partition',)))}")
-  try:
-    counts = [int(d) for d in FLAGS.devices]
-  except ValueError as e:
-    raise app.UsageError(f"--devices: {e}") from e
+  counts = cli.nvlink_counts(FLAGS.devices)
   t0 = time.perf_counter()
   rows = []
   for model in FLAGS.models:

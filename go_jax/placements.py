@@ -177,7 +177,7 @@ def make_placement(spec: str, graph, topology, seed: int = 0) -> np.ndarray:
                            f"placement file '{path}'")
   inline = inline_values(spec, "placement")
   if inline is not None:
-    if np.all(np.isfinite(inline) & (inline == np.round(inline))):
+    if np.all(np.isfinite(inline) & (inline == np.round(inline)) & (np.abs(inline) < 2**62)):
       inline = inline.astype(np.int64)  # devices shown as typed in the range message
     return check_placement(inline, graph, topology, f"inline placement {spec.strip()!r}")
   names = placement_names()

@@ -109,6 +109,12 @@ def bad_files(tmp):
   return files
 
 
+def no_get_config(tmp):
+  path = tmp / "noget.py"
+  path.write_text("x = 1\n")
+  return path
+
+
 def corrupt_checkpoint(tmp):
   """A checkpoint folder: the shipped go config beside a params.msgpack of garbage."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
@@ -170,6 +176,12 @@ def _bad_inputs(tmp):
       ([script("go-jax-evaluate"), f"--config={f['bad.json']}", f"--out={tmp / 'ev'}"],
        "SyntaxError"),
       ([script("go-jax-evaluate"), "--config.nosuch=1", f"--out={tmp / 'ev'}"], "nosuch"),
+      ([script("go-jax-evaluate"), "--config", str(no_get_config(tmp)), f"--out={tmp / 'ev'}"],
+       f"--config={tmp / 'noget.py'}: the config file defines no get_config()"),
+      ([sys.executable, "-m", "experiments.partition_table", "--devices=3",
+        f"--out={tmp / 'pt'}"], "--devices=3: no nvlink<D> preset for [3]"),
+      ([script("go-jax-simulate"), "--graph=costgraph:" + str(tmp), f"--out={tmp / 'sim'}"],
+       "it is a folder"),
       ([script("go-jax-transfer"), f"--out={f['a_file']}"], "exists and is not a folder"),
       ([script("go-jax-bench-simulator"), "--sizes=0", f"--out={tmp / 'b.json'}"], "--sizes"),
       ([script("go-jax-bench-simulator"), f"--out={tmp}"], "is a folder"),

@@ -271,7 +271,8 @@ def _check_jax(target: str) -> None:
 
 def _check_costgraph(path: str) -> None:
   if not os.path.isfile(path):  # load_costgraph's own message
-    raise ValueError(f"cannot read CostGraphDef file {path!r}: it does not exist")
+    raise ValueError(f"cannot read CostGraphDef file {path!r}: " + (
+        "it is a folder" if os.path.isdir(path) else "it does not exist"))
 
 
 # The cheap existence checks of the importers (`check_spec`), from the parsed keyword arguments.

@@ -365,7 +365,8 @@ def load_costgraph(path: str, name: Optional[str] = None) -> CompGraph:
       line and field or node; see the module docstring).
   """
   if not os.path.isfile(path):
-    raise ValueError(f"cannot read CostGraphDef file {path!r}: it does not exist")
+    raise ValueError(f"cannot read CostGraphDef file {path!r}: " + (
+        "it is a folder" if os.path.isdir(path) else "it does not exist"))
   try:
     with open(path, encoding="utf-8") as fh:
       text = fh.read()
