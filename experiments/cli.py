@@ -24,17 +24,15 @@ and `cli.run` then, for a console script (`go-jax-place`) exactly as for `python
 
 from __future__ import annotations
 
-import datetime
 import logging as std_logging
 import math
 import os
-import platform
 import re
 import signal
 import sys
 import tempfile
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from absl import app, flags
 from absl import logging
@@ -77,32 +75,6 @@ def fail(message: str, exitcode: int = 1) -> None:
   message = _config_file_error(message) or message
   print(f"{prog_name()}: error: {message}", file=sys.stderr, flush=True)
   sys.exit(exitcode)
-
-
-def nvlink_counts(values: Sequence[str], flag: str = "devices") -> List[int]:
-  """The device counts of a list flag whose count D means the `nvlink<D>` preset; UsageError
-  naming the flag for a non-integer or a count without a preset (before any model is built)."""
-  from simulator import topology  # pylint: disable=g-import-not-at-top
-  try:
-    counts = [int(v) for v in values]
-  except ValueError as e:
-    raise app.UsageError(f"--{flag}={','.join(values)}: not a list of integers") from e
-  have = sorted(int(p[len("nvlink"):]) for p in topology.available_presets()
-                if re.fullmatch(r"nvlink\d+", p))
-  bad = [d for d in counts if d not in have]
-  if not counts or bad:
-    raise app.UsageError(f"--{flag}={','.join(values)}: no nvlink<D> preset for {bad or 'none'}; "
-                         f"counts with one: {', '.join(map(str, have))}")
-  return counts
-
-
-def fail_if_every_cell_failed(rows: Sequence[Mapping[str, Any]], where: str) -> None:
-  """Exit status 1 with one line when a sweep's rows are all errors (a bad option value in
-  the config, a graph every method rejects): a script that checks the status sees the
-  failure, where the tables alone would end in exit 0. Some errors among good rows pass."""
-  if rows and all(r.get("error") for r in rows):
-    fail(f"every cell failed ({len(rows)} rows, written to {where}); the first: "
-         f"{rows[0]['error']}")
 
 
 # ------------------------------------------------------------------ help
@@ -472,83 +444,9 @@ def executor_from_flags():
     raise app.UsageError(one_line(e)) from e
 
 
-# ------------------------------------------------------------------ experiment bookkeeping
-def plain(value):
-  """ConfigDict / tuple values as plain JSON-able Python (dicts, lists, scalars)."""
-  if hasattr(value, "to_dict"):
-    value = value.to_dict()
-  if isinstance(value, Mapping):
-    return {str(k): plain(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [plain(v) for v in value]
-  return value
-
-
-def duration_text(seconds: float) -> str:
-  """'42s', '7.5min' or '2.1h' ('?' for an unknown, infinite ETA)."""
-  if not math.isfinite(seconds):
-    return "?"
-  if seconds < 90:
-    return f"{seconds:.0f}s"
-  if seconds < 5400:
-    return f"{seconds / 60:.1f}min"
-  return f"{seconds / 3600:.1f}h"
-
-
-def machine_info() -> Dict[str, Any]:
-  """What a result file records about where it was made: platform, CPUs, jax and its
-  backend, the load average (1, 5, 15 min) and the UTC date."""
-  import jax  # pylint: disable=g-import-not-at-top
-  load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-  return {"platform": platform.platform(), "processor": platform.processor() or
-          platform.machine(), "cpus": os.cpu_count(), "jax": jax.__version__,
-          "backend": jax.default_backend(),
-          "load_average": [round(x, 2) for x in load],
-          "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-
-
-def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dict[str, Any]:
-  """The JSON of an earlier run of `launcher` at `path` ({} if there is none), to resume.
-
-  Raises:
-    ValueError: the file is unreadable, another launcher wrote it, or it was made with other
-      `settings` (the fields that change every number; the message names the differing ones).
-  """
-  import json  # pylint: disable=g-import-not-at-top
-  if not os.path.isfile(path):
-    return {}
-  try:
-    with open(path, encoding="utf-8") as fh:
-      old = json.load(fh)
-  except (OSError, json.JSONDecodeError, RecursionError) as e:
-    raise ValueError(f"{path}: not a readable results JSON ({e}); move it away to start "
-                     "afresh") from e
-  if old.get("launcher") != launcher or not isinstance(old.get("cells"), dict):
-    raise ValueError(f"{path}: not written by {launcher}; use another --out")
-  prev = old.get("settings", {})
-  diff = sorted(k for k in settings if prev.get(k) != settings.get(k))
-  if diff:
-    raise ValueError(f"{path}: made with other settings (differing: {diff}); use another --out "
-                     "or the same settings")
-  return old
-
-
-def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_file: str,
-                        out: str, json_name: str, md_name: str, executor=None) -> None:
-  """The body of a resumable table launcher (learned_placers, regal_table): runs
-  `run_fn(config, out, log=..., executor=executor)` with progress on stderr (inside the
-  executor's `with` block: a Ray connection for the run), turns a ValueError (bad config
-  field, unusable results file) into a one-line usage error naming the config file, then
-  prints the markdown and what was written."""
-  from go_jax import executors  # pylint: disable=g-import-not-at-top
-  executor = executor if executor is not None else executors.make("local")
-  try:
-    with executor:
-      result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True),
-                      executor=executor)
-  except ValueError as e:
-    raise app.UsageError(f"--config={config_file}: {one_line(e)}") from e
-  print(result["markdown"])
-  print(f"wrote {os.path.join(out, json_name)} ({result['computed']} cells run, "
-        f"{result['skipped']} resumed), {os.path.join(out, md_name)}"
-        + (f", {result['plot']}" if result.get("plot") else ""))
+# The sweep and table launchers' bookkeeping (result files, resuming, machine info, device
+# counts) lives in experiments/cli_tables.py; re-exported here, where the launchers find it.
+# Imported last: it uses fail and one_line from above.
+from experiments.cli_tables import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    duration_text, fail_if_every_cell_failed, load_resumable, machine_info, nvlink_counts, plain,
+    run_resumable_table)

@@ -351,14 +351,6 @@ def _error_row(cell: Cell, cfg, exc: BaseException) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------ run
-def _load_store(out: Optional[str], launcher: str) -> Dict[str, Any]:
-  """{"rows": [...], "cell_settings": {...}} of `<out>/results.json` (empty where none)."""
-  data = results.load(out, launcher) if out else None
-  if data is None:
-    return {"rows": [], "cell_settings": {}}
-  return {"rows": data["rows"], "cell_settings": data.get("cell_settings") or {}}
-
-
 def load_rows(out: str, launcher: str = LAUNCHER) -> List[Dict[str, Any]]:
   """Rows of `<out>/results.json` written by `launcher`, or [] where there is none yet;
   ValueError if another launcher wrote it (`results.load`)."""
@@ -412,10 +404,6 @@ def cell_settings(cell: Cell, cfg: Mapping[str, Any]) -> Dict[str, Any]:
   return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _key_text(key: Tuple) -> str:
-  return json.dumps(list(key))
-
-
 def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launcher: str,
             config: Mapping[str, Any], fail_fast: bool = False, progress: bool = True,
             plot_dir: Optional[str] = None, before_cell=None, describe=None,
@@ -438,7 +426,7 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
     os.makedirs(out, exist_ok=True)
   done: Dict[Tuple, List[Dict]] = {}
   # Every process of a multi-process run resumes from process 0's file (the same cells).
-  stored = distributed.from_primary(lambda: _load_store(out, launcher))
+  stored = distributed.from_primary(lambda: results.load_store(out, launcher))
   for r in stored["rows"]:
     done.setdefault(cell_key(r), []).append(r)
   # Each cell's settings as its rows were made (a file from before they were recorded has none:
@@ -449,7 +437,7 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
   def ok(cell):
     if cell.key not in done or any(r.get("error") for r in done[cell.key]):
       return False
-    old = made_with.get(_key_text(cell.key))
+    old = made_with.get(results.cell_text(cell.key))
     return old is None or old == now[cell.key]
 
   stale = [c for c in cells if c.key in done and not ok(c)
@@ -480,7 +468,7 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
       logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
       rows = [_error_row(cell, inst.cfg, exc)]
     done[cell.key] = rows
-    made_with[_key_text(cell.key)] = now[cell.key]
+    made_with[results.cell_text(cell.key)] = now[cell.key]
     if out is not None:
       results.write_json(out, launcher, payload())
     bar.update(1)
@@ -526,7 +514,7 @@ def run(config, out: Optional[str], *, plots: Optional[bool] = None, progress: b
 def write_outputs(out: str, cfg, rows) -> Dict[str, str]:
   """Writes results.json, results.csv and results.md (atomically); returns their paths.
   results.json keeps the cell settings `execute` recorded (what a resumed run compares)."""
-  made_with = _load_store(out, LAUNCHER)["cell_settings"]
+  made_with = results.load_store(out, LAUNCHER)["cell_settings"]
   payload = {"config": dict(cfg), "rows": list(rows), "cell_settings": made_with}
   return {"json": results.write_json(out, LAUNCHER, payload),
           "csv": results.write_csv(out, rows), "md": results.write_markdown(out, markdown(rows))}

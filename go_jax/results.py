@@ -197,6 +197,21 @@ def load(out: str, launcher: str) -> Optional[Dict[str, Any]]:
   return data
 
 
+def load_store(out: Optional[str], launcher: str) -> Dict[str, Any]:
+  """{"rows": [...], "cell_settings": {cell_text(key): settings}} of `<out>/results.json`
+  (both empty where there is none, or for out None): what a sweep resumes from."""
+  data = load(out, launcher) if out else None
+  if data is None:
+    return {"rows": [], "cell_settings": {}}
+  made_with = data.get("cell_settings")
+  return {"rows": data["rows"], "cell_settings": made_with if isinstance(made_with, dict) else {}}
+
+
+def cell_text(key: Sequence[Any]) -> str:
+  """A sweep cell's key as the JSON text that names it in results.json's cell_settings."""
+  return json.dumps(list(key))
+
+
 def _upgrade(row: Mapping[str, Any], path: str) -> Dict[str, Any]:
   """A stored row in the current format: rows of go-jax-evaluate from before stages (no
   label) get label = method and no stage; other rows of an older format are refused."""
