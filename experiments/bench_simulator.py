@@ -91,6 +91,9 @@ def check_template(template: str, sizes) -> None:
   """UsageError unless --graph is a template whose every size is a valid graph spec, and one
   that depends on {n} when several sizes are asked for (else every row is the same graph)."""
   from simulator import sources  # pylint: disable=g-import-not-at-top
+  if len(set(sizes)) > 1 and "{n}" not in template:
+    raise app.UsageError(f"--graph={template}: has no {{n}}, so every --sizes value would be "
+                         "the same graph; put {n} in it or give one size")
   for n in sizes:
     try:
       spec = graph_spec(template, n)
@@ -101,9 +104,6 @@ def check_template(template: str, sizes) -> None:
       sources.check_spec(spec)
     except ValueError as e:
       raise app.UsageError(f"--graph={template}: {cli.one_line(e)}") from e
-  if len(set(sizes)) > 1 and "{n}" not in template:
-    raise app.UsageError(f"--graph={template}: has no {{n}}, so every --sizes value would be "
-                         "the same graph; put {n} in it or give one size")
 
 
 def format_table(rows):

@@ -91,6 +91,10 @@ def main(argv: Sequence[str]) -> None:
   # A model's row is reused only if it was made with these settings (recorded in the row):
   # another --device, --placers, --devices or learned setting recomputes it.
   made_with = json.loads(json.dumps(settings))
+  # Rows of models this run does not ask for stay in the file (the table and figures are this
+  # run's models).
+  asked = {f"{name}/{FLAGS.size}" for name in names}
+  others = [r for key, r in done.items() if key not in asked]
   rows, start = [], time.time()
   for k, name in enumerate(names):
     key = f"{name}/{FLAGS.size}"
@@ -103,12 +107,12 @@ def main(argv: Sequence[str]) -> None:
     except ValueError as e:
       raise app.UsageError(f"{name}: {e}") from e
     rows.append(dict(row, settings=made_with))
-    fileio.write_json(path, dict(settings, rows=rows))
+    fileio.write_json(path, dict(settings, rows=rows + others))
     rate = (time.time() - start) / (k + 1)
     print(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
           f", ETA {rate * (len(names) - k - 1):.0f}s", file=sys.stderr, flush=True)
   fig = figures(rows)
-  fileio.write_json(path, dict(settings, rows=rows, figures=fig))
+  fileio.write_json(path, dict(settings, rows=rows + others, figures=fig))
   print(cells_table(rows))
   if learned is not None:
     print(figures_text(fig))

@@ -207,7 +207,7 @@ def test_bad_checkpoint_and_config_raise_value_errors(trained, tmp_path):
   broken.mkdir()
   (broken / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
   ckpt_lib.save_params(str(broken / "params.msgpack"), {"nothing": np.zeros(3)})
-  with pytest.raises(ValueError, match="do not fit"):
+  with pytest.raises(ValueError, match="cannot be read into this policy"):
     regal_method.load_checkpoint("regal", str(broken))
   bad = config()
   bad.clip_eps = 0.2
