@@ -149,6 +149,9 @@ def run(graphs: Sequence[Any], names: Sequence[str], topology: str,
                      f"graphs, {len(names)} names)")
   if len(set(names)) != len(names):
     raise ValueError("two graphs share a name")
+  seeds = list(seeds)
+  if not seeds or len(set(seeds)) != len(seeds) or any(int(s) < 0 for s in seeds):
+    raise ValueError(f"seeds must be distinct integers >= 0 and at least one, got {seeds}")
   settings = {"topology": topology, "objective": objective,
               "rows": [row_label(*r) for r in rows]}
   path = os.path.join(out, JSON_NAME)
@@ -193,7 +196,8 @@ def run(graphs: Sequence[Any], names: Sequence[str], topology: str,
   finally:  # an interruption keeps the finished cells for the resume
     result["summary"] = summarize(cells, names, seeds, rows)
     result["markdown"] = markdown(result["summary"])
-    fileio.write_json(path, result)
-    with fileio.atomic_open(os.path.join(out, MD_NAME), "w", make_dirs=True) as fh:
-      fh.write(result["markdown"])
+    if cells:  # none finished (the first cell's options failed): no file, whose settings
+      fileio.write_json(path, result)  # would refuse the corrected rerun
+      with fileio.atomic_open(os.path.join(out, MD_NAME), "w", make_dirs=True) as fh:
+        fh.write(result["markdown"])
   return result

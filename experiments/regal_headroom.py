@@ -47,6 +47,8 @@ def main(argv: Sequence[str]) -> None:
   try:
     objectives.get_objective(FLAGS.objective)
     seeds = [int(s) for s in FLAGS.seeds]
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+      raise ValueError(f"--seeds={','.join(FLAGS.seeds)}: give distinct seeds >= 0")
     rows = headroom.parse_rows(FLAGS.rows)
     names, graphs = load_dataset("data", FLAGS.data)
   except ValueError as e:

@@ -71,6 +71,20 @@ def test_resume_runs_nothing_and_other_settings_are_refused(run):
     headroom.run(graphs, SPECS, "nvlink2", ROWS[:2], out, log=lines.append)
 
 
+def test_a_run_that_finishes_no_cell_leaves_no_file(run, tmp_path):
+  """A failing first cell (a budget below one BRKGA generation) writes nothing, so the
+  corrected rerun is not refused as one 'made with other settings'; seeds are checked."""
+  _, graphs, *_ = run
+  out = str(tmp_path / "h")
+  with pytest.raises(ValueError, match="below one generation"):
+    headroom.run(graphs[:1], SPECS[:1], "nvlink2", [("brkga", 5), ("brkga", 100)], out,
+                 log=lambda s: None)
+  assert not os.path.exists(os.path.join(out, headroom.JSON_NAME))
+  for seeds in ((0, 0), (), (-1,)):
+    with pytest.raises(ValueError, match="seeds must be distinct integers >= 0"):
+      headroom.run(graphs[:1], SPECS[:1], "nvlink2", ROWS, out, seeds=seeds)
+
+
 def test_parse_rows():
   assert headroom.parse_rows("brkga@5000, regal_hint@5000") == [("brkga", 5000),
                                                                 ("regal_hint", 5000)]
