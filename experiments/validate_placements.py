@@ -94,6 +94,11 @@ def main(argv: Sequence[str]) -> None:
   bad = sorted(set(FLAGS.methods) - set(methods.available()))
   if bad:
     raise app.UsageError(f"--methods: unknown or unavailable {bad}")
+  if len(set(FLAGS.methods)) != len(FLAGS.methods):
+    raise app.UsageError(f"--methods={','.join(FLAGS.methods)}: a method is given twice")
+  if not [m for m in FLAGS.methods if m != "random"] and not FLAGS.random_seeds:
+    raise app.UsageError(f"--methods={','.join(FLAGS.methods)} with --random_seeds=0 gives no "
+                         "placement to run")
   settings = {"size": FLAGS.size, "devices": counts, "methods": list(FLAGS.methods),
               "random_seeds": FLAGS.random_seeds, "brkga_budget": FLAGS.brkga_budget,
               "go_finetune_seconds": FLAGS.go_finetune_seconds, "repeats": FLAGS.repeats,
