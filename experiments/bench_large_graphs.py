@@ -46,16 +46,20 @@ flags.DEFINE_string("topology", "nvlink8@mem=0.6x", cli.topology_help(
     "devices)."))
 flags.DEFINE_string("method", "go_hint", "registered learned method (go_hint, go, gdp)")
 flags.DEFINE_float("finetune_seconds", 60.0, "fine-tuning budget on the coarse graph "
-                   "(0: zero-shot only)")
-flags.DEFINE_integer("samples", None, "K samples per update (None: the checkpoint's)")
-flags.DEFINE_integer("max_nodes", 4096, "graphs above this many ops are coarsened")
-flags.DEFINE_integer("coarse_nodes", 512, "ops of the coarse graph the policy places")
+                   "(0: zero-shot only)", lower_bound=0.0)
+flags.DEFINE_integer("samples", None, "K samples per update (None: the checkpoint's)",
+                     lower_bound=1)
+flags.DEFINE_integer("max_nodes", 4096, "graphs above this many ops are coarsened",
+                     lower_bound=2)
+flags.DEFINE_integer("coarse_nodes", 512, "ops of the coarse graph the policy places",
+                     lower_bound=2)
 flags.DEFINE_list("baselines", ["heft", "m_sct"], "methods run on the original graph for "
                   "context")
 flags.DEFINE_string("simulate_graph", DEFAULT_GRAPHS[-1], "graph of the simulate timing "
                     "('' to skip it)")
-flags.DEFINE_integer("batch", 64, "actions per simulate call")
-flags.DEFINE_integer("repeats", 2, "timed simulate calls (the median is reported)")
+flags.DEFINE_integer("batch", 64, "actions per simulate call", lower_bound=1)
+flags.DEFINE_integer("repeats", 2, "timed simulate calls (the median is reported)",
+                     lower_bound=1)
 flags.DEFINE_integer("seed", 0, "seed of GO and of the random actions",
                      lower_bound=0)
 flags.DEFINE_string("out", "results/bench_large_graphs.json", "JSON output path")
@@ -127,8 +131,8 @@ def run_cell(fn, spec, cfg):
   proc.start()
   out = queue.get()
   proc.join()
-  if "error" in out:
-    raise RuntimeError(f"{fn.__name__} on {spec} failed: {out['error']}")
+  if "error" in out:  # one line from the launcher (a ValueError)
+    raise ValueError(f"{fn.__name__.strip('_')} on {spec} failed: {out['error']}")
   return out
 
 
@@ -163,15 +167,37 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   cli.check_out(FLAGS.out, is_file=True)
-  if FLAGS.batch < 1 or FLAGS.repeats < 1:
-    raise app.UsageError("--batch and --repeats must be >= 1")
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
+  specs = [g.strip() for g in FLAGS.graphs.split(";") if g.strip()]
+  if not specs and not FLAGS.simulate_graph:
+    raise app.UsageError("--graphs and --simulate_graph are both empty: nothing to measure")
+  if FLAGS.coarse_nodes > FLAGS.max_nodes:
+    raise app.UsageError(f"--coarse_nodes={FLAGS.coarse_nodes} must be <= --max_nodes="
+                         f"{FLAGS.max_nodes}")
+  try:  # every name and spec before the first (minutes-long) cell
+    if specs:
+      try:
+        methods.get(FLAGS.method)
+      except ValueError as e:
+        raise ValueError(f"--method: {e}") from None
+      methods.usable(FLAGS.baselines, "--baselines")
+    for flag, spec in [("graphs", s) for s in specs] + (
+        [("simulate_graph", FLAGS.simulate_graph)] if FLAGS.simulate_graph else []):
+      try:
+        sources.check_spec(spec)
+      except ValueError as e:
+        raise ValueError(f"--{flag}: {e}") from None
+    topology_spec.parse_topology(FLAGS.topology)
+  except ValueError as e:
+    raise app.UsageError(cli.one_line(e)) from None
   cfg = {"topology": FLAGS.topology, "method": FLAGS.method, "seed": FLAGS.seed,
          "finetune_seconds": FLAGS.finetune_seconds, "samples": FLAGS.samples,
          "max_nodes": FLAGS.max_nodes, "coarse_nodes": FLAGS.coarse_nodes,
          "baselines": list(FLAGS.baselines), "batch": FLAGS.batch, "repeats": FLAGS.repeats}
   load = [os.getloadavg()]
   rows = []
-  for spec in [g.strip() for g in FLAGS.graphs.split(";") if g.strip()]:
+  for spec in specs:
     rows.append(run_cell(_solve_cell, spec, cfg))
     r = rows[-1]
     logging.info("%s (%d ops): %.1f s end to end, %s makespan %.4g s (%s), phases %s",
