@@ -108,7 +108,7 @@ flags.DEFINE_float("max_load", 0.0, "Before each run, wait (up to --max_wait s) 
 flags.DEFINE_integer("max_wait", 600, "Seconds to wait for --max_load before a run (then it "
                      "runs anyway; the table shows the load).")
 flags.DEFINE_bool("local", True, "Also time the local executor (the baseline).")
-flags.DEFINE_integer("timeout", 3600, "Seconds one run may take.")
+flags.DEFINE_integer("timeout", 3600, "Seconds one run may take.", lower_bound=1)
 
 
 def run_sweep(executor_args: Sequence[str], config_args: Sequence[str], out: str,
@@ -116,19 +116,22 @@ def run_sweep(executor_args: Sequence[str], config_args: Sequence[str], out: str
               env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
   """One run of the sweep's launcher (a fresh process, this environment updated with `env`)
   into `out`: wall seconds, cells, load averages before and after, the rows' fields that must
-  agree; RuntimeError with its stderr's tail if it fails."""
+  agree; ValueError with its stderr's tail if it fails or runs past `timeout`."""
   kind = SWEEPS[sweep]
   cmd = [sys.executable, "-m", kind.module, f"--out={out}", *config_args, *executor_args]
   if sweep == "evaluate":
     cmd.insert(4, "--noprogress")
   load_before = os.getloadavg()
   t0 = time.perf_counter()
-  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        env=dict(os.environ, **(env or {})))
+  try:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          env=dict(os.environ, **(env or {})))
+  except subprocess.TimeoutExpired as e:
+    raise ValueError(f"{' '.join(cmd)} took more than --timeout={timeout} s") from e
   wall = time.perf_counter() - t0
   if proc.returncode != 0:
-    raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    raise ValueError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
   with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:
     rows = json.load(fh)["rows"]
   cells = len({tuple(r[k] for k in kind.same[:5]) for r in rows})
@@ -185,6 +188,8 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.cpus_per_cell <= 0 or any(n < FLAGS.cpus_per_cell for n in ray_cpus):
     raise app.UsageError(f"--cpus_per_cell={FLAGS.cpus_per_cell:g}: must be > 0 and at most "
                          f"each --ray_cpus count ({','.join(FLAGS.ray_cpus)})")
+  if len(ray_cpus) + bool(FLAGS.local) < 1:
+    raise app.UsageError("--ray_cpus is empty and --nolocal: no run to time")
   if ray_cpus:
     from go_jax import executors  # pylint: disable=g-import-not-at-top
     try:
@@ -235,7 +240,9 @@ def main(argv: Sequence[str]) -> None:
   from simulator import fileio  # pylint: disable=g-import-not-at-top
   fileio.write_json(out, result)
   print(table)
-  print(f"\nrows identical across runs: {'yes' if same else 'NO'}; wrote {out}")
+  verdict = ("one run: nothing to compare" if len(runs) == 1 else
+             f"rows identical across runs: {'yes' if same else 'NO'}")
+  print(f"\n{verdict}; wrote {out}")
   if not same:
     raise ValueError("the executors wrote different rows (see the JSON's runs)")
 
