@@ -89,8 +89,23 @@ def as_settings(config) -> Dict[str, Any]:
   if "{devices}" not in cfg["topology"] and len(counts) > 1:
     raise ValueError(f"config.topology={cfg['topology']!r}: put '{{devices}}' where the device "
                      f"count goes (e.g. 'nvlink{{devices}}')")
-  if not cfg["seeds"]:
+  if len(set(counts)) != len(counts):
+    raise ValueError(f"config.device_counts: a count is given twice: {list(counts)}")
+  from simulator import topology_spec  # pylint: disable=g-import-not-at-top
+  for d in counts:  # the tables are labelled by D: the topology must have D devices
+    spec = topology_spec_for(cfg, d)
+    try:
+      have = topology_spec.parse_topology(spec).base().num_devices
+    except ValueError as e:
+      raise ValueError(f"config.topology: {e}") from None
+    if have != d:
+      raise ValueError(f"config.topology={cfg['topology']!r}: {spec!r} has {have} devices, not "
+                       f"the {d} of config.device_counts")
+  seeds = list(cfg["seeds"])
+  if not seeds:
     raise ValueError("config.seeds is empty")
+  if len(set(seeds)) != len(seeds) or any(int(x) < 0 for x in seeds):
+    raise ValueError(f"config.seeds: give distinct seeds >= 0, got {seeds}")
   if cfg["budget"] is not None and int(cfg["budget"]) < 1:
     raise ValueError(f"config.budget must be >= 1, got {cfg['budget']}")
   if not isinstance(cfg["datasets"], Mapping) or not cfg["datasets"]:

@@ -44,6 +44,18 @@ def test_shipped_config_is_valid():
                                  "gas", "xla_memory", "regal", "regal_hint"}
 
 
+def test_config_refuses_mislabelled_and_repeated_instances():
+  """A topology whose device count is not the table's D, a repeated count or seed."""
+  for field, value, match in (("topology", "nvlink4", "'nvlink4' has 4 devices, not the 2"),
+                              ("topology", "nvlink", "unknown preset 'nvlink'"),
+                              ("device_counts", (2, 2), "a count is given twice"),
+                              ("seeds", (0, 0), "give distinct seeds >= 0")):
+    config = tiny_config()
+    setattr(config, field, value)
+    with pytest.raises(ValueError, match=match):
+      regal_table.as_settings(config)
+
+
 def test_table_numbers(table):
   out, result, lines = table
   assert result["computed"] == 9 and result["skipped"] == 0
