@@ -20,9 +20,9 @@ from experiments import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", [], "zoo models (default: all)")
-flags.DEFINE_string("size", "default", "zoo size: default, small or tiny")
-flags.DEFINE_list("stages", ["pre", "post"], "front-end stages")
-flags.DEFINE_integer("timeout", 900, "seconds allowed per cell")
+flags.DEFINE_enum("size", "default", ["default", "small", "tiny"], "zoo size")
+flags.DEFINE_list("stages", ["pre", "post"], "front-end stages (pre, post)")
+flags.DEFINE_integer("timeout", 900, "seconds allowed per cell", lower_bound=1)
 flags.DEFINE_string("out", "results/zoo_table.json", "JSON output path")
 
 
@@ -69,6 +69,12 @@ def main(argv):
   from simulator import zoo
   models = FLAGS.models or sorted(zoo.available())
   cli.check_zoo_models(models)
+  bad = sorted(set(FLAGS.stages) - {"pre", "post"})
+  if bad or not FLAGS.stages:
+    raise app.UsageError(f"--stages={','.join(FLAGS.stages)}: give pre and/or post")
+  for flag, values in (("models", models), ("stages", FLAGS.stages)):
+    if len(set(values)) != len(values):
+      raise app.UsageError(f"--{flag}={','.join(values)}: a value is given twice")
   rows, start = [], time.perf_counter()
   cells = [(m, s) for m in models for s in FLAGS.stages]
   for i, (model, stage) in enumerate(cells):
