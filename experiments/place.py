@@ -114,8 +114,8 @@ flags.DEFINE_integer("brkga_budget", place_lib.DEFAULT_BRKGA_BUDGET,
 flags.DEFINE_integer("max_nodes", place_lib.DEFAULT_MAX_NODES,
                      "Graphs with more nodes are coarsened to this many.", lower_bound=2)
 flags.DEFINE_string("device_spec", place_lib.DEFAULT_DEVICE_SPEC,
-                    "Cost-model device of a JAX program graph and of the program rebuilt for "
-                    "XLA's fusion decisions (simulator.costmodel).")
+                    "Cost-model device of a JAX program or zoo graph that names none, and of "
+                    "the program rebuilt for XLA's fusion decisions (simulator.costmodel).")
 flags.DEFINE_string("out", "results/place", "Folder for the results and plots.")
 flags.DEFINE_bool("plots", True, "Write the Gantt charts and the bar chart.")
 flags.DEFINE_bool("execute", False,
@@ -182,6 +182,8 @@ def main(argv: Sequence[str]) -> None:
   distributed.from_primary(_check_out)  # process 0's check stops every process
   devices = _execution_devices() if FLAGS.execute else None
   partition = _as_flag_error("partition", place_lib.partition_methods, FLAGS.partition)
+  from simulator import costmodel  # pylint: disable=g-import-not-at-top
+  _as_flag_error("device_spec", costmodel.device_spec, FLAGS.device_spec)  # before the graph
   graph = _as_flag_error("graph", place_lib.load_graph_arg, FLAGS.graph,
                          device_spec=FLAGS.device_spec, shapes=bool(partition))
   program = None

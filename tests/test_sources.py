@@ -516,11 +516,15 @@ def test_resolve_spec_forms(programs, tmp_path, monkeypatch):
   for text, spec in cases.items():
     assert sources.resolve_spec(text) == spec, text
     assert sources.resolve_spec(spec) == spec, spec
-  # A default device fills in for JAX programs only, never over one the spec names.
+  # A default device fills in for JAX programs (zoo models included), never over one the spec
+  # names; other sources have no device.
   assert sources.resolve_spec("mod:fn", device="a100") == "jax:mod:fn,device=a100"
   assert sources.resolve_spec("jax:mod:fn,device=h100", device="a100") == (
       "jax:mod:fn,device=h100")
-  assert sources.resolve_spec("zoo_only", device="a100") == "zoo:zoo_only"
+  assert sources.resolve_spec("zoo_only", device="a100") == "zoo:zoo_only,device=a100"
+  assert sources.resolve_spec("zoo:zoo_only,device=k80", device="a100") == (
+      "zoo:zoo_only,device=k80")
+  assert sources.resolve_spec("pd_only", device="a100") == "pipedream:pd_only"
   with pytest.raises(ValueError, match="unknown graph name 'nope': not a PipeDream model "
                      r"\(both, pd_only\) nor a model-zoo model \(both, zoo_only\)"):
     sources.resolve_spec("nope")

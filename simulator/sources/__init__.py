@@ -136,8 +136,8 @@ def resolve_spec(text: str, *, device: Optional[str] = None) -> str:
 
   Args:
     text: a graph argument.
-    device: a cost-model device for a JAX program (`jax:` or `module:function`) whose text names
-      none; None leaves the `jax:` default (v100).
+    device: a cost-model device for a JAX program (`jax:`, `module:function` or a `zoo:`
+      model, bare names included) whose text names none; None leaves their default (v100).
 
   Raises:
     ValueError: empty text, a missing .npz file, an unknown bare name or an unknown kind that is
@@ -156,14 +156,17 @@ def resolve_spec(text: str, *, device: Optional[str] = None) -> str:
   kind, sep, rest = text.partition(":")
   kind = kind.strip()
   if not sep:
-    return f"{text}:" if text in REGISTRY else _bare_name(text)
+    if text in REGISTRY:
+      return f"{text}:"
+    text = _bare_name(text)
+    kind, _, rest = text.partition(":")
   if kind not in REGISTRY:
     if not jax_program.is_target(text.split(",", 1)[0].strip()):
       raise ValueError(f"graph spec {text!r}: unknown graph spec kind {kind!r} (valid kinds: "
                        f"{', '.join(REGISTRY)}) and {text!r} is not 'package.module:function'; "
                        f"the forms are: {_forms()}")
     text, kind, rest = f"jax:{text}", "jax", text
-  if kind == "jax" and device is not None and rest.strip():
+  if kind in ("jax", "zoo") and device is not None and rest.strip():
     keys = [item.partition("=")[0].strip() for item in rest.split(",") if "=" in item]
     if "device" not in keys:
       text = f"{text},device={device}"
