@@ -44,6 +44,13 @@ flags.DEFINE_integer("cpu_devices", None, "With --topology: expose this many CPU
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
+  if FLAGS["out"].present and not FLAGS.out:
+    raise app.UsageError("--out is empty: give a file path (or leave it out for the default)")
+  if FLAGS["topology"].present and not FLAGS.topology:
+    raise app.UsageError("--topology is empty: give the .json file to write")
+  if FLAGS.topology and not FLAGS.topology.lower().endswith(".json"):
+    raise app.UsageError(f"--topology={FLAGS.topology}: topology files end in .json (the "
+                         "launchers read a topology spec ending in .json as a file)")
   if FLAGS.topology:
     _measure_topology()
     return
