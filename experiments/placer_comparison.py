@@ -100,6 +100,9 @@ def as_settings(config) -> Dict[str, Any]:
   cfg["seconds"] = sorted(float(t) for t in secs)
   if cfg["compare_at"] is None:
     cfg["compare_at"] = cfg["seconds"][min(1, len(cfg["seconds"]) - 1)]
+  if float(cfg["compare_at"]) not in cfg["seconds"]:  # the comparison reads that column
+    raise ValueError(f"config.compare_at={cfg['compare_at']!r}: must be one of config.seconds "
+                     f"{cfg['seconds']}")
   if not 0 <= float(cfg["within"]) < 1:
     raise ValueError(f"config.within must be in [0, 1), got {cfg['within']}")
   if not cfg["graphs"] or not cfg["topologies"]:
