@@ -216,6 +216,8 @@ def resolve(task: str, method: Optional[str], baselines: Optional[Sequence[str]]
                      f"which takes a {' or '.join(fits)} method, e.g. {TASK_METHODS[task]}")
   if baselines is None:
     baselines = FUSION_BASELINES if task == "fusion" else default_baselines
+  if len(set(baselines)) != len(baselines):
+    raise ValueError(f"baselines {list(baselines)}: a method is given twice")
   baselines, skipped = methods.usable(baselines, "baselines")
   unknown = list(skipped)
   for b, why in skipped.items():

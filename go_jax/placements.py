@@ -96,7 +96,8 @@ def _load_npy(path: str, what: str, graph) -> np.ndarray:
   if not path:
     raise ValueError(f"{what}: empty path in '{NPY_PREFIX}' spec")
   if not os.path.isfile(path):
-    raise ValueError(f"{what} file '{path}' does not exist")
+    raise ValueError(f"{what} file '{path}' " + ("is a folder" if os.path.isdir(path) else
+                                                  "does not exist"))
   try:
     arr = np.load(path, allow_pickle=False)
   except (OSError, ValueError) as e:

@@ -163,6 +163,7 @@ def test_joint3_pipelines(zoo_graph):
      "placement_from: unknown method 'no_such_method'; available: ["),
     (dict(baselines=["heft", "no_such_method"]),
      "baselines: unknown method(s) ['no_such_method']; available: ["),
+    (dict(baselines=["heft", "heft"]), "baselines ['heft', 'heft']: a method is given twice"),
     (dict(task="fusion", placement_from="critical_path"),
      "placement_from 'critical_path' (kind schedule) must be a placement or joint method"),
     (dict(task="fusion"), "has no cost reference"),
