@@ -102,7 +102,8 @@ def test_bare_name_prefers_pipedream_then_zoo(monkeypatch):
   monkeypatch.setattr(sources, "load_graph", lambda spec: asked.append(spec) or spec)
   for name in ("both", "pd_only", "zoo_only"):
     place_lib.load_graph_arg(name)
-  assert asked == ["pipedream:both", "pipedream:pd_only", "zoo:zoo_only"]
+  # a zoo model is costed on device_spec (default v100); a PipeDream profile has no device
+  assert asked == ["pipedream:both", "pipedream:pd_only", "zoo:zoo_only,device=v100"]
 
 
 def test_load_graph_arg_function_returning_graph(helper_module):
