@@ -120,6 +120,10 @@ def settings(config) -> Dict[str, Any]:
   out = dict(DEFAULTS, **given)
   for field in ("methods", "graphs", "topologies", "seeds", "objective"):
     out[field] = _as_list(out[field], field)
+  for field in ("graphs", "topologies", "seeds", "objective"):  # a repeat would run and store
+    seen = [x for i, x in enumerate(out[field]) if x in out[field][:i]]  # a cell twice
+    if seen:
+      raise ValueError(f"harness config: {field} gives {seen[0]!r} twice")
   seeds = out["seeds"]
   if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
     raise ValueError(f"harness config: seeds must be integers >= 0, got {list(seeds)}")
@@ -129,7 +133,19 @@ def settings(config) -> Dict[str, Any]:
                              or budget < 1):
     raise ValueError(f"harness config: budget (simulator evaluations per search) must be an "
                      f"integer >= 1 or None, got {budget!r}")
-  out["method_options"] = {str(k): dict(v) for k, v in dict(out["method_options"] or {}).items()}
+  options = out["method_options"] or {}
+  if not isinstance(options, Mapping):
+    raise ValueError(f"harness config: method_options must map a method to its options, got "
+                     f"{options!r}")
+  for k, v in options.items():
+    if not isinstance(v, Mapping):
+      raise ValueError(f"harness config: method_options[{k!r}] must be a dict of options, got "
+                       f"{v!r}")
+    bad = [o for o, x in v.items() if isinstance(x, float) and not np.isfinite(x)]
+    if bad:
+      raise ValueError(f"harness config: method_options[{k!r}][{bad[0]!r}] is {v[bad[0]]!r}; "
+                       "give a finite number")
+  out["method_options"] = {str(k): dict(v) for k, v in options.items()}
   return out
 
 

@@ -149,9 +149,11 @@ def settings(config) -> Dict[str, Any]:
     raise ValueError(f"transfer config: brkga_budget (simulator evaluations of BRKGA) must be "
                      f"an integer >= 1, got {budget!r}")
   for row, secs in dict(cfg["finetune_seconds"]).items():
-    if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not secs >= 0:
-      raise ValueError(f"transfer config: finetune_seconds[{row!r}] must be seconds >= 0, got "
-                       f"{secs!r}")
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 <= secs < math.inf:
+      raise ValueError(f"transfer config: finetune_seconds[{row!r}] must be finite seconds "
+                       f">= 0, got {secs!r}")
+  _check_lists(cfg)
+  _check_finetune_options(cfg)
   for spec in cfg["topologies"]:
     topology_spec.parse_topology(spec)
   for spec in cfg["graphs"]:
@@ -162,7 +164,56 @@ def settings(config) -> Dict[str, Any]:
       parse_row(r)
     except ValueError as e:
       raise ValueError(f"transfer config: {e}") from e
+  typos = sorted(set(cfg["finetune_seconds"]) - {"default"} - set(cfg["rows"]))
+  if typos:
+    raise ValueError(f"transfer config: finetune_seconds names {typos}, not rows of this "
+                     f"config ({list(cfg['rows'])})")
   return cfg
+
+
+def _check_lists(cfg: Dict[str, Any]) -> None:
+  """graphs, topologies, baselines and rows: lists (a lone string is one item) without
+  repeats; graphs and topologies not empty, and something to run; baselines of a placing kind
+  and not named like a learned row (two cells would share one label)."""
+  for field in ("graphs", "topologies", "baselines", "rows"):
+    value = cfg[field]
+    cfg[field] = [value] if isinstance(value, str) else list(value or ())
+    repeats = [x for i, x in enumerate(cfg[field]) if x in cfg[field][:i]]
+    if repeats:
+      raise ValueError(f"transfer config: {field} gives {repeats[0]!r} twice")
+  for field in ("graphs", "topologies"):
+    if not cfg[field]:
+      raise ValueError(f"transfer config: {field} is empty")
+  if not cfg["baselines"] and not cfg["rows"]:
+    raise ValueError("transfer config: baselines and rows are both empty: nothing to run")
+  clash = sorted(set(cfg["baselines"]) & set(cfg["rows"]))
+  if clash:
+    raise ValueError(f"transfer config: {clash} are both a baseline and a learned row; a "
+                     "learned method is compared through its row")
+  for name in cfg["baselines"]:
+    if name in methods.available() and methods.get(name).kind not in ("placement", "joint"):
+      raise ValueError(f"transfer config: baseline {name!r} is a {methods.get(name).kind} "
+                       "method; baselines place the graph as given (placement or joint)")
+
+
+def _check_finetune_options(cfg: Mapping[str, Any]) -> None:
+  """The learned rows' fine-tuning settings, before any cell (each cell would fail alike)."""
+  fail = lambda field, want: ValueError(f"transfer config: {field} must be {want}, got "
+                                        f"{cfg.get(field)!r}")
+  samples = cfg["samples"]
+  if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
+                              or samples < 1):
+    raise fail("samples", "an integer >= 1 or None")
+  lr = cfg["finetune_lr"]
+  if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+    raise fail("finetune_lr", "a finite learning rate > 0")
+  imitation = cfg.get("finetune_self_imitation")
+  if imitation is not None and not (isinstance(imitation, (int, float))
+                                    and 0 <= imitation < math.inf):
+    raise fail("finetune_self_imitation", "a finite number >= 0 or None")
+  polish = cfg.get("finetune_polish")
+  if polish is not None and not (isinstance(polish, (int, float)) and 0 <= polish < 1):
+    raise fail("finetune_polish", "a share of the fine-tuning time in [0, 1) or None")
 
 
 def plan(cfg: Mapping[str, Any]) -> List[harness.Cell]:

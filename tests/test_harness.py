@@ -132,6 +132,17 @@ def test_resume_reruns_cells_whose_settings_changed(clean_run, tmp_path, monkeyp
                                         "schedule_placement": None}
 
 
+def test_config_refuses_repeats_and_bad_option_values():
+  for bad, match in (({"graphs": GRAPHS[:1] * 2}, "graphs gives 'chain:n=12,seed=0' twice"),
+                     ({"seeds": [0, 0]}, "seeds gives 0 twice"),
+                     ({"topologies": ["nvlink2", "nvlink2"]}, "topologies gives"),
+                     ({"method_options": {"random": 5}}, r"method_options\['random'\] must be "
+                      "a dict"),
+                     ({"method_options": {"random": {"x": float("inf")}}}, "give a finite")):
+    with pytest.raises(ValueError, match=match):
+      harness.settings(tiny_config(**bad))
+
+
 def test_interrupted_run_resumes_to_the_same_rows(clean_run, tmp_path, monkeypatch):
   _, rows = clean_run
   out = str(tmp_path / "interrupted")

@@ -173,8 +173,23 @@ def test_config_errors(tmp_path):
   for budget in (0, -3, 2.5):
     with pytest.raises(ValueError, match="brkga_budget .* must be an integer >= 1"):
       transfer.settings(dict(tiny_config(tmp_path), brkga_budget=budget))
-  with pytest.raises(ValueError, match=r"finetune_seconds\['default'\] must be seconds >= 0"):
+  with pytest.raises(ValueError, match=r"finetune_seconds\['default'\] must be finite seconds"):
     transfer.settings(dict(tiny_config(tmp_path), finetune_seconds={"default": -1.0}))
+  for bad, match in (  # each would fail every learned cell alike, or mislabel the table
+      ({"graphs": (GRAPH, GRAPH)}, "graphs gives .* twice"),
+      ({"rows": ("go_hint", "go_hint")}, "rows gives 'go_hint' twice"),
+      ({"baselines": (), "rows": ()}, "nothing to run"),
+      ({"topologies": ()}, "topologies is empty"),
+      ({"baselines": ("heft", "go_hint")}, "both a baseline and a learned row"),
+      ({"baselines": ("data_parallel",)}, "baseline 'data_parallel' is a partition method"),
+      ({"baselines": ("critical_path",)}, "baseline 'critical_path' is a schedule method"),
+      ({"samples": 0}, "samples must be an integer >= 1"),
+      ({"finetune_lr": -1.0}, "finetune_lr must be a finite learning rate > 0"),
+      ({"finetune_polish": 5.0}, "finetune_polish must be a share"),
+      ({"finetune_seconds": {"default": float("inf")}}, "must be finite seconds"),
+      ({"finetune_seconds": {"default": 1.0, "gdpp": 2.0}}, r"names \['gdpp'\], not rows")):
+    with pytest.raises(ValueError, match=match):
+      transfer.settings(dict(tiny_config(tmp_path), **bad))
   with pytest.raises(ValueError, match="no pretrained policy"):
     transfer.ensure_pretrained("go", dict(tiny_config(tmp_path), pretrain_missing=False))
   # A typo in a baseline or a graph stops the sweep before any cell runs.
