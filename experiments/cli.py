@@ -449,4 +449,4 @@ def executor_from_flags():
 # Imported last: it uses fail and one_line from above.
 from experiments.cli_tables import (  # pylint: disable=g-import-not-at-top,wrong-import-position
     duration_text, fail_if_every_cell_failed, load_resumable, machine_info, nvlink_counts, plain,
-    run_resumable_table)
+    run_resumable_table, started)

@@ -5,6 +5,7 @@ about its machine (`machine_info`), plain JSON values, durations, the device cou
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -104,6 +105,21 @@ def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dic
   return old
 
 
+@contextlib.contextmanager
+def started(executor):
+  """`with executor:` where a ValueError of its start (a Ray instance too small for one
+  cell's request) is a usage error of its own, not one of the config file the launcher's
+  body names."""
+  try:
+    executor.__enter__()
+  except ValueError as e:
+    raise app.UsageError(one_line(e)) from e
+  try:
+    yield executor
+  finally:
+    executor.__exit__(None, None, None)
+
+
 def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_file: str,
                         out: str, json_name: str, md_name: str, executor=None) -> None:
   """The body of a resumable table launcher (learned_placers, regal_table): runs
@@ -114,7 +130,7 @@ def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_fi
   from go_jax import executors  # pylint: disable=g-import-not-at-top
   executor = executor if executor is not None else executors.make("local")
   try:
-    with executor:
+    with started(executor):
       result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True),
                       executor=executor)
   except ValueError as e:

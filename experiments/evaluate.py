@@ -70,11 +70,16 @@ def main(argv: Sequence[str]) -> None:
   distributed.from_primary(_check_out)  # process 0's check stops every process
   executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
   try:
-    with executor:
+    with cli.started(executor):
       rows = harness.run(_CONFIG.value, out, plots=FLAGS.plots,
                          progress=FLAGS.progress and out is not None, executor=executor)
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
+  except Exception as e:  # pylint: disable=broad-except
+    if not _CONFIG.value.get("fail_fast"):
+      raise
+    # fail_fast stops at a cell's own error, of any type: one line (--v=1: the traceback)
+    raise app.UsageError(f"a cell failed (config.fail_fast): {harness.error_text(e)}") from e
   if out is None:
     return
   print(harness.markdown(rows))

@@ -40,7 +40,7 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(str(e)) from e
   executor = cli.executor_from_flags()  # --executor=ray without Ray: stop before any work
   try:
-    with executor:
+    with cli.started(executor):
       rows = transfer.run(_CONFIG.value, FLAGS.out, pretrain_config=pretrain.get_config,
                           executor=executor)
   except ValueError as e:

@@ -30,6 +30,7 @@ Executors are registered in EXECUTORS by name (`make`, `names`); a launcher expo
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import sys
@@ -214,10 +215,15 @@ class RayExecutor(Executor):
 
   def __init__(self, address: Optional[str] = None, num_cpus: Optional[int] = None,
                cpus_per_cell: float = 1.0, gpus_per_cell: float = 0.0):
-    if cpus_per_cell <= 0:
-      raise ValueError(f"executor 'ray': cpus_per_cell must be > 0, got {cpus_per_cell}")
-    if gpus_per_cell < 0:
-      raise ValueError(f"executor 'ray': gpus_per_cell must be >= 0, got {gpus_per_cell}")
+    if not 0 < cpus_per_cell < math.inf:
+      raise ValueError(f"executor 'ray': cpus_per_cell must be finite and > 0, got "
+                       f"{cpus_per_cell}")
+    if not 0 <= gpus_per_cell < math.inf:
+      raise ValueError(f"executor 'ray': gpus_per_cell must be finite and >= 0, got "
+                       f"{gpus_per_cell}")
+    for name, value in (("cpus_per_cell", cpus_per_cell), ("gpus_per_cell", gpus_per_cell)):
+      if abs(value * 1e4 - round(value * 1e4)) > 1e-6:  # Ray's resolution of fractions
+        raise ValueError(f"executor 'ray': {name} must be a multiple of 0.0001, got {value}")
     if num_cpus is not None and num_cpus < 1:
       raise ValueError(f"executor 'ray': num_cpus must be >= 1, got {num_cpus}")
     self._ray = import_ray()  # fails now, before any work, where Ray is missing
@@ -254,6 +260,15 @@ class RayExecutor(Executor):
     logging.info("ray: %s with %s CPUs, %s GPUs; %g CPU / %g GPU per cell",
                  self.address or "local instance", resources.get("CPU", 0),
                  resources.get("GPU", 0), self.cpus_per_cell, self.gpus_per_cell)
+    short = [f"{want:g} {kind} per cell, the {where} has {resources.get(kind, 0):g}"
+             for kind, want in (("CPU", self.cpus_per_cell), ("GPU", self.gpus_per_cell))
+             for where in [self.address or "local instance"] if want > resources.get(kind, 0)]
+    if short and not self.address:  # no task could ever be scheduled: Ray would wait forever
+      self.__exit__()
+      raise ValueError(f"executor 'ray': {'; '.join(short)} (lower --cpus_per_cell / "
+                       "--gpus_per_cell or raise --ray_num_cpus)")
+    if short:  # a cluster may grow (an autoscaler): say why nothing starts, then wait
+      logging.warning("ray: %s; no cell starts until the cluster has that much", "; ".join(short))
     return self
 
   def __exit__(self, *exc) -> None:

@@ -153,6 +153,10 @@ def test_executor_registry_and_bad_options(monkeypatch):
     executors.make("dask")
   with pytest.raises(ValueError, match="cpus_per_cell"):
     executors.make("ray", cpus_per_cell=0)
+  with pytest.raises(ValueError, match="cpus_per_cell must be finite"):
+    executors.make("ray", cpus_per_cell=float("inf"))
+  with pytest.raises(ValueError, match="gpus_per_cell must be a multiple of 0.0001"):
+    executors.make("ray", gpus_per_cell=1e-5)
   with pytest.raises(ValueError, match="takes no options"):
     executors.make("local", address="auto")
   # A cluster address that does not answer fails at once with one line, before ray.init.
