@@ -182,6 +182,9 @@ def main(argv: Sequence[str]) -> None:
   distributed.from_primary(_check_out)  # process 0's check stops every process
   devices = _execution_devices() if FLAGS.execute else None
   partition = _as_flag_error("partition", place_lib.partition_methods, FLAGS.partition)
+  if FLAGS.execute and partition:
+    raise app.UsageError("--execute runs placements of the graph as given; a --partition row "
+                         "answers on its own expanded graph: give one of the two")
   if FLAGS["placement_from"].present and FLAGS.task != "fusion":
     raise app.UsageError(f"--placement_from is for --task=fusion (the placement it fuses); "
                          f"--task={FLAGS.task} places itself")

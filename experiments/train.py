@@ -62,7 +62,8 @@ flags.DEFINE_enum("curves", "after", ["after", "only", "off"], "Learning curves:
                   "instances (greedy and best of --curve_samples, per graph family) and write "
                   "eval.jsonl and learning_curves.png to --workdir: after training, only (a "
                   "finished run, no training), or off.")
-flags.DEFINE_integer("curve_samples", 16, "K of the learning curves' best-of-K.")
+flags.DEFINE_integer("curve_samples", 16, "K of the learning curves' best-of-K.",
+                     lower_bound=1)
 cli.define_distributed_flags()
 
 
@@ -102,7 +103,8 @@ def main(argv: Sequence[str]) -> None:
       if primary:
         print(f"wrote {path}")
   except ValueError as e:
-    if str(e).startswith(os.path.join(FLAGS.workdir, "")):  # the workdir's files, not --config
+    if str(e).startswith((os.path.join(FLAGS.workdir, ""), f"{FLAGS.workdir}:")):  # the
+      # workdir's own files, not --config
       raise app.UsageError(str(e)) from e
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   if FLAGS.export and primary:

@@ -10,6 +10,7 @@ the build wall time split into trace+lower(+compile) and HLO parse. Prints a tab
 """
 
 import multiprocessing
+import os
 import platform
 import time
 
@@ -96,6 +97,7 @@ def main(argv):
   fileio.write_json(FLAGS.out, {"size": FLAGS.size, "machine": platform.processor() or
                                 platform.machine(), "rows": rows})
   print(f"\nwrote {FLAGS.out}")
+  cli.fail_if_every_cell_failed(rows, os.path.abspath(FLAGS.out))
 
 
 def run():

@@ -69,6 +69,10 @@ def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]
   graph_specs, topo_specs = list(config.graphs), list(config.topologies)
   if not graph_specs or not topo_specs:
     raise ValueError("config.graphs and config.topologies must be non-empty tuples of specs")
+  for field, specs in (("graphs", graph_specs), ("topologies", topo_specs)):
+    repeats = [x for i, x in enumerate(specs) if x in specs[:i]]
+    if repeats:  # trained as two instances and reported twice
+      raise ValueError(f"config.{field} gives {repeats[0]!r} twice")
   parsed = [topology_spec.parse_topology(t) for t in topo_specs]
   graphs, topos, names = [], [], []
   for spec in graph_specs:

@@ -126,6 +126,9 @@ def check_hparams(hp: HParams, num_instances: int) -> None:
     raise ValueError(f"ema_decay must be in [0, 1), got {hp.ema_decay}")
   if hp.warmup_updates < 0:
     raise ValueError(f"warmup_updates must be >= 0, got {hp.warmup_updates}")
+  for name in ("entropy_coef", "value_coef"):  # a negative one inverts that loss term
+    if not 0 <= getattr(hp, name) < float("inf"):
+      raise ValueError(f"{name} must be finite and >= 0, got {getattr(hp, name)}")
   if not hp.self_imitation_coef >= 0:
     raise ValueError(f"self_imitation_coef must be >= 0, got {hp.self_imitation_coef}")
   if not 0.0 <= hp.explore < 1.0:
