@@ -113,9 +113,16 @@ def ensure_pretrained(row: str, cfg: Mapping[str, Any],
   """The row's checkpoint folder, pretraining it first (with `pretrain_config(row)`) when it is
   missing and that is allowed."""
   folder = checkpoint_of(row, cfg)
-  if os.path.isfile(os.path.join(folder, pretrained.PARAMS_NAME)):
-    return folder
   arg = pretrain_arg(row, cfg)
+  if os.path.isfile(os.path.join(folder, pretrained.PARAMS_NAME)):
+    shipped = cfg.get("use_shipped", True) and row in pretrained.available()
+    if pretrain_config is not None and not shipped:  # a run of pretrain_dir: the one asked for?
+      try:
+        training.check_resume(folder, pretrain_config(arg))
+      except ValueError as e:
+        raise ValueError(f"row {row!r}: {folder} was not pretrained with {arg!r} ({e}); move it "
+                         "away, or give the pretrain_options it was made with") from None
+    return folder
   if not cfg.get("pretrain_missing", True) or pretrain_config is None:
     raise ValueError(f"row {row!r}: no pretrained policy at {folder} (run go-jax-train with "
                      f"experiments/configs/pretrain.py:{arg}, or allow pretrain_missing)")

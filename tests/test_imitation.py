@@ -230,8 +230,8 @@ def test_resume_check_ignores_only_the_resumable_cloning_settings(tmp_path):
   del saved["imitation"]["checkpoint_every"]  # a run written before the field existed
   saved["imitation"]["max_seconds"] = 60.0
   (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
-  loop._check_resume(str(tmp_path), cfg)  # pylint: disable=protected-access
+  loop.check_resume(str(tmp_path), cfg)
   saved["imitation"]["steps"] = 40
   (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
   with pytest.raises(ValueError, match="imitation"):
-    loop._check_resume(str(tmp_path), cfg)  # pylint: disable=protected-access
+    loop.check_resume(str(tmp_path), cfg)

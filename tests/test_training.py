@@ -196,7 +196,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_an_older_one(trained, tmp_pat
 def test_an_unreadable_saved_config_names_the_file(tmp_path):
   (tmp_path / "config.json").write_text("{bad")
   with pytest.raises(ValueError, match=r"config\.json: the run's saved config is not readable"):
-    loop._check_resume(str(tmp_path), TOY_CONFIG)  # pylint: disable=protected-access
+    loop.check_resume(str(tmp_path), TOY_CONFIG)
 
 
 def test_finetune_from_pretrained_params(trained, tmp_path):

@@ -95,6 +95,15 @@ def test_sweep_pretrains_missing_rows_rechecks_and_resumes(tmp_path, monkeypatch
   # evaluate pointed at a transfer folder: a ValueError naming both, never a KeyError
   with pytest.raises(ValueError, match=r"holds results of go-jax-transfer.*go-jax-evaluate"):
     harness.run({"methods": ["single"], "graphs": ["chain:n=4"]}, out, progress=False)
+  # the row's folder is reused only if it was pretrained with the config asked for now
+  assert transfer.ensure_pretrained("go_hint", cfg, tiny_pretrain).endswith("go_hint")
+  def longer(row):
+    config = tiny_pretrain(row)
+    config.learning_rate *= 2
+    return config
+  with pytest.raises(ValueError,
+                     match=r"go_hint was not pretrained with 'go_hint'.*learning_rate"):
+    transfer.ensure_pretrained("go_hint", cfg, longer)
 
 
 def test_summary_geometric_means_by_hand():

@@ -17,11 +17,13 @@ HParams, learning-rate schedules), `ppo` (the update under one jit, make_train),
 """
 
 from go_jax.training.tuning import FinetuneResult, ZeroShotResult, finetune, zero_shot
-from go_jax.training.loop import TrainResult, build_instances, load_pretrained, summarize, train
+from go_jax.training.loop import (TrainResult, build_instances, check_resume, load_pretrained,
+                                  summarize, train)
 from go_jax.training.ppo import (HParams, Policy, TrainState, Trainer, make_train,
                                  policy_from_config)
 from go_jax.training.rollout import ADVANTAGES, TASKS
 
-__all__ = ["train", "finetune", "zero_shot", "ZeroShotResult", "build_instances", "summarize",
+__all__ = ["train", "finetune", "zero_shot", "ZeroShotResult", "build_instances", "check_resume",
+           "summarize",
            "load_pretrained", "make_train", "policy_from_config", "HParams", "Policy",
            "TrainState", "Trainer", "TrainResult", "FinetuneResult", "TASKS", "ADVANTAGES"]

@@ -88,7 +88,7 @@ def config_dict(config) -> Dict[str, Any]:
   return json.loads(config.to_json()) if hasattr(config, "to_json") else dict(config)
 
 
-def _check_resume(workdir: str, config) -> None:
+def check_resume(workdir: str, config) -> None:
   """ValueError when the workdir's run used another config (beyond RESUMABLE_CHANGES)."""
   path = os.path.join(workdir, CONFIG_NAME)
   if not os.path.exists(path):
@@ -188,7 +188,7 @@ def scalar_metrics(metrics, u: int) -> Dict[str, float]:
 
 def open_checkpoints(workdir: str, config, state, keep: int):
   """(checkpointer, state, resumed step or None) of a run in `workdir`: the newest checkpoint
-  restored into `state` after `_check_resume`. In a multi-process run (`go_jax.distributed`)
+  restored into `state` after `check_resume`. In a multi-process run (`go_jax.distributed`)
   process 0 alone holds a checkpointer (None on the others) and reads the checkpoint, and
   every process continues from its state (broadcast): process 0 writes, all resume alike."""
   checkpointer = (ckpt_lib.Checkpointer(os.path.join(workdir, CKPT_DIR), keep=keep)
@@ -199,7 +199,7 @@ def open_checkpoints(workdir: str, config, state, keep: int):
   def latest() -> Optional[int]:  # process 0: the newest checkpoint that restores
     if checkpointer.latest_step() is None:
       return None
-    _check_resume(workdir, config)
+    check_resume(workdir, config)
     step, restored["state"] = checkpointer.restore_latest(state)
     return step
   try:
