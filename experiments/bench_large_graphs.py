@@ -26,6 +26,7 @@ the exact command.
       --finetune_seconds=30 --simulate_graph=layered:n=80000,width=256,seed=0
 """
 
+import math
 import multiprocessing
 import os
 import sys
@@ -148,7 +149,8 @@ def format_table(rows, baselines, sim):
   lines = [" | ".join(head), " | ".join("---" for _ in head)]
   for r in rows:
     cells = [r["graph"], f"{r['nodes']:,}", f"{r['topology_s']:.1f}"]
-    cells += [f"{r['phases'].get(p, float('nan')):.1f}" for p in PHASE_COLUMNS]
+    cells += [f"{v:.1f}" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+              for v in (r["phases"].get(p) for p in PHASE_COLUMNS)]  # "-": no such phase
     cells += [f"**{r['total_s']:.1f}**", ms(r["makespan"])]
     cells += [ms(r["baselines"][b]["makespan"]) + ("" if r["baselines"][b]["feasible"]
                                                   else " (OOM)") for b in baselines]

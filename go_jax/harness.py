@@ -197,7 +197,7 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
     objectives.get_objective(obj)
   sp = cfg["schedule_placement"]
   if any(_kind(m) in FIXED_PLACEMENT for m in names) and (
-      sp not in known or _kind(sp) in FIXED_PLACEMENT):
+      sp not in known or _kind(sp) not in ("placement", "joint")):
     raise ValueError(f"harness config: schedule_placement {sp!r} must name a placement "
                      "method, e.g. 'expert'")
   return [Cell(m, g, t, s, o, options=tuple(sorted(options.get(m, {}).items())))

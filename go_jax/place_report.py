@@ -74,9 +74,9 @@ def header(result: PlaceResult) -> str:
   lines = [f"graph: {s['graph'] or g.name} ('{g.name}', {g.num_nodes} ops, "
            f"{g.num_edges} edges)"]
   if result.coarsened is not None:
-    lines.append(f"coarsened to {result.graph.num_nodes} nodes (more than max_nodes="
-                 f"{s['max_nodes']}): methods solved the coarse graph; placement.npz also "
-                 "holds the placements expanded to the original nodes, which score there:")
+    lines.append(f"coarsened to {result.graph.num_nodes} nodes (the graph has more than "
+                 f"max_nodes={s['max_nodes']}): methods solved the coarse graph; placement.npz "
+                 "also holds the placements expanded to the original nodes, which score there:")
     lines += [f"  {r.method}: {obj} "
               f"{_fmt(v['objective'], obj) if v['feasible'] else 'OUT OF MEMORY'}"
               for r in {id(r): r for r in (result.best, result.go_row) if r}.values()
