@@ -22,7 +22,8 @@ number the simulator would not give. Results go to `<out>/`:
 Resumable: results.json is rewritten atomically after every cell, and a later run with the same
 out folder skips every cell whose key (method, graph, topology, seed, objective) already has
 rows without an error, made with the same settings (`cell_settings`: the cell's options, the
-budget and, for schedulers, the placement method; results.json records them per cell). Rows
+budget, for schedulers the placement method, for a checkpoint option its parameters' digest;
+results.json records them per cell). Rows
 that recorded an error, or whose settings changed, are run again. A cell that raises becomes a
 row whose `error` is one line (the traceback is logged at --v=1), unless `fail_fast`.
 `method_options` gives a method options of its own (e.g. a smaller BRKGA population for a
@@ -37,7 +38,6 @@ placement infeasible: the memory-constrained setting in which the model must be 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -411,13 +411,11 @@ def worker_instances(cfg: Mapping[str, Any]) -> Instances:
 
 
 def cell_settings(cell: Cell, cfg: Mapping[str, Any]) -> Dict[str, Any]:
-  """What a cell's rows depend on beyond its key: its options, the search budget and, for a
-  method that works on a fixed placement, the method that made it. JSON-normalised, so that a
-  value read back from results.json compares equal to the one it was written from."""
+  """What a cell's rows depend on beyond its key (`results.cell_record`): its options, the
+  search budget and, for a method that works on a fixed placement, the method that made it."""
   fixed = _kind(cell.method) in FIXED_PLACEMENT if cell.method in methods.METHODS else False
-  value = {"options": {k: v for k, v in cell.options}, "budget": cfg.get("budget"),
-           "schedule_placement": cfg.get("schedule_placement") if fixed else None}
-  return json.loads(json.dumps(value, sort_keys=True, default=str))
+  return results.cell_record(dict(cell.options), cfg.get("budget"),
+                             cfg.get("schedule_placement") if fixed else None)
 
 
 def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launcher: str,
@@ -484,7 +482,8 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
       logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
       rows = [_error_row(cell, inst.cfg, exc)]
     done[cell.key] = rows
-    made_with[results.cell_text(cell.key)] = now[cell.key]
+    # recomputed now: a checkpoint pretrained just before this cell (before_cell) is in it
+    made_with[results.cell_text(cell.key)] = cell_settings(cell, inst.cfg)
     if out is not None:
       results.write_json(out, launcher, payload())
     bar.update(1)

@@ -19,6 +19,7 @@ all written atomically. Values are formatted with their objective's unit
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -205,6 +206,32 @@ def load_store(out: Optional[str], launcher: str) -> Dict[str, Any]:
     return {"rows": [], "cell_settings": {}}
   made_with = data.get("cell_settings")
   return {"rows": data["rows"], "cell_settings": made_with if isinstance(made_with, dict) else {}}
+
+
+def cell_record(options: Mapping[str, Any], budget, schedule_placement) -> Dict[str, Any]:
+  """A sweep cell's settings as results.json's cell_settings records them: its method options,
+  the budget, the placement a scheduler orders and, for an option naming a checkpoint, its
+  parameters' sha256 (a policy retrained in place under the same path is another cell).
+  JSON-normalised, so that a record read back compares equal to the one written."""
+  value = {"options": dict(options), "budget": budget, "schedule_placement": schedule_placement}
+  digest = _checkpoint_digest(options.get("checkpoint"))
+  if digest is not None:
+    value["checkpoint_sha256"] = digest
+  return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _checkpoint_digest(checkpoint) -> Optional[str]:
+  """sha256 of a checkpoint option's parameter file (a shipped name or a folder), or None
+  where there is none (yet: a row pretrained just before its cell runs)."""
+  if not isinstance(checkpoint, str) or not checkpoint:
+    return None
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  folder = pretrained.available().get(checkpoint, checkpoint)
+  path = os.path.join(os.path.expanduser(folder), pretrained.PARAMS_NAME)
+  if not os.path.isfile(path):
+    return None
+  with open(path, "rb") as fh:
+    return hashlib.sha256(fh.read()).hexdigest()
 
 
 def cell_text(key: Sequence[Any]) -> str:

@@ -132,6 +132,22 @@ def test_resume_reruns_cells_whose_settings_changed(clean_run, tmp_path, monkeyp
                                         "schedule_placement": None}
 
 
+def test_a_checkpoint_retrained_in_place_is_another_cell(tmp_path):
+  """The recorded settings of a cell with a checkpoint option hold its parameters' digest, so
+  a policy retrained under the same path reruns the cell on resume."""
+  folder = tmp_path / "ckpt"
+  assert "checkpoint_sha256" not in results.cell_record({"checkpoint": str(folder)}, None, None)
+  folder.mkdir()
+  (folder / "params.msgpack").write_bytes(b"first")
+  first = results.cell_record({"checkpoint": str(folder)}, None, None)
+  (folder / "params.msgpack").write_bytes(b"second")
+  second = results.cell_record({"checkpoint": str(folder)}, None, None)
+  assert first["checkpoint_sha256"] != second["checkpoint_sha256"]
+  assert first["options"] == second["options"] == {"checkpoint": str(folder)}
+  shipped = results.cell_record({"checkpoint": "go"}, None, None)  # a shipped name
+  assert len(shipped["checkpoint_sha256"]) == 64
+
+
 def test_config_refuses_repeats_and_bad_option_values():
   for bad, match in (({"graphs": GRAPHS[:1] * 2}, "graphs gives 'chain:n=12,seed=0' twice"),
                      ({"seeds": [0, 0]}, "seeds gives 0 twice"),
