@@ -64,7 +64,8 @@ DEFAULTS: Dict[str, Any] = {
     "graphs": ["layered:n=100,width=10,seed=0"],
     "topologies": ["nvlink4"],
     "seeds": [0],
-    "objective": "makespan",  # or a list of objectives
+    # or a list of objectives (on a command line: --config.objective=makespan,peak_memory)
+    "objective": "makespan",
     "budget": None,  # simulator evaluations per search (None: each method's default)
     "method_options": {},  # method -> its options (overrides of its registered defaults)
     "schedule_placement": "expert",  # placement method whose result scheduling methods order
@@ -118,6 +119,8 @@ def settings(config) -> Dict[str, Any]:
   if unknown:
     raise ValueError(f"harness config: unknown field(s) {unknown}; fields: {sorted(DEFAULTS)}")
   out = dict(DEFAULTS, **given)
+  if isinstance(out["objective"], str) and "," in out["objective"]:  # a string-typed config
+    out["objective"] = [o.strip() for o in out["objective"].split(",")]  # field, overridden
   for field in ("methods", "graphs", "topologies", "seeds", "objective"):
     out[field] = _as_list(out[field], field)
   for field in ("graphs", "topologies", "seeds", "objective"):  # a repeat would run and store

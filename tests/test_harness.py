@@ -149,6 +149,8 @@ def test_a_checkpoint_retrained_in_place_is_another_cell(tmp_path):
 
 
 def test_config_refuses_repeats_and_bad_option_values():
+  assert harness.settings(tiny_config(objective="makespan, peak_memory"))["objective"] == [
+      "makespan", "peak_memory"]  # a string-typed config field given a list on a command line
   for bad, match in (({"graphs": GRAPHS[:1] * 2}, "graphs gives 'chain:n=12,seed=0' twice"),
                      ({"seeds": [0, 0]}, "seeds gives 0 twice"),
                      ({"topologies": ["nvlink2", "nvlink2"]}, "topologies gives"),
