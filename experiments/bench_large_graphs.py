@@ -169,8 +169,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   cli.check_out(FLAGS.out, is_file=True)
-  from go_jax import methods  # pylint: disable=g-import-not-at-top
-  from simulator import sources, topology_spec  # pylint: disable=g-import-not-at-top
+  from go_jax import harness, methods  # pylint: disable=g-import-not-at-top
+  from simulator import topology_spec  # pylint: disable=g-import-not-at-top
   specs = [g.strip() for g in FLAGS.graphs.split(";") if g.strip()]
   if not specs and not FLAGS.simulate_graph:
     raise app.UsageError("--graphs and --simulate_graph are both empty: nothing to measure")
@@ -186,10 +186,7 @@ def main(argv):
       methods.usable(FLAGS.baselines, "--baselines")
     for flag, spec in [("graphs", s) for s in specs] + (
         [("simulate_graph", FLAGS.simulate_graph)] if FLAGS.simulate_graph else []):
-      try:
-        sources.check_spec(spec)
-      except ValueError as e:
-        raise ValueError(f"--{flag}: {e}") from None
+      harness.check_graph(spec, f"--{flag}")
     topology_spec.parse_topology(FLAGS.topology)
   except ValueError as e:
     raise app.UsageError(cli.one_line(e)) from None

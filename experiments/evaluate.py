@@ -58,8 +58,6 @@ def _check_out() -> None:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  if FLAGS.cpu_devices < 0:
-    raise app.UsageError(f"--cpu_devices={FLAGS.cpu_devices}: must be >= 0")
   if cli.multi_process() and FLAGS.executor != "local":
     raise app.UsageError(f"--executor={FLAGS.executor} with --coordinator_address: Ray spreads "
                          "the cells over machines, a multi-process run one cell's batches; "

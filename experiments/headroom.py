@@ -58,6 +58,15 @@ def parse_rows(text: str) -> List[Tuple[str, int]]:
   return rows
 
 
+def check_seeds(seeds: Sequence[int]) -> List[int]:
+  """The seeds as a list; ValueError unless they are distinct integers >= 0, at least one
+  (a repeated seed would count its instances twice)."""
+  seeds = [int(s) for s in seeds]
+  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    raise ValueError(f"seeds must be distinct integers >= 0 and at least one, got {seeds}")
+  return seeds
+
+
 def mean_interval(values: Sequence[float]) -> Tuple[float, float]:
   """The 95% bootstrap interval of the mean (scipy's BCa; the value itself for < 3 values or
   values that are all equal)."""
@@ -149,9 +158,7 @@ def run(graphs: Sequence[Any], names: Sequence[str], topology: str,
                      f"graphs, {len(names)} names)")
   if len(set(names)) != len(names):
     raise ValueError("two graphs share a name")
-  seeds = list(seeds)
-  if not seeds or len(set(seeds)) != len(seeds) or any(int(s) < 0 for s in seeds):
-    raise ValueError(f"seeds must be distinct integers >= 0 and at least one, got {seeds}")
+  seeds = check_seeds(seeds)
   settings = {"topology": topology, "objective": objective,
               "rows": [row_label(*r) for r in rows]}
   path = os.path.join(out, JSON_NAME)

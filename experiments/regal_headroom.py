@@ -46,9 +46,7 @@ def main(argv: Sequence[str]) -> None:
   out = cli.check_out(FLAGS.out)
   try:
     objectives.get_objective(FLAGS.objective)
-    seeds = [int(s) for s in FLAGS.seeds]
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-      raise ValueError(f"--seeds={','.join(FLAGS.seeds)}: give distinct seeds >= 0")
+    seeds = headroom.check_seeds(FLAGS.seeds)  # before the dataset is loaded
     rows = headroom.parse_rows(FLAGS.rows)
     names, graphs = load_dataset("data", FLAGS.data)
   except ValueError as e:

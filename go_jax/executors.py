@@ -260,9 +260,10 @@ class RayExecutor(Executor):
     logging.info("ray: %s with %s CPUs, %s GPUs; %g CPU / %g GPU per cell",
                  self.address or "local instance", resources.get("CPU", 0),
                  resources.get("GPU", 0), self.cpus_per_cell, self.gpus_per_cell)
+    where = self.address or "local instance"
     short = [f"{want:g} {kind} per cell, the {where} has {resources.get(kind, 0):g}"
              for kind, want in (("CPU", self.cpus_per_cell), ("GPU", self.gpus_per_cell))
-             for where in [self.address or "local instance"] if want > resources.get(kind, 0)]
+             if want > resources.get(kind, 0)]
     if short and not self.address:  # no task could ever be scheduled: Ray would wait forever
       self.__exit__()
       raise ValueError(f"executor 'ray': {'; '.join(short)} (lower --cpus_per_cell / "

@@ -373,8 +373,7 @@ def _error_row(cell: Cell, cfg, exc: BaseException) -> Dict[str, Any]:
 def load_rows(out: str, launcher: str = LAUNCHER) -> List[Dict[str, Any]]:
   """Rows of `<out>/results.json` written by `launcher`, or [] where there is none yet;
   ValueError if another launcher wrote it (`results.load`)."""
-  data = results.load(out, launcher)
-  return [] if data is None else data["rows"]
+  return results.load_store(out, launcher)["rows"]
 
 
 def _ordered(done: Dict[Tuple, List[Dict]], cells: Sequence[Cell]) -> List[Dict[str, Any]]:
@@ -451,19 +450,14 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
   made_with: Dict[str, Any] = dict(stored.get("cell_settings") or {})
   now = {c.key: cell_settings(c, inst.cfg) for c in cells}
 
-  def ok(cell):
-    if cell.key not in done or any(r.get("error") for r in done[cell.key]):
-      return False
-    old = made_with.get(results.cell_text(cell.key))
-    return old is None or old == now[cell.key]
-
-  stale = [c for c in cells if c.key in done and not ok(c)
-           and not any(r.get("error") for r in done[c.key])]
+  finished = lambda c: c.key in done and not any(r.get("error") for r in done[c.key])
+  changed = lambda c: made_with.get(results.cell_text(c.key), now[c.key]) != now[c.key]
+  stale = [c for c in cells if finished(c) and changed(c)]
   if stale:
     logging.warning("%d finished cell(s) run again: their options or budget changed since their "
                     "rows were written (e.g. %s on %s)", len(stale), stale[0].name,
                     stale[0].graph)
-  todo = [c for c in cells if not ok(c)]
+  todo = [c for c in cells if not finished(c) or changed(c)]
   bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
                   disable=not progress, dynamic_ncols=True)
   payload = lambda: {"config": dict(config), "rows": _ordered(done, cells),

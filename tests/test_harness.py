@@ -50,6 +50,15 @@ class CountingSolve:
     return self.real(*args, **kwargs)
 
 
+def copy_results(out, folder):
+  """A new results folder holding a copy of `out`'s results.json (to resume from)."""
+  os.makedirs(folder)
+  with open(os.path.join(out, "results.json")) as src, \
+       open(os.path.join(folder, "results.json"), "w") as dst:
+    dst.write(src.read())
+  return str(folder)
+
+
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory):
   """(out folder, rows) of one uninterrupted run of the tiny config."""
@@ -86,11 +95,7 @@ def test_writes_tables_and_every_row_agrees(clean_run):
 
 def test_resume_skips_finished_cells(clean_run, tmp_path, monkeypatch):
   out, rows = clean_run
-  resumed = str(tmp_path / "resumed")
-  os.makedirs(resumed)
-  with open(os.path.join(out, "results.json")) as src, \
-       open(os.path.join(resumed, "results.json"), "w") as dst:
-    dst.write(src.read())
+  resumed = copy_results(out, tmp_path / "resumed")
   counter = CountingSolve()
   monkeypatch.setattr(methods, "solve", counter)
   again = harness.run(tiny_config(), resumed, progress=False)
@@ -107,11 +112,7 @@ def test_resume_reruns_cells_whose_settings_changed(clean_run, tmp_path, monkeyp
   """A finished cell is reused only with the options and budget it was made with: a changed
   budget reruns every cell, a changed option only that method's cells."""
   out, rows = clean_run
-  resumed = str(tmp_path / "resumed")
-  os.makedirs(resumed)
-  with open(os.path.join(out, "results.json")) as src, \
-       open(os.path.join(resumed, "results.json"), "w") as dst:
-    dst.write(src.read())
+  resumed = copy_results(out, tmp_path / "resumed")
   stored = json.loads(open(os.path.join(resumed, "results.json")).read())["cell_settings"]
   assert len(stored) == len(rows)
   counter = CountingSolve()
