@@ -182,10 +182,13 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
     raise ValueError(f"harness config: none of the methods {cfg['methods']} is available; "
                      f"available: {sorted(known)}")
   options = cfg.get("method_options") or {}
-  stray = sorted(set(options) - set(cfg["methods"]))
+  # schedule_placement's own options (e.g. a BRKGA's population) are options of a method that
+  # need not be a row of the table.
+  stray = sorted(set(options) - set(cfg["methods"]) - {cfg["schedule_placement"]})
   if stray:
     raise ValueError(f"harness config: method_options for {stray}, which are not in methods "
-                     f"{list(cfg['methods'])}")
+                     f"{list(cfg['methods'])} nor schedule_placement "
+                     f"{cfg['schedule_placement']!r}")
   for m, opts in options.items():
     if m in known:
       bad = sorted(set(opts) - set(methods.get(m).defaults))
@@ -243,9 +246,10 @@ class Instances:
     key = (cell.graph, cell.topology, cell.seed, cell.objective)
     if key not in self._placements:
       topo, _ = self.topology(cell.topology, cell.graph)
-      sol = methods.solve(self.cfg["schedule_placement"], self.graph(cell.graph), topo,
-                          objective=cell.objective, seed=cell.seed,
-                          budget=self.cfg.get("budget"))
+      sp = self.cfg["schedule_placement"]
+      sol = methods.solve(sp, self.graph(cell.graph), topo, objective=cell.objective,
+                          seed=cell.seed, budget=self.cfg.get("budget"),
+                          **placement_options(self.cfg))
       self._placements[key] = sol.placement
     return self._placements[key]
 
@@ -412,12 +416,19 @@ def worker_instances(cfg: Mapping[str, Any]) -> Instances:
   return executors.process_cache("harness", cfg, lambda: Instances(dict(cfg)))
 
 
+def placement_options(cfg: Mapping[str, Any]) -> Dict[str, Any]:
+  """method_options of the config's schedule_placement method ({} where none are given)."""
+  return dict((cfg.get("method_options") or {}).get(cfg.get("schedule_placement"), {}))
+
+
 def cell_settings(cell: Cell, cfg: Mapping[str, Any]) -> Dict[str, Any]:
   """What a cell's rows depend on beyond its key (`results.cell_record`): its options, the
-  search budget and, for a method that works on a fixed placement, the method that made it."""
+  search budget and, for a method that works on a fixed placement, the method that made it
+  and that method's options."""
   fixed = _kind(cell.method) in FIXED_PLACEMENT if cell.method in methods.METHODS else False
   return results.cell_record(dict(cell.options), cfg.get("budget"),
-                             cfg.get("schedule_placement") if fixed else None)
+                             cfg.get("schedule_placement") if fixed else None,
+                             placement_options(cfg) if fixed else None)
 
 
 def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launcher: str,

@@ -54,7 +54,8 @@ def groups(graph, placement, fuse) -> Optional[int]:
 
 class FixedSchedule(harness.Instances):
   """Harness instances whose fusion cells all fuse one given placement (the harness would solve
-  `schedule_placement` again, without its options; the priority goes in the cell options)."""
+  `schedule_placement` again from its own config, without go-jax-place's options for it; the
+  priority goes in the cell options)."""
 
   def __init__(self, cfg, placement):
     super().__init__(cfg)

@@ -208,12 +208,16 @@ def load_store(out: Optional[str], launcher: str) -> Dict[str, Any]:
   return {"rows": data["rows"], "cell_settings": made_with if isinstance(made_with, dict) else {}}
 
 
-def cell_record(options: Mapping[str, Any], budget, schedule_placement) -> Dict[str, Any]:
+def cell_record(options: Mapping[str, Any], budget, schedule_placement,
+                placement_options: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
   """A sweep cell's settings as results.json's cell_settings records them: its method options,
-  the budget, the placement a scheduler orders and, for an option naming a checkpoint, its
-  parameters' sha256 (a policy retrained in place under the same path is another cell).
-  JSON-normalised, so that a record read back compares equal to the one written."""
+  the budget, the placement a scheduler orders (and that method's options, where any are
+  given) and, for an option naming a checkpoint, its parameters' sha256 (a policy retrained in
+  place under the same path is another cell). JSON-normalised, so that a record read back
+  compares equal to the one written."""
   value = {"options": dict(options), "budget": budget, "schedule_placement": schedule_placement}
+  if placement_options:  # only where given: records written before this field stay equal
+    value["schedule_placement_options"] = dict(placement_options)
   digest = _checkpoint_digest(options.get("checkpoint"))
   if digest is not None:
     value["checkpoint_sha256"] = digest

@@ -364,3 +364,34 @@ def test_schedule_methods_and_plots(tmp_path):
   assert "| error |" in open(tmp_path / "bad" / "results.md").read()
   with pytest.raises(ValueError, match="graph spec 'chain:n=0': num_nodes must be >= 1"):
     harness.run(tiny_config(graphs=["chain:n=0"]), None, progress=False)  # before any cell
+
+
+def test_schedule_placement_takes_its_own_options(tmp_path, monkeypatch):
+  """method_options may name schedule_placement's method even when it is not a row; the
+  placement is solved with them, and changing them reruns the scheduling cells on resume."""
+  seen = []
+  real = methods.solve
+
+  def spy(name, *args, **kwargs):
+    seen.append((name, {k: v for k, v in kwargs.items() if k == "samples"}))
+    return real(name, *args, **kwargs)
+
+  monkeypatch.setattr(methods, "solve", spy)
+  cfg = tiny_config(methods=["bfs"], graphs=GRAPHS[1:], topologies=["nvlink2"],
+                    schedule_placement="random", method_options={"random": {"samples": 3}})
+  rows = harness.run(cfg, str(tmp_path), progress=False)
+  assert rows[0]["placement_from"] == "random" and not rows[0]["error"]
+  assert ("random", {"samples": 3}) in seen
+  data = json.loads(open(tmp_path / "results.json").read())
+  (record,) = data["cell_settings"].values()
+  assert record["schedule_placement_options"] == {"samples": 3}
+  seen.clear()
+  harness.run(cfg, str(tmp_path), progress=False)
+  assert not seen  # the same settings: reused
+  harness.run(dict(cfg, method_options={"random": {"samples": 5}}), str(tmp_path),
+              progress=False)
+  assert ("random", {"samples": 5}) in seen and ("bfs", {}) in seen
+  with pytest.raises(ValueError, match="nor schedule_placement 'random'"):
+    harness.run(dict(cfg, method_options={"heft": {}}), None, progress=False)
+  with pytest.raises(ValueError, match=r"method_options\['random'\]: no option"):
+    harness.run(dict(cfg, method_options={"random": {"nosuch": 1}}), None, progress=False)

@@ -11,7 +11,8 @@ Derived configs import this one and override fields. Fields:
   budget: simulator evaluations per search (None: each method's own default).
   method_options: method -> options of its own (overrides of its registered defaults), e.g.
     {"brkga": {"population": 16}} or {"go_hint": {"finetune_seconds": 60}}.
-  schedule_placement: the placement method whose solution scheduling methods order.
+  schedule_placement: the placement method whose solution scheduling methods order (its own
+    options, if any, go in method_options under its name, whether or not it is in methods).
   plots: a Gantt/memory PNG per cell and a bar chart per graph/topology.
   fail_fast: stop at the first cell that raises instead of recording it as an error row.
 """
