@@ -18,8 +18,10 @@ For each graph (default: GNMT-8's training step before XLA's optimization at its
 Then one worker times `simulate` on the full uncoarsened largest graph at --batch random
 actions: compile seconds, median seconds per call, the process's peak RSS.
 
-Prints a Markdown table and writes JSON (atomically) with the machine, the load average and
-the exact command.
+Prints a Markdown table and writes JSON (atomically, after every cell) with the machine, each
+cell's load average and the exact command. A rerun with the same --out and settings resumes:
+the cells already in the file are kept, the others run (a failed cell stops the run, so it
+has no entry and runs again).
 
   python -m experiments.bench_large_graphs
   python -m experiments.bench_large_graphs --graphs='layered:n=80000,width=256,seed=0' \
@@ -38,6 +40,7 @@ from experiments import cli
 from simulator import fileio
 
 FLAGS = flags.FLAGS
+LAUNCHER = "bench_large_graphs"
 DEFAULT_GRAPHS = ("zoo:gnmt8,stage=pre", "zoo:gnmt8,seq=66,stage=pre")
 flags.DEFINE_string("graphs", ";".join(DEFAULT_GRAPHS), "graph specs (simulator.sources) "
                     "to place, separated by ';' (a spec has commas)")
@@ -194,28 +197,38 @@ def main(argv):
          "finetune_seconds": FLAGS.finetune_seconds, "samples": FLAGS.samples,
          "max_nodes": FLAGS.max_nodes, "coarse_nodes": FLAGS.coarse_nodes,
          "baselines": list(FLAGS.baselines), "batch": FLAGS.batch, "repeats": FLAGS.repeats}
-  load = [os.getloadavg()]
-  rows = []
-  for spec in specs:
-    rows.append(run_cell(_solve_cell, spec, cfg))
-    r = rows[-1]
-    logging.info("%s (%d ops): %.1f s end to end, %s makespan %.4g s (%s), phases %s",
-                 spec, r["nodes"], r["total_s"], FLAGS.method, r["makespan"],
-                 "feasible" if r["feasible"] else "OOM",
-                 {k: round(v, 1) for k, v in r["phases"].items()})
-    load.append(os.getloadavg())
-  sim = None
-  if FLAGS.simulate_graph:
-    sim = run_cell(_simulate_cell, FLAGS.simulate_graph, cfg)
-    load.append(os.getloadavg())
-  import jax
-  payload = {
-      "command": " ".join(sys.argv),
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    store = cli.load_resumable(FLAGS.out, LAUNCHER, cfg)
+  except ValueError as e:
+    raise app.UsageError(cli.one_line(e)) from None
+  cells = dict(store.get("cells", {}))
+  payload = lambda: {
+      "launcher": LAUNCHER, "settings": cfg, "command": " ".join(sys.argv),
       "machine": dict(cli.machine_info(), device_kind=jax.devices()[0].device_kind),
-      "load_average": [list(x) for x in load], "config": cfg, "rows": rows, "simulate": sim}
+      "config": cfg, "cells": cells,
+      "rows": [cells[f"solve {s}"] for s in specs if f"solve {s}" in cells],
+      "simulate": cells.get(f"simulate {FLAGS.simulate_graph}")}
+  todo = [("solve", _solve_cell, s) for s in specs] + (
+      [("simulate", _simulate_cell, FLAGS.simulate_graph)] if FLAGS.simulate_graph else [])
+  for what, fn, spec in todo:
+    key = f"{what} {spec}"
+    if key in cells:
+      logging.info("%s: resumed from %s", key, FLAGS.out)
+      continue
+    r = run_cell(fn, spec, cfg)
+    r["load_average"] = list(os.getloadavg())  # after the cell: the load it ran under
+    cells[key] = r
+    fileio.write_json(FLAGS.out, payload(), indent=1)  # after every cell: a rerun resumes
+    if fn is _solve_cell:
+      logging.info("%s (%d ops): %.1f s end to end, %s makespan %.4g s (%s), phases %s",
+                   spec, r["nodes"], r["total_s"], FLAGS.method, r["makespan"],
+                   "feasible" if r["feasible"] else "OOM",
+                   {k: round(v, 1) for k, v in r["phases"].items()})
+  result = payload()
   print()
-  print(format_table(rows, cfg["baselines"], sim))
-  fileio.write_json(FLAGS.out, payload, indent=1)
+  print(format_table(result["rows"], cfg["baselines"], result["simulate"]))
+  fileio.write_json(FLAGS.out, result, indent=1)
   print(f"\nwrote {FLAGS.out}")
 
 

@@ -497,3 +497,20 @@ def test_sweep_whose_every_cell_failed_exits_nonzero(tmp_path):
   last = err.strip().splitlines()[-1]
   assert rc == 1 and "every cell failed (1 rows" in last and "population -3" in last, err
   assert (tmp_path / "ev" / "results.json").is_file()
+
+
+def test_bench_large_graphs_resumes_its_cells(tmp_path):
+  """bench_large_graphs writes its JSON after every cell; a rerun with the same settings keeps
+  the cells it finds, and other settings are refused with one line."""
+  out = tmp_path / "large.json"
+  args = [sys.executable, "-m", "experiments.bench_large_graphs", "--graphs=",
+          "--simulate_graph=chain:n=30,seed=0", "--batch=2", "--repeats=1", f"--out={out}"]
+  rc, _, err = finish(start(args, REPO))
+  assert rc == 0, err
+  first = json.loads(out.read_text())
+  assert first["launcher"] == "bench_large_graphs" and first["simulate"]["nodes"] == 30
+  rc, _, err = finish(start(args + ["-v=1"], REPO))
+  assert rc == 0 and "resumed from" in err, err
+  assert json.loads(out.read_text())["cells"] == first["cells"]
+  rc, _, err = finish(start([a.replace("--batch=2", "--batch=3") for a in args], REPO))
+  assert rc == 1 and "differing: ['batch']" in err.strip().splitlines()[-1], err

@@ -1,0 +1,82 @@
+"""The cells of the model-zoo table (experiments/zoo_table.py): one (model, front-end stage)
+graph built in a fresh worker process, and the resumable loop over them. Apart from the
+launcher, which defines flags, so that tests import it."""
+
+import multiprocessing
+import platform
+import time
+
+from absl import logging
+
+from experiments import cli_tables
+from simulator import fileio
+
+
+def _worker(model, size, stage, queue):
+  try:
+    import jax
+    import numpy as np
+    from simulator import zoo
+    from simulator.frontends import hlo
+    t0 = time.perf_counter()
+    z = zoo.build(model, size)
+    args = z.abstract_args()
+    params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(args[0]))
+    text = hlo.lower_hlo_text(z.step, *args, stage=stage)
+    t1 = time.perf_counter()
+    g = hlo.hlo_to_graph(text, f"{model}/{stage}").graph
+    t2 = time.perf_counter()
+    queue.put(dict(model=model, size=size, stage=stage, nodes=g.num_nodes, edges=g.num_edges,
+                   params=params, gflops=float(g.flops.sum()) / 1e9,
+                   lower_s=t1 - t0, parse_s=t2 - t1, build_s=t2 - t0))
+  except Exception as e:  # reported with the cell's name
+    queue.put({"model": model, "stage": stage, "error": f"{type(e).__name__}: {e}"})
+
+
+def run_cell(model, size, stage, timeout):
+  ctx = multiprocessing.get_context("spawn")
+  queue = ctx.Queue()
+  proc = ctx.Process(target=_worker, args=(model, size, stage, queue))
+  proc.start()
+  try:
+    out = queue.get(timeout=timeout)
+  except Exception:  # queue.Empty: the cell ran past its time
+    out = {"model": model, "stage": stage, "error": f"timed out after {timeout} s"}
+  proc.join(5)
+  if proc.is_alive():
+    proc.kill()
+  return out
+
+
+LAUNCHER = "zoo_table"
+
+
+def run_table(models, size, stages, out, timeout, cell=run_cell, log=logging.info):
+  """Every (model, stage) cell not already in `out` without an error, in a fresh worker each
+  (`cell`; its row under "cells" as "model/stage"); `out` is rewritten atomically after each cell, so an interrupted run resumes
+  there. Returns the rows of the cells asked for, in order; the file keeps other models' rows.
+
+  Raises:
+    ValueError: `out` is not this launcher's, or was made at another --size.
+  """
+  settings = {"size": size}
+  store = cli_tables.load_resumable(out, LAUNCHER, settings)
+  cells = dict(store.get("cells", {}))
+  finished = lambda m, s: f"{m}/{s}" in cells and "error" not in cells[f"{m}/{s}"]
+  todo = [(m, s) for m in models for s in stages if not finished(m, s)]
+  done_before = len(models) * len(stages) - len(todo)
+  if done_before:
+    log("%d of %d cells resumed from %s" % (done_before, len(models) * len(stages), out))
+  start = time.perf_counter()
+  for i, (model, stage) in enumerate(todo):
+    row = cell(model, size, stage, timeout)
+    cells[f"{model}/{stage}"] = row
+    fileio.write_json(out, {"launcher": LAUNCHER, "settings": settings, "size": size,
+                            "machine": platform.processor() or platform.machine(),
+                            "cells": cells})
+    done = time.perf_counter() - start
+    log("[%d/%d] %s/%s: %s (elapsed %.0f s, ETA %.0f s)" % (
+        i + 1, len(todo), model, stage,
+        row.get("error") or f"{row['nodes']} nodes in {row['build_s']:.1f} s",
+        done, done / (i + 1) * (len(todo) - i - 1)))
+  return [cells[f"{m}/{s}"] for m in models for s in stages]

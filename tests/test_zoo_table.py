@@ -1,0 +1,45 @@
+"""experiments/zoo_cells.py (the zoo table's cells): the table resumes cell by cell (the cells are faked: a real one
+builds a zoo model's HLO in a worker process)."""
+
+import json
+
+import pytest
+
+from experiments import zoo_cells
+
+
+class FakeCell:
+  """A cell runner that records its calls and fails the cells named in `fail`."""
+
+  def __init__(self, fail=()):
+    self.calls, self.fail = [], set(fail)
+
+  def __call__(self, model, size, stage, timeout):
+    self.calls.append((model, stage))
+    if (model, stage) in self.fail:
+      return {"model": model, "stage": stage, "error": "RuntimeError: injected"}
+    return dict(model=model, size=size, stage=stage, nodes=len(model), edges=1, params=2,
+                gflops=0.5, lower_s=0.1, parse_s=0.2, build_s=0.3)
+
+
+def test_resumes_only_missing_and_failed_cells(tmp_path):
+  out = str(tmp_path / "zoo.json")
+  first = FakeCell(fail={("bert_base", "post")})
+  rows = zoo_cells.run_table(["bert_base", "mlp"], "tiny", ["pre", "post"], out, 5,
+                             cell=first, log=lambda *_: None)
+  assert len(first.calls) == 4 and [r.get("error") is not None for r in rows] == [
+      False, True, False, False]
+  again = FakeCell()
+  rows = zoo_cells.run_table(["bert_base", "mlp"], "tiny", ["pre", "post"], out, 5,
+                             cell=again, log=lambda *_: None)
+  assert again.calls == [("bert_base", "post")] and not any("error" in r for r in rows)
+  # a run of one model keeps the other's rows in the file
+  one = FakeCell()
+  assert zoo_cells.run_table(["mlp"], "tiny", ["pre"], out, 5, cell=one, log=lambda *_: None)
+  assert not one.calls and len(json.load(open(out))["cells"]) == 4
+  with pytest.raises(ValueError, match=r"other settings \(differing: \['size'\]\)"):
+    zoo_cells.run_table(["mlp"], "small", ["pre"], out, 5, cell=one, log=lambda *_: None)
+  other = tmp_path / "other.json"
+  other.write_text(json.dumps({"rows": []}))
+  with pytest.raises(ValueError, match="not written by zoo_table"):
+    zoo_cells.run_table(["mlp"], "tiny", ["pre"], str(other), 5, cell=one, log=lambda *_: None)
