@@ -29,8 +29,9 @@ Op classes (`OP_CLASSES`) and how a node gets one:
     graph-input / parameter types, and ops with zero flops and zero bytes. They are metadata
     only: XLA emits no kernel / thunk for them.
   * "control" = while / conditional / call. With HLO, the work of the called computations is
-    listed as sub-leaves owned by the control node: a while's body counts `known_trip_count`
-    times (XLA's backend_config; 1 when unknown) and its condition trip count + 1 times, a call
+    listed as sub-leaves owned by the control node: a while's body counts its trip count
+    times (the front end's `while_trip_count`: XLA's known_trip_count, or JAX's counted loop;
+    1 when unknown) and its condition trip count + 1 times, a call
     once, a conditional its heaviest branch (largest flops + bytes; chosen statically). The
     control node itself only adds its launch overhead. Without HLO, a control node is one
     roofline over its aggregate flops and bytes.
@@ -57,7 +58,9 @@ import numpy as np
 
 from simulator import ops
 from simulator.frontends import hlo as hlo_frontend
-from simulator.frontends.hlo import HloGraph, hlo_to_graph, parse_hlo_module
+from simulator.frontends.hlo import HloGraph, hlo_to_graph, module_graph, parse_hlo
+from simulator.frontends.hlo_costs import Costs
+from simulator.frontends.hlo_parse import while_trip_count
 from simulator.graph import CompGraph
 
 OP_CLASSES = ("dot", "dot_small", "conv", "conv_grouped", "conv_filter", "conv_eigen",
@@ -155,8 +158,7 @@ def _pool_form(cls: str, rw, fused: bool, operand_dims) -> str:
 # Hero class -> refinement by the hero instruction: f(class, hero, fused?, operand dims) -> class.
 REFINE = {"conv": _conv_form, "dot": _dot_form, "pool": _pool_form}
 # Unfused instructions that are metadata only (no kernel).
-FREE_OPCODES = ("bitcast", "after-all", "partition-id", "replica-id", "add-dependency",
-                "optimization-barrier")
+FREE_OPCODES = ("bitcast", "after-all", "partition-id", "replica-id", "add-dependency")
 
 # Generic op type (simulator.ops) -> class, for graphs without HLO text.
 OP_TYPE_CLASSES: Dict[str, str] = {
@@ -242,9 +244,7 @@ def graph_features(graph: CompGraph) -> OpLeaves:
 
 # ------------------------------------------------------------------ from HLO text
 _PARTITIONS = re.compile(r'"outer_dimension_partitions"\s*:\s*\[([^\]]*)\]')
-_TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 _COMMENT = re.compile(r"/\*.*?\*/")
-_HEADER = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)")
 
 
 def strip_comments(text: str) -> str:
@@ -258,30 +258,15 @@ def _partitions(inst) -> float:
   return float(math.prod(parts)) if parts else 1.0
 
 
-def _trip_count(inst) -> float:
-  m = _TRIP_COUNT.search(inst.attrs)
-  return float(m.group(1)) if m else 1.0
-
-
-def _as_entry(text: str, comp: str) -> str:
-  """The module text with computation `comp` as its ENTRY (so the front end builds its graph)."""
-  lines = text.split("\n")
-  for k, line in enumerate(lines):
-    if line[:1].strip() and line.rstrip().endswith("{") and not line.startswith("HloModule"):
-      m = _HEADER.match(line)
-      if m and m.group(1):
-        lines[k] = line[m.end(1):]
-      elif m and m.group(2) == comp:
-        lines[k] = "ENTRY " + line
-  return "\n".join(lines)
-
-
 class _Module:
   """The parsed module: classes, dtypes and streamed bytes of its instructions."""
 
   def __init__(self, text: str):
     self.text = text
-    self.comps, self.entry = parse_hlo_module(text)
+    self.module = parse_hlo(text)
+    self.comps, self.entry = self.module.comps, self.module.entry
+    self.costs = Costs(self.module)  # shared by the graphs of its computations (one memo)
+    self._graphs: Dict[str, object] = {}
     self.by_name = {c: {i.name: i for i in insts} for c, insts in self.comps.items()}
     self.entry_of = {i.name: c for c, insts in self.comps.items() for i in insts}
     self._fused: Dict[str, Tuple[frozenset, tuple]] = {}
@@ -351,8 +336,9 @@ class _Module:
 
   def called(self, inst) -> List[Tuple[str, float]]:
     """(computation, executions per execution of `inst`) that a control instruction runs."""
-    if inst.opcode == "while":
-      n = _trip_count(inst)
+    if inst.opcode == "while":  # the front end's trip count (1 where it is not known)
+      n = float(while_trip_count(inst, self.entry_of.get(inst.name),
+                                 lambda c: self.by_name.get(c, {})) or 1)
       return ([(c, n) for c in inst.called("body")]
               + [(c, n + 1.0) for c in inst.called("condition")])
     if inst.opcode == "call":
@@ -370,11 +356,16 @@ class _Module:
     return 0.0 if g is None else float(g.graph.flops.sum() + g.graph.bytes_accessed.sum())
 
   def graph_of(self, comp: str):
-    """The front end's HloGraph of one computation (None when it has no compute instruction)."""
-    try:
-      return hlo_to_graph(_as_entry(self.text, comp), comp)
-    except ValueError:
-      return None
+    """The front end's HloGraph of one computation (None when it has no compute instruction),
+    built once per computation from the module parsed once (re-parsing the text per control
+    node had made a module of thousands of calls quadratic)."""
+    if comp not in self._graphs:
+      try:
+        self._graphs[comp] = module_graph(self.module, comp, comp, self.text, self.costs,
+                                          warn=False)
+      except ValueError:
+        self._graphs[comp] = None
+    return self._graphs[comp]
 
 
 # ------------------------------------------------------------------ XLA:GPU library calls

@@ -18,14 +18,19 @@ Conventions (all documented choices):
     node reads (e.g. one returned as is) contributes nothing. Their edges are dropped.
   * `tuple` / `get-tuple-element` make no nodes and count no bytes: a tuple is a bundle of its
     operands' sources, and a get-tuple-element of a tuple forwards element `index`; of a node
-    (a while, say) it forwards the edge from that node. The ROOT tuple is not a node.
+    (a while, say) it forwards the edge from that node. The ROOT tuple is not a node. An
+    optimization barrier (`opt-barrier`, from jax.checkpoint) forwards its operand the same way:
+    it only orders XLA's passes and runs no kernel.
   * `fusion`, `call`, `while`, `conditional`, `async-start` are one node each. flops = the sum
     over the called computation's instructions (recursively). A fusion's bytes_accessed is its
     boundary (operand + output bytes), since a fusion does not materialise its inner values; a
     call's / while's / conditional's bytes_accessed is the sum over the called instructions. A
-    while counts body + condition times XLA's `known_trip_count` from backend_config when
-    present (post stage), else once (pre stage; as XLA's cost_analysis). A conditional takes
-    the max over its branches (one branch runs).
+    while counts body + condition times its trip count (`hlo_parse.while_trip_count`): XLA's
+    `known_trip_count` from backend_config (post stage), else the counted loop that JAX writes
+    for scan / fori_loop / map (pre stage: `i < N` with `i` from a constant, stepped by 1);
+    a loop whose count is neither (a while_loop on data) counts once, as XLA's cost_analysis
+    does, and is named in a warning. A conditional takes the max over its branches (one branch
+    runs).
   * flops, bytes_accessed and temp_bytes: the rules of `simulator.frontends.hlo_costs` (XLA's
     HloCostAnalysis where it counts, with documented differences). out_bytes from the result
     shape (tuples: sum of leaves; a custom-call's u8/s8 workspace excluded).
@@ -46,14 +51,15 @@ import numpy as np
 
 from simulator import ops
 from simulator.frontends.hlo_costs import Costs, workspace_bytes
-from simulator.frontends.hlo_parse import (CALLED_ATTRS, DTYPE_BYTES, ELEMENTWISE, FORWARDING,
-                                           LEAVES, OPCODE_TYPES, TRANSCENDENTAL, HloModule, Inst,
-                                           parse_hlo, parse_hlo_module)
+from simulator.frontends.hlo_parse import (BARRIERS, CALLED_ATTRS, DTYPE_BYTES, ELEMENTWISE,
+                                           FORWARDING, LEAVES, OPCODE_TYPES, TRANSCENDENTAL,
+                                           HloModule, Inst, parse_hlo, parse_hlo_module)
 from simulator.graph import CompGraph
 
 __all__ = ["CALLED_ATTRS", "DTYPE_BYTES", "ELEMENTWISE", "FORWARDING", "LEAVES", "OPCODE_TYPES",
            "TRANSCENDENTAL", "HloGraph", "HloModule", "Inst", "Member", "from_jax",
-           "from_jax_full", "hlo_to_graph", "lower_hlo_text", "parse_hlo", "parse_hlo_module"]
+           "from_jax_full", "hlo_to_graph", "lower_hlo_text", "module_graph", "parse_hlo",
+           "parse_hlo_module"]
 
 
 # ------------------------------------------------------------------ metadata
@@ -148,8 +154,18 @@ def entry_nodes(insts):
     if inst.opcode == "tuple":
       values[inst.name] = ("tuple", ins)
       continue
+    if inst.opcode in BARRIERS:  # passes its operand(s) through
+      values[inst.name] = ins[0] if len(ins) == 1 else ("tuple", ins)
+      continue
     if inst.opcode == "get-tuple-element":
-      idx = int(inst.attr("index") or 0)
+      index = inst.attr("index")
+      if len(ins) != 1 or index is None or not index.isdigit():
+        raise ValueError(f"HLO instruction '{inst.name}': get-tuple-element needs one operand "
+                         f"and an integer index=, got {len(ins)} operand(s), index={index}")
+      idx = int(index)
+      if ins[0][0] == "tuple" and idx >= len(ins[0][1]):
+        raise ValueError(f"HLO instruction '{inst.name}': index={idx} of a tuple of "
+                         f"{len(ins[0][1])} element(s)")
       values[inst.name] = ins[0][1][idx] if ins[0][0] == "tuple" else ins[0]
       continue
     values[inst.name] = ("node", count)
@@ -160,16 +176,27 @@ def entry_nodes(insts):
 def hlo_to_graph(text: str, name: str = "hlo") -> HloGraph:
   """Builds the CompGraph (and metadata) of the ENTRY computation of an HLO module's text."""
   mod = parse_hlo(text)
-  costs, members = Costs(mod), _Members(mod)
-  insts = mod.comps[mod.entry]
-  by_name = costs.by_name(mod.entry)
+  return module_graph(mod, mod.entry, name, text)
+
+
+def module_graph(mod: HloModule, comp: str, name: str, text: str,
+                 costs: Optional[Costs] = None, warn: bool = True) -> HloGraph:
+  """`hlo_to_graph` of one computation `comp` of a parsed module, as if it were the ENTRY
+  (the cost model builds the graphs of the computations a while / call / conditional runs);
+  `costs` may be shared between calls on the same module (its memo is module-wide); warn:
+  the warnings about unmapped opcodes and loops without a trip count (the ENTRY's build gives
+  them once for the module)."""
+  costs = costs if costs is not None else Costs(mod)
+  members = _Members(mod)
+  insts = mod.comps[comp]
+  by_name = costs.by_name(comp)
   nodes, positions, stats, leaf_readers = [], [], [], {}
   senders, receivers = [], []
   for pos, inst, ins in entry_nodes(insts):
     i = len(nodes)
     nodes.append(inst)
     positions.append(pos)
-    stats.append(costs.inst(inst, mod.entry))
+    stats.append(costs.inst(inst, comp))
     for v in ins:
       for kind, ref in flatten_value(v):
         if kind == "node":
@@ -188,9 +215,14 @@ def hlo_to_graph(text: str, name: str = "hlo") -> HloGraph:
       param_bytes[r] += share
   stats = np.array(stats, dtype=float).reshape(n, 4)
   unknown = tuple(sorted(costs.unknown))
-  if unknown:
+  if unknown and warn:
     warnings.warn(f"HLO module '{name}': opcodes without a mapping (op_type 'unknown', "
                   f"flops 0): {', '.join(unknown)}")
+  if costs.unknown_trips and warn:
+    loops = sorted(costs.unknown_trips)
+    warnings.warn(f"HLO module '{name}': {len(loops)} while loop(s) without a known trip count "
+                  f"(their condition depends on data) counted once: "
+                  f"{', '.join(loops[:5])}{', ...' if len(loops) > 5 else ''}")
   op_names = tuple(x.op_name() or "" for x in nodes)
   sources = tuple(mod.frames.get(x.stack_frame_id(), "") for x in nodes)
   workspace = np.array([workspace_bytes(x) for x in nodes], dtype=float)
@@ -220,7 +252,9 @@ def lower_hlo_text(fn, *example_args, stage: str = "pre") -> str:
   if stage not in ("pre", "post"):
     raise ValueError(f"stage must be 'pre' or 'post', got {stage!r}")
   try:
-    lowered = jax.jit(fn).lower(*example_args)
+    # A function the user already jitted is lowered as it is (its own static arguments and
+    # donations): wrapped in a second jit its whole body would be one `call`, one node at pre.
+    lowered = (fn if callable(getattr(fn, "lower", None)) else jax.jit(fn)).lower(*example_args)
     if stage == "pre":
       return lowered.as_text(dialect="hlo", debug_info=True)
     # The post text is matched to the pre text by its op_name metadata. JAX's persistent

@@ -49,7 +49,8 @@ import numpy as np
 
 from simulator.frontends.hlo_parse import (CALLED_ATTRS, DTYPE_BYTES, ELEMENTWISE, FORWARDING,
                                            LEAVES, OPCODE_TYPES, TRANSCENDENTAL,
-                                           WORKSPACE_DTYPES, HloModule, Inst)
+                                           WORKSPACE_DTYPES, HloModule, Inst,
+                                           while_trip_count)
 
 
 # ------------------------------------------------------------------ flop rules
@@ -194,9 +195,14 @@ def workspace_bytes(inst: Inst) -> int:
   return math.prod(dims) * DTYPE_BYTES[dt] if dt in WORKSPACE_DTYPES and len(dims) == 1 else 0
 
 
-def _trip_count(inst) -> int:
-  m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)', inst.attrs)
-  return int(m.group(1)) if m else 1
+def _trip_count(costs, inst, comp) -> int:
+  """`hlo_parse.while_trip_count`; 1 where it is not known (as XLA's cost_analysis), and the
+  loop is recorded in `costs.unknown_trips` so that the front end warns about it."""
+  n = while_trip_count(inst, comp, costs.by_name)
+  if n is None:
+    costs.unknown_trips.add(inst.name)
+    return 1
+  return n
 
 
 # ------------------------------------------------------------------ costs
@@ -228,7 +234,7 @@ CALL_RULES = {
     "call": lambda costs, inst, comp: _sum_called(costs, inst, ("to_apply",)),
     "async-start": lambda costs, inst, comp: _sum_called(costs, inst, ("calls",)),
     "while": lambda costs, inst, comp: _sum_called(costs, inst, ("body", "condition"),
-                                                   _trip_count(inst)),
+                                                   _trip_count(costs, inst, comp)),
     "conditional": _conditional_cost,
 }
 
@@ -268,6 +274,7 @@ class Costs:
 
   def __init__(self, mod: HloModule):
     self.comps, self.memo, self.unknown, self._by_name = mod.comps, {}, set(), {}
+    self.unknown_trips = set()  # while loops whose trip count is not known (counted once)
 
   def by_name(self, comp: str) -> Dict[str, Inst]:
     d = self._by_name.get(comp)
@@ -298,6 +305,15 @@ class Costs:
     return self.memo[comp]
 
   def inst(self, inst: Inst, comp: str):
+    """(flops, transcendentals, bytes_accessed, temp_bytes) of one instruction of `comp`."""
+    try:
+      return self._inst(inst, comp)
+    except (IndexError, KeyError, ZeroDivisionError) as e:  # operands or attributes missing
+      raise ValueError(f"HLO instruction '{inst.name}' ({inst.opcode}, computation '{comp}'): "
+                       f"malformed operands or attributes for its cost rule "
+                       f"({type(e).__name__}: {e})") from None
+
+  def _inst(self, inst: Inst, comp: str):
     op = inst.opcode
     call = CALL_RULES.get(op)
     if call is not None:

@@ -16,14 +16,16 @@ import functools
 import math
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 
 # ------------------------------------------------------------------ registries
 DTYPE_BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2,
                "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-               "c128": 16, "token": 0, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
-               "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1}
+               "c128": 16, "token": 0, "opaque": 0, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
+               "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1,
+               "f8e8m0fnu": 1, "f4e2m1fn": 1, "s1": 1, "u1": 1, "s2": 1, "u2": 1}
+# (Sub-byte types take a byte per element, as XLA's CPU and GPU buffers hold them unpacked.)
 
 TRANSCENDENTAL = ("exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
                   "logistic", "rsqrt", "sqrt", "cbrt", "power", "sine", "cosine", "tan",
@@ -32,7 +34,8 @@ ELEMENTWISE = ("add", "subtract", "multiply", "divide", "remainder", "maximum", 
                "negate", "abs", "sign", "floor", "ceil", "round-nearest-afz",
                "round-nearest-even", "compare", "select", "clamp", "convert", "and", "or", "xor",
                "not", "shift-left", "shift-right-logical", "shift-right-arithmetic", "is-finite",
-               "real", "imag", "complex", "popcnt", "clz", "stochastic-convert")
+               "real", "imag", "complex", "popcnt", "clz", "count-leading-zeros",
+               "stochastic-convert")
 
 _GENERIC = {
     "dot": "dot", "convolution": "conv", "reduce": "reduce", "reduce-window": "pool",
@@ -49,7 +52,7 @@ _GENERIC = {
     "all-gather-start": "collective", "all-gather-done": "collective",
     "collective-permute-start": "collective", "collective-permute-done": "collective",
     "bitcast-convert": "elementwise", "reduce-precision": "elementwise", "map": "elementwise",
-    "optimization-barrier": "copy", "after-all": "constant", "add-dependency": "copy",
+    "after-all": "constant", "add-dependency": "copy",
     "partition-id": "constant", "replica-id": "constant", "async-start": "fusion",
     "async-update": "fusion", "async-done": "fusion",
     "tanh": "activation", "logistic": "activation",
@@ -59,7 +62,10 @@ OPCODE_TYPES: Dict[str, str] = {**{k: "elementwise" for k in ELEMENTWISE + TRANS
                                 **_GENERIC}
 
 LEAVES = ("parameter", "constant")            # become param_bytes of their readers
-FORWARDING = ("tuple", "get-tuple-element")   # make no nodes
+# Make no nodes. An optimization barrier (XLA prints `opt-barrier`; jax.checkpoint writes them)
+# only orders the program: it passes its operand through, like a tuple, with no kernel.
+BARRIERS = ("opt-barrier", "optimization-barrier")
+FORWARDING = ("tuple", "get-tuple-element") + BARRIERS
 # Opcode -> attributes naming the computations it runs (its "inner" instructions).
 CALLED_ATTRS = {"fusion": ("calls",), "call": ("to_apply",), "async-start": ("calls",),
                 "while": ("condition", "body"),
@@ -81,6 +87,7 @@ class Inst:
   is_root: bool
   nbytes: int = 0      # bytes of all result leaves
   elements: int = 0    # elements of all result leaves
+  literal: str = ""    # the value of a scalar constant, as printed ("" for anything else)
 
   def attr(self, key: str) -> Optional[str]:
     m = _attr_re(key).search(self.attrs)
@@ -124,9 +131,18 @@ _SHAPES: Dict[str, Tuple[list, int, int]] = {}  # shape text -> (leaves, bytes, 
 def _shape_info(txt: str) -> Tuple[list, int, int]:
   hit = _SHAPES.get(txt)
   if hit is None:
-    leaves = [(dt, tuple(int(x.lstrip("<=")) for x in dims.split(",") if x.strip()))
-              for dt, dims in _LEAF_SHAPE.findall(_COMMENT.sub("", txt))]
-    hit = (leaves, sum(DTYPE_BYTES.get(dt, 4) * math.prod(d) for dt, d in leaves),
+    leaves = []
+    for dt, dims in _LEAF_SHAPE.findall(_COMMENT.sub("", txt)):
+      if dt not in DTYPE_BYTES:
+        raise ValueError(f"HLO shape {txt.strip()!r}: unknown element type {dt!r} (known: "
+                         f"{', '.join(sorted(DTYPE_BYTES))})")
+      try:
+        leaves.append((dt, tuple(int(x.lstrip("<=")) for x in dims.split(",") if x.strip())))
+      except ValueError:
+        raise ValueError(f"HLO shape {txt.strip()!r}: dimension sizes must be integers or "
+                         f"bounds '<=N'; unbounded dynamic dimensions ('?', a symbolic "
+                         f"shape) are not supported: give concrete shapes") from None
+    hit = (leaves, sum(DTYPE_BYTES[dt] * math.prod(d) for dt, d in leaves),
            sum(math.prod(d) for _, d in leaves))
     if len(_SHAPES) < 200_000:
       _SHAPES[txt] = hit
@@ -177,8 +193,9 @@ def _parse_inst(line: str) -> Optional[Inst]:
       inner = _COMMENT.sub("", inner)
     operands = ([] if opcode in LEAVES or not inner.strip() else
                 [p.strip().lstrip("%") for p in inner.split(",")])
+    literal = inner.strip() if opcode == "constant" and leaves and not leaves[0][1] else ""
     return Inst(m.group(2), leaves, opcode, operands, line[m.end():], bool(m.group(1)),
-                nbytes, elements)
+                nbytes, elements, literal)
   m = _HEAD.match(line)
   if not m:
     return None
@@ -257,14 +274,26 @@ def parse_hlo(text: str) -> HloModule:
   """Parses HLO module text (linear in its length)."""
   comps, entry, cur, scheduled, section = {}, None, None, False, None
   tables: Dict[str, Dict[int, str]] = {}
-  for line in text.split("\n"):
+  names: set = set()
+  for number, line in enumerate(text.split("\n"), 1):
     if cur is not None:
       if line.strip() == "}":
         cur = None
         continue
-      inst = _parse_inst(line)
-      if inst is not None:
-        comps[cur].append(inst)
+      if not line.strip():
+        continue
+      try:
+        inst = _parse_inst(line)
+      except ValueError as e:
+        raise ValueError(f"HLO line {number} (computation '{cur}'): {e}") from None
+      if inst is None:
+        raise ValueError(f"HLO line {number} (computation '{cur}') is not an instruction "
+                         f"'name = shape opcode(operands)': {line.strip()[:120]!r}")
+      if inst.name in names:
+        raise ValueError(f"HLO line {number} (computation '{cur}'): instruction "
+                         f"'{inst.name}' is defined twice")
+      names.add(inst.name)
+      comps[cur].append(inst)
       continue
     s = line.strip()
     if s.startswith("HloModule"):
@@ -280,16 +309,107 @@ def parse_hlo(text: str) -> HloModule:
       toks = s.split()
       is_entry = toks[0] == "ENTRY"
       cur = toks[1 if is_entry else 0].lstrip("%")
-      comps[cur] = []
+      comps[cur], names = [], set()
       entry = cur if is_entry else entry
     else:
       section = None
+  if cur is not None:
+    raise ValueError(f"HLO text ends inside computation '{cur}' (no closing '}}'): truncated?")
   if entry is None:
     raise ValueError("HLO text has no ENTRY computation")
+  _check_called(comps)
   return HloModule(comps, entry, scheduled, _resolve_frames(tables))
+
+
+# Attributes naming the computations an instruction runs or applies (reducers included).
+_CALLS = tuple(sorted({a for attrs in CALLED_ATTRS.values() for a in attrs} | {"to_apply"}))
+
+
+def _check_called(comps: Dict[str, List[Inst]]) -> None:
+  """ValueError naming an instruction that calls a computation the module does not define."""
+  for comp, insts in comps.items():
+    for inst in insts:
+      if "=%" not in inst.attrs and not any(a + "=" in inst.attrs for a in _CALLS):
+        continue
+      for a in _CALLS:
+        missing = [c for c in inst.called(a) if c not in comps]
+        if missing:
+          raise ValueError(f"HLO instruction '{inst.name}' (computation '{comp}'): {a}= names "
+                           f"computation(s) {missing} that the module does not define")
 
 
 def parse_hlo_module(text: str) -> Tuple[Dict[str, List[Inst]], str]:
   """{computation name: instructions in order}, and the ENTRY computation's name."""
   mod = parse_hlo(text)
   return mod.comps, mod.entry
+
+
+# ------------------------------------------------------------------ while trip counts
+_KNOWN_TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+
+
+def _int_literal(inst: Optional[Inst]) -> Optional[int]:
+  if inst is None or inst.opcode != "constant" or not inst.literal:
+    return None
+  try:
+    return int(inst.literal)
+  except ValueError:
+    return None
+
+
+def _tuple_index(inst: Optional[Inst], param: str) -> Optional[int]:
+  """k where `inst` is get-tuple-element(param), index=k; else None."""
+  if inst is None or inst.opcode != "get-tuple-element" or inst.operands != [param]:
+    return None
+  index = inst.attr("index")
+  return int(index) if index is not None and index.isdigit() else None
+
+
+def while_trip_count(inst: Inst, caller: Optional[str],
+                     by_name: Callable[[str], Dict[str, Inst]]) -> Optional[int]:
+  """Iterations of a `while` instruction of computation `caller`: XLA's `known_trip_count`
+  (backend_config, post stage), else the counted loop JAX writes for scan / fori_loop / map,
+  recognised as XLA's own loop analysis does for its simplest pattern: the condition's root is
+  `i < N` (or `N > i`) for an integer constant N and tuple element i of the state, the body's
+  root tuple sets that element to `i + 1`, and the loop's initial tuple gives it an integer
+  constant c0: max(0, N - c0) iterations. None when the count is not known (a loop whose
+  condition depends on data). `by_name(comp)`: {instruction name: Inst} of a computation (the
+  caller's memoised lookup)."""
+  m = _KNOWN_TRIP.search(inst.attrs)
+  if m:
+    return int(m.group(1))
+  cond, body = inst.called("condition"), inst.called("body")
+  if len(cond) != 1 or len(body) != 1 or len(inst.operands) != 1 or caller is None:
+    return None
+
+  def root_and_param(comp):
+    insts = by_name(comp).values()
+    roots = [i for i in insts if i.is_root]
+    params = [i.name for i in insts if i.opcode == "parameter"]
+    return (roots[0], params[0]) if len(roots) == 1 and len(params) == 1 else (None, None)
+
+  cmp, c_param = root_and_param(cond[0])
+  if cmp is None or cmp.opcode != "compare" or len(cmp.operands) != 2:
+    return None
+  direction = cmp.attr("direction")
+  lhs, rhs = (by_name(cond[0]).get(o) for o in cmp.operands)
+  index, bound = (lhs, rhs) if direction == "LT" else (rhs, lhs) if direction == "GT" else (
+      None, None)
+  k, n = _tuple_index(index, c_param), _int_literal(bound)
+  if k is None or n is None:
+    return None
+  out, b_param = root_and_param(body[0])
+  if out is None or out.opcode != "tuple" or k >= len(out.operands):
+    return None
+  step = by_name(body[0]).get(out.operands[k])
+  if step is None or step.opcode != "add" or len(step.operands) != 2:
+    return None
+  a, b = (by_name(body[0]).get(o) for o in step.operands)
+  if not ((_tuple_index(a, b_param) == k and _int_literal(b) == 1)
+          or (_tuple_index(b, b_param) == k and _int_literal(a) == 1)):
+    return None
+  init = by_name(caller).get(inst.operands[0])
+  if init is None or init.opcode != "tuple" or k >= len(init.operands):
+    return None
+  c0 = _int_literal(by_name(caller).get(init.operands[k]))
+  return None if c0 is None else max(0, n - c0)

@@ -142,8 +142,15 @@ def call_target(target: str):
     return out
   if not (isinstance(out, tuple) and len(out) == 2 and callable(out[0])
           and isinstance(out[1], tuple)):
+    got = type(out).__name__
+    if isinstance(out, tuple) and len(out) == 2 and callable(out[0]):
+      got = f"(fn, args) with args a {type(out[1]).__name__}"
+    elif isinstance(out, tuple):
+      got = f"a tuple of {len(out)} item(s)" + ("" if len(out) != 2 else
+                                                f" whose first, a {type(out[0]).__name__}, "
+                                                "is not callable")
     raise ValueError(f"graph 'jax:{target}': {func_name}() must return a CompGraph or a JAX "
-                     f"program (fn, args) with args a tuple, got {type(out).__name__}")
+                     f"program (fn, args) with args a tuple, got {got}")
   return out
 
 
@@ -153,6 +160,20 @@ def _cost_model(device: str, calibration: Optional[str]
   `calibration` keys."""
   calib = costmodel.Calibration.load(calibration) if calibration else None
   return costmodel.device_spec(device, calib), calib
+
+
+def check_settings(target: str, stage: str = DEFAULT_STAGE, device: str = DEFAULT_DEVICE,
+                   calibration: Optional[str] = None
+                   ) -> Tuple[costmodel.DeviceSpec, Optional[costmodel.Calibration]]:
+  """A `jax:` spec's stage, device and calibration checked (the calibration file read):
+  (device spec, calibration). `load_jax_program` and `simulator.sources.check_spec` both."""
+  if stage not in STAGES:
+    raise ValueError(f"graph 'jax:{target}': stage must be one of {', '.join(STAGES)}, got "
+                     f"{stage!r}")
+  try:
+    return _cost_model(device, calibration)
+  except ValueError as e:
+    raise ValueError(f"graph 'jax:{target}': {e}") from e
 
 
 def load_jax_program(target: str, stage: str = DEFAULT_STAGE, device: str = DEFAULT_DEVICE,
@@ -167,13 +188,7 @@ def load_jax_program(target: str, stage: str = DEFAULT_STAGE, device: str = DEFA
       function (or importing its module) fails (its exception type and message are kept), a
       wrong return value, or a program that fails to lower.
   """
-  if stage not in STAGES:
-    raise ValueError(f"graph 'jax:{target}': stage must be one of {', '.join(STAGES)}, got "
-                     f"{stage!r}")
-  try:
-    spec, calib = _cost_model(device, calibration)
-  except ValueError as e:
-    raise ValueError(f"graph 'jax:{target}': {e}") from e
+  spec, calib = check_settings(target, stage, device, calibration)
   with working_dir_on_path():
     out = call_target(target)
     if isinstance(out, CompGraph):
@@ -187,4 +202,4 @@ def load_jax_program(target: str, stage: str = DEFAULT_STAGE, device: str = DEFA
 
 
 __all__ = ["DEFAULT_DEVICE", "DEFAULT_STAGE", "ModuleNotImportable", "STAGES", "call_target",
-           "from_jax", "import_function", "is_target", "load_jax_program", "working_dir_on_path"]
+           "check_settings", "from_jax", "import_function", "is_target", "load_jax_program", "working_dir_on_path"]
