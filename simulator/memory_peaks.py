@@ -42,8 +42,10 @@ def sortable_bits(x):
   """Unsigned integers that order like the floats `x` (-0.0 == 0.0): uint32, or uint64."""
   itype, utype = ((jnp.int64, jnp.uint64) if x.dtype == jnp.float64 else
                   (jnp.int32, jnp.uint32))
-  # -0.0 -> 0.0 by a select: XLA's simplifier drops `x + 0.0`.
-  bits = jax.lax.bitcast_convert_type(jnp.where(x == 0, jnp.zeros_like(x), x), itype)
+  # -0.0 -> 0.0 on the bits (its pattern is the integer minimum): a float `x == 0` would also
+  # take a subnormal for 0 where the CPU treats subnormals as zero, tying 1e-40 with 0.
+  bits = jax.lax.bitcast_convert_type(x, itype)
+  bits = jnp.where(bits == jnp.iinfo(itype).min, jnp.zeros_like(bits), bits)
   bits = jnp.where(bits < 0, bits ^ jnp.iinfo(itype).max, bits)  # negatives: reverse order
   return (bits ^ jnp.iinfo(itype).min).astype(utype)  # flip the sign bit: unsigned order
 

@@ -48,9 +48,13 @@ def check_actions(graph: CompGraph, topology: Topology, placement, priority):
   placement = np.asarray(placement)
   priority = np.asarray(priority)
   n, d = graph.num_nodes, topology.num_devices
-  if placement.shape[-1:] != (n,) or priority.shape != placement.shape:
+  for what, x in (("placement", placement), ("priority", priority)):
+    if x.dtype.kind not in "biuf":  # objects, strings, complex numbers
+      raise ValueError(f"{what} must hold real numbers, got dtype {x.dtype}")
+  if (placement.shape[-1:] != (n,) or priority.shape != placement.shape
+      or placement.ndim > 2):
     raise ValueError(f"placement {placement.shape} and priority {priority.shape} must both "
-                     f"have shape (..., {n}) for graph '{graph.name}' of {n} nodes")
+                     f"have shape (N,) or (B, N) with N = {n} for graph '{graph.name}'")
   if placement.size and not np.issubdtype(placement.dtype, np.integer):
     if np.any(placement != np.round(placement)):
       raise ValueError("placement must hold integer device ids")
@@ -62,6 +66,37 @@ def check_actions(graph: CompGraph, topology: Topology, placement, priority):
   if bad.size:
     raise ValueError(f"priority{list(bad[0])} is NaN")
   return placement.astype(np.int64), priority.astype(np.float64)
+
+
+# Event times the float32 simulator may reach: float32's largest value is 3.4e38.
+MAX_EVENT_TIME = 1e38
+
+
+def check_time_range(graph: CompGraph, topology: Topology) -> None:
+  """ValueError when some event time of some action could leave float32's range: in float32
+  an overflowed time is inf, and the jitted loop never commits an op whose start is inf (its
+  makespan would come out too small). The bound is every op's slowest duration plus every
+  transfer it could send, summed (float64): no schedule ends later. Each value is below 1e30
+  (`graph.MAX_VALUE`), but a quotient cost / speed or bytes / bandwidth can still overflow.
+  With JAX's x64 mode on the simulator is float64 and there is nothing to check."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.config.jax_enable_x64 or graph.num_nodes == 0:
+    return
+  speed = np.asarray(topology.speed, np.float64)
+  slowest = np.max(np.asarray(graph.cost, np.float64)[:, None] / speed[None, :]
+                   + np.asarray(topology.overhead, np.float64)[None, :], axis=1)
+  total = float(np.sum(slowest))
+  d = topology.num_devices
+  if d > 1 and graph.num_edges:
+    latency, per_byte = topology.link_tables()  # (bandwidths are >= 1e-30: finite per byte)
+    total += (d - 1) * float(np.sum(np.asarray(graph.out_bytes, np.float64) * np.max(per_byte)
+                                    + np.max(latency)))
+  if not total <= MAX_EVENT_TIME:
+    raise ValueError(f"graph '{graph.name}' on this topology: event times can reach {total:.3g} "
+                     f"s (all durations and transfers in a row), beyond float32's range of the "
+                     f"jitted simulator (max {MAX_EVENT_TIME:g}); scale costs, speeds, bytes or "
+                     f"bandwidths, or enable JAX's x64 mode (docs/design.md section 4, "
+                     f"Precision)")
 
 
 def reference_simulate(graph: CompGraph, topology: Topology, placement,

@@ -52,7 +52,7 @@ from simulator import fusion, padding
 from simulator.padding import PaddedGraph, pad_graph, tree_shape
 from simulator.events import schedule_events, sequential_transfers
 from simulator.memory_peaks import peak_memory, rank_order, resident_base
-from simulator.reference import check_actions
+from simulator.reference import check_actions, check_time_range
 from simulator.topology import Topology
 
 INF = float("inf")
@@ -468,6 +468,7 @@ def simulate(graph: CompGraph, topology: Topology, placement, priority,
   CPU's, which the simulator's semantics make identical up to float rounding.
   """
   placement, priority = check_actions(graph, topology, placement, priority)
+  check_time_range(graph, topology)
   if fuse is not None:
     fuse = np.atleast_2d(check_fuse(graph, fuse, placement.shape))
   placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)

@@ -121,17 +121,21 @@ class Topology:
               mem_capacity: float = np.inf, speed: float = 1.0,
               overhead: float = 0.0) -> "Topology":
     """Identical devices, every pair linked with the same bandwidth and latency."""
-    if num_devices < 1:
-      raise ValueError(f"Topology.uniform: num_devices must be >= 1, got {num_devices}")
+    if (isinstance(num_devices, bool) or not isinstance(num_devices, (int, np.integer))
+        or num_devices < 1):
+      raise ValueError(f"Topology.uniform: num_devices must be an integer >= 1, got "
+                       f"{num_devices!r}")
     d = num_devices
     return cls.create(np.full(d, speed), np.full(d, overhead), np.full(d, mem_capacity),
                       np.full((d, d), bandwidth), np.full((d, d), latency))
 
   def with_memory(self, mem_capacity) -> "Topology":
     """The same topology with another per-device memory capacity (scalar or (D,))."""
-    return Topology.create(self.speed, self.overhead,
-                           np.broadcast_to(np.asarray(mem_capacity, np.float64),
-                                           (self.num_devices,)),
+    mem = np.asarray(mem_capacity, np.float64)
+    if mem.ndim > 1 or (mem.ndim == 1 and mem.shape != (self.num_devices,)):
+      raise ValueError(f"Topology.with_memory: mem_capacity must be a scalar or one value per "
+                       f"device ({self.num_devices}), got shape {mem.shape}")
+    return Topology.create(self.speed, self.overhead, np.broadcast_to(mem, (self.num_devices,)),
                            self.bandwidth, self.latency)
 
   def link_tables(self):

@@ -105,8 +105,18 @@ class _Reader:
         x = float(m.group(1)) * units.get(m.group(2), 1.0) if m.group(2) else float(m.group(1))
         if m.group(2) and ("b/s" in m.group(2) or "bit/s" in m.group(2)):
           x = x / 8  # bits per second
+        if math.isinf(x):
+          self.fail(field, f"{value!r} is beyond the range of a float; write \"inf\" for "
+                    "unbounded")
+    elif isinstance(value, _Overflowed):
+      self.fail(field, f"{value.text} is beyond the range of a float; write \"inf\" for "
+                "unbounded")
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-      x = float(value)
+      try:
+        x = float(value)
+      except OverflowError:
+        self.fail(field, f"an integer of {len(str(value))} digits is beyond the range of a "
+                  "float")
     else:
       self.fail(field, f"must be a number ({kind}), got {value!r}")
     if math.isnan(x):
@@ -306,6 +316,33 @@ def parse(content: Any, source: str = "topology") -> Topology:
     raise ValueError(f"{source}: {e}") from None
 
 
+class _Overflowed(float):
+  """A JSON number beyond float's range (it reads as inf): refused by `_Reader.number`."""
+
+  def __new__(cls, text: str):
+    out = super().__new__(cls, math.inf)
+    out.text = text
+    return out
+
+
+def _parse_float(text: str) -> float:
+  x = float(text)
+  return _Overflowed(text) if math.isinf(x) else x
+
+
+class _DuplicateKey(Exception):
+  pass
+
+
+def _unique_keys(pairs):
+  out = {}
+  for key, value in pairs:
+    if key in out:
+      raise _DuplicateKey(key)
+    out[key] = value
+  return out
+
+
 def read(path: Union[str, os.PathLike]) -> Any:
   """The parsed JSON of a file; ValueError naming the file if missing or not JSON."""
   path = os.fspath(path)
@@ -315,8 +352,12 @@ def read(path: Union[str, os.PathLike]) -> Any:
   try:
     with open(path, encoding="utf-8") as fh:
       # NaN / Infinity tokens (not JSON, but Python writes them) become floats so that the
-      # field checks reject NaN by name and accept Infinity where inf is allowed.
-      return json.load(fh, parse_constant=float)
+      # field checks reject NaN by name and accept Infinity where inf is allowed; a number
+      # beyond float's range (1e400) is kept apart, so that it is not read as infinity.
+      return json.load(fh, parse_constant=float, parse_float=_parse_float,
+                       object_pairs_hook=_unique_keys)
+  except _DuplicateKey as e:
+    raise ValueError(f"{path}: key {e.args[0]!r} is given twice in one object") from None
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: not valid JSON: {e}") from None
   except RecursionError:

@@ -554,7 +554,7 @@ def test_bare_name_loads_the_pipedream_model(shared_data):
     ("MOD:broken", "'jax:MOD:broken': calling broken\\(\\) failed: RuntimeError: boom"),
     ("MOD:not_a_graph", "not_a_graph\\(\\) must return a CompGraph or a JAX program \\(fn, "
      "args\\) with args a tuple, got int"),
-    ("MOD:as_list", "got tuple"),
+    ("MOD:as_list", "with args a list"),
     ("jax:MOD:program,stage=mid", "stage must be one of pre, post, got 'mid'"),
     ("jax:MOD:program,device=no_gpu", "unknown device spec 'no_gpu'; available: a100"),
     ("jax:MOD:program,calibration=no_such_file.json", "no_such_file.json"),

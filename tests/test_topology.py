@@ -143,7 +143,7 @@ def test_uniform_defaults_and_errors():
   t = Topology.uniform(1, bandwidth=1.0)
   assert t.num_devices == 1
   assert t.mem_capacity[0] == np.inf and t.speed[0] == 1.0 and t.overhead[0] == 0.0
-  with pytest.raises(ValueError, match="num_devices must be >= 1"):
+  with pytest.raises(ValueError, match="num_devices must be an integer >= 1"):
     Topology.uniform(0, bandwidth=1.0)
   with pytest.raises(ValueError, match="bandwidth of devices 0->1"):
     Topology.uniform(2, bandwidth=0.0)

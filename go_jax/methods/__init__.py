@@ -23,6 +23,7 @@ import numpy as np
 from go_jax import objectives
 from simulator import runtime
 from simulator.graph import CompGraph, upward_rank
+from simulator.reference import check_actions, check_time_range
 from simulator.simulate import simulate
 from simulator.topology import Topology
 
@@ -203,6 +204,30 @@ def anytime_curve(points, offset: float = 0.0) -> List[Dict[str, float]]:
   return curve
 
 
+# The simulator's objective is float32 and the bounds float64: an objective at the bound can
+# come out a rounding below it. A gap above -GAP_ROUNDING is that and reads 0; one below is kept
+# (it would be a wrong bound, which the tests look for).
+GAP_ROUNDING = 1e-6
+
+
+def _check_arguments(name: str, spec: "MethodSpec", seed, budget, overrides) -> None:
+  """ValueError for a seed that is not an integer >= 0, a budget that is not an integer >= 1
+  (or None), and a fractional value for an option whose default is an integer."""
+  integral = lambda v: (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or (
+      isinstance(v, (float, np.floating)) and float(v).is_integer())
+  if not integral(seed) or seed < 0:
+    raise ValueError(f"method '{name}': seed must be an integer >= 0, got {seed!r}")
+  if budget is not None and (not integral(budget) or budget < 1):
+    raise ValueError(f"method '{name}': budget (simulator evaluations) must be an integer >= 1 "
+                     f"or None, got {budget!r}")
+  for key, value in overrides.items():
+    default = spec.defaults.get(key)
+    if (isinstance(default, int) and not isinstance(default, bool)
+        and isinstance(value, (float, np.floating)) and not float(value).is_integer()):
+      raise ValueError(f"method '{name}': option {key}={value!r} must be an integer "
+                       f"(default {default})")
+
+
 def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "makespan",
           seed: int = 0, budget: Optional[int] = None, placement=None,
           **overrides) -> Solution:
@@ -227,8 +252,16 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
                      f"{sorted(spec.defaults)}")
   if spec.kind in ("schedule", "fusion") and placement is None:
     raise ValueError(f"method '{name}' works on a fixed placement: pass placement=(N,) ids")
-  fixed = None if placement is None else np.asarray(placement, np.int64)
-  fixed_prio = None if priority is None else np.asarray(priority, np.float64)
+  _check_arguments(name, spec, seed, budget, overrides)
+  check_time_range(graph, topology)  # before a search that the final simulation would refuse
+  fixed = fixed_prio = None
+  if placement is not None:  # integer ids in range, as `simulate` checks them
+    fixed, fixed_prio = check_actions(
+        graph, topology, placement, np.zeros(np.shape(placement)) if priority is None
+        else priority)
+    if fixed.ndim != 1:
+      raise ValueError(f"method '{name}': placement must have shape (N,), got {fixed.shape}")
+    fixed_prio = None if priority is None else fixed_prio
   problem = Problem(graph, topology, objective, int(seed), budget, fixed, fixed_prio)
   config = dict(spec.defaults, **overrides)
   t0 = time.perf_counter()
@@ -237,6 +270,8 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
   place = np.asarray(prop.placement if spec.kind not in ("schedule", "fusion") else fixed,
                      np.int64)
   sim_graph = graph if prop.graph is None else prop.graph  # a partitioning's expanded graph
+  if place.shape == (sim_graph.num_nodes,):  # rule 1: each op where it runs (its group's root)
+    place = place[sim_graph.colocation_root()]
   if prop.priority is not None:
     prio = np.asarray(prop.priority, np.float64)
   else:
@@ -245,6 +280,8 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
   scored = evaluate(sim_graph, topology, place, prio, objective, fuse=fuse)
   lb = objectives.get_objective(objective).lower_bound(sim_graph, topology)["bound"]
   gap = scored["objective"] / lb - 1.0 if lb > 0 else float("inf")
+  if -GAP_ROUNDING < gap < 0:  # a float32 objective a rounding below the float64 bound
+    gap = 0.0
   reason = prop.info.get("reason", "")
   if not scored["feasible"]:
     over = np.flatnonzero(scored["peak_memory"] > topology.mem_capacity)

@@ -37,7 +37,7 @@ def single(problem: Problem, config) -> Proposal:
 
 @register("random", "placement", "best of K uniformly random placements", samples=256)
 def random_best(problem: Problem, config) -> Proposal:
-  k = int(problem.budget or config["samples"])
+  k = int(config["samples"] if problem.budget is None else problem.budget)
   if k < 1:
     raise ValueError(f"random: samples must be >= 1, got {k}")
   rng = np.random.default_rng(problem.seed)

@@ -267,7 +267,8 @@ def check_spec(spec: str) -> str:
   return resolved if limit is None else f"{resolved},{COARSEN_KEY}={limit}"
 
 
-def _check_jax(target: str) -> None:
+def _check_jax(target: str, **settings) -> None:
+  jax_program.check_settings(target, **settings)  # stage, device, calibration
   with jax_program.working_dir_on_path():
     jax_program.import_function(target)
 
@@ -281,12 +282,13 @@ def _check_costgraph(path: str) -> None:
 # The cheap existence checks of the importers (`check_spec`), from the parsed keyword arguments.
 _CHECKS: Dict[str, Callable[[Dict[str, object]], None]] = {
     "pipedream": lambda kw: pipedream.resolve_pipedream(kw["path_or_model_name"]),
-    "piper": lambda kw: piper.resolve_piper(kw["path_or_name"]),
+    "piper": lambda kw: piper.load_piper(**kw),  # a JSON file of a few KB: read it all
     "zoo": lambda kw: zoo_source.check_zoo(**kw),
-    "jax": lambda kw: _check_jax(kw["target"]),
+    "jax": lambda kw: _check_jax(**kw),
     "costgraph": lambda kw: _check_costgraph(kw["path"])}
 # The seeded synthetic generators are checked by generating (under a second for 1e5 nodes):
-# every parameter (a negative size, a width beyond the size) is refused before a sweep starts.
+# every parameter (a negative size or seed, a size above synthetic.MAX_NODES) is refused before
+# a sweep starts.
 for _kind in ("layered", "regal", "chain", "series_parallel"):
   _CHECKS[_kind] = (lambda kind: lambda kw: REGISTRY[kind].fn(**kw))(_kind)
 del _kind

@@ -34,12 +34,23 @@ _WEIGHTED_TYPES = ("conv", "dot", "norm", "embedding")
 _DENSE_LIMIT = 2**22
 
 
-def _check_int(name: str, value, minimum: int) -> int:
+# The largest generated graph: its arrays stay a few GB (the largest graphs measured here have
+# 80k ops); a size beyond it is a typo that would otherwise end in a MemoryError.
+MAX_NODES = 10_000_000
+
+
+def _check_int(name: str, value, minimum: int, maximum: Optional[int] = None) -> int:
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise ValueError(f"{name} must be an integer, got {value!r}")
   if value < minimum:
     raise ValueError(f"{name} must be >= {minimum}, got {value}")
+  if maximum is not None and value > maximum:
+    raise ValueError(f"{name} must be <= {maximum:,}, got {value:,}")
   return int(value)
+
+
+def _rng(seed) -> np.random.Generator:
+  return np.random.default_rng(_check_int("seed", seed, 0))
 
 
 def _check_float(name: str, value, lo: float, hi: float, lo_open: bool = False) -> float:
@@ -122,7 +133,7 @@ def layered_dag(num_nodes: int, width: Optional[int] = None, *, avg_degree: Opti
     colocation_groups, colocation_size: random colocation groups (none by default).
     name: graph name (default describes the arguments).
   """
-  n = _check_int("num_nodes", num_nodes, 1)
+  n = _check_int("num_nodes", num_nodes, 1, MAX_NODES)
   if width is None:
     raise ValueError("layered requires width (nodes per layer, >= 1), e.g. "
                      "'layered:n=200,width=16'")
@@ -135,7 +146,7 @@ def layered_dag(num_nodes: int, width: Optional[int] = None, *, avg_degree: Opti
   else:
     avg_degree = _check_float("avg_degree", 2.0 if avg_degree is None else avg_degree,
                               1.0, 1e9)
-  rng = np.random.default_rng(seed)
+  rng = _rng(seed)
   num_layers = -(-n // width)
   sizes = np.full(num_layers, n // num_layers)
   sizes[:n % num_layers] += 1
@@ -214,12 +225,12 @@ def regal_dag(num_nodes: int, seed: int = 0, *, max_inputs: int = 3, locality: f
     integer_costs, time_unit, bytes_unit: see above.
     colocation_groups, colocation_size, name: as in `layered_dag`.
   """
-  n = _check_int("num_nodes", num_nodes, 1)
+  n = _check_int("num_nodes", num_nodes, 1, MAX_NODES)
   max_inputs = _check_int("max_inputs", max_inputs, 1)
   locality = _check_float("locality", locality, 0.0, 1e9, lo_open=True)
   time_unit = _check_float("time_unit", time_unit, 0.0, 1e3, lo_open=True)
   bytes_unit = _check_float("bytes_unit", bytes_unit, 0.0, 1e12, lo_open=True)
-  rng = np.random.default_rng(seed)
+  rng = _rng(seed)
   pairs = []
   for v in range(1, n):
     k = min(int(rng.integers(0, max_inputs + 1)), v)
@@ -244,8 +255,8 @@ def chain(num_nodes: int, seed: int = 0, *, integer_costs: bool = False,
           colocation_groups: int = 0, colocation_size: int = 2,
           name: Optional[str] = None) -> CompGraph:
   """A chain 0 -> 1 -> ... -> n-1 with random per-op fields (a pipeline-partitioning toy)."""
-  n = _check_int("num_nodes", num_nodes, 1)
-  rng = np.random.default_rng(seed)
+  n = _check_int("num_nodes", num_nodes, 1, MAX_NODES)
+  rng = _rng(seed)
   attrs = _node_attributes(rng, n, integer_costs, colocation_groups, colocation_size)
   ids = np.arange(n - 1)
   return CompGraph(senders=ids, receivers=ids + 1, **attrs, name=name or f"chain_n{n}_s{seed}")
@@ -275,10 +286,10 @@ def series_parallel(num_nodes: int, seed: int = 0, *, parallel_prob: float = 0.5
     max_branches: most branches of one parallel composition (>= 2).
     integer_costs, colocation_groups, colocation_size, name: as in `layered_dag`.
   """
-  n = _check_int("num_nodes", num_nodes, 1)
+  n = _check_int("num_nodes", num_nodes, 1, MAX_NODES)
   parallel_prob = _check_float("parallel_prob", parallel_prob, 0.0, 1.0)
   max_branches = _check_int("max_branches", max_branches, 2)
-  rng = np.random.default_rng(seed)
+  rng = _rng(seed)
   pairs = []
   count = 0
   stack = [(n, -1, -1)]  # (ops in block, entry op or -1, exit op or -1)

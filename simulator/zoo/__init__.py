@@ -117,6 +117,10 @@ def check(name: str, size: str = "default", **overrides) -> Dict[str, object]:
   if bad:
     raise ValueError(f"zoo model {name!r}: unknown knob(s) {sorted(bad)}; valid knobs: "
                      f"{', '.join(sorted(knobs))}")
+  # Integer knobs (sizes) are checked here as the model's build checks them; a float knob
+  # (inception_v3's width multiplier) is left to the build.
+  from simulator.zoo.common import check_knobs  # pylint: disable=g-import-not-at-top
+  check_knobs(name, **{k: v for k, v in overrides.items() if not isinstance(knobs[k], float)})
   knobs.update(overrides)
   return knobs
 
