@@ -322,7 +322,7 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
                  _since(t0))
     try:
       rows += run(method, GO_LABEL, "go", **opts, **job.options(method, graph))
-    except ValueError as e:  # the method refuses the instance (devices, checkpoint, budget)
+    except methods.Refused as e:  # the instance, not an option: the baselines run alone
       go_skipped = " ".join(str(e).split())
       logging.warning("GO skipped: %s", go_skipped)
     else:

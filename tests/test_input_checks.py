@@ -109,3 +109,11 @@ def test_check_spec_refuses_what_load_graph_would():
   with pytest.raises(ValueError, match="seed must be >= 0"):
     load_graph("chain:n=12,seed=-1")
   assert check_spec("zoo:inception_v3,width=0.5")  # a float knob is the build's to check
+
+
+def test_integer_options_without_a_default_refuse_fractions():
+  g, topo = CompGraph(**DIAMOND), Topology.uniform(2, bandwidth=1e3)
+  for name, opts in (("regal", dict(population=20.5)),
+                     ("regal_hint", dict(hint_partitions=2.7, hint_seeds=2))):
+    with pytest.raises(ValueError, match="must be an integer, got"):
+      methods.solve(name, g, topo, evaluations=300, **opts)

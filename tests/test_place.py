@@ -420,3 +420,14 @@ def test_launcher_method_none_runs_only_the_baselines(tmp_path):
   with open(os.path.join(out, "results.json")) as fh:
     data = json.load(fh)
   assert data["rows"] and all(not r["label"].startswith("go") for r in data["rows"])
+
+
+def test_a_bad_go_option_stops_go_jax_place_instead_of_skipping_go():
+  """Only an instance GO cannot serve (devices, fresh parameters without fine-tuning) runs the
+  baselines alone; a bad option value is an error (the launcher: one line, status 1)."""
+  graph = sources.load_graph("chain:n=8")
+  for opts, match in ((dict(learning_rate=0.0, finetune_seconds=1.0), "learning_rate"),
+                      (dict(finetune_seconds=float("inf"), finetune_updates=1),
+                       "finetune_seconds must be a finite number")):
+    with pytest.raises(ValueError, match=match):
+      place_lib.place(graph, "nvlink2", method="go", baselines=["heft"], **opts)

@@ -204,6 +204,13 @@ def anytime_curve(points, offset: float = 0.0) -> List[Dict[str, float]]:
   return curve
 
 
+class Refused(ValueError):
+  """A method cannot serve this instance as asked, though every option is valid: a learned
+  policy on a topology with more devices than it serves, or fresh parameters without
+  fine-tuning. `go-jax-place` then runs the baselines alone and says why; any other ValueError
+  (a bad option value) stops it."""
+
+
 # The simulator's objective is float32 and the bounds float64: an objective at the bound can
 # come out a rounding below it. A gap above -GAP_ROUNDING is that and reads 0; one below is kept
 # (it would be a wrong bound, which the tests look for).

@@ -71,13 +71,14 @@ budget // (K + 1) updates: each update simulates K sampled actions and the greed
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Dict, List, Optional
 
 import ml_collections
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
+from go_jax.methods import Problem, Proposal, Refused, anytime_curve, evaluate, register
 from go_jax.methods.learned_large import (  # re-exported: the large-graph path's names
     COARSE_MAX_GROUP_WEIGHT, COARSE_MEMORY_SCALE, COARSE_OUT_BOUND, COARSE_TEMP_BOUND,
     CRITICAL_SUFFIX, MEMORY_SCALES, PHASES, coarse_options, expand_priority, memory_scale)
@@ -211,7 +212,7 @@ def _load(method: str, checkpoint: str, shipped: str):
 def _check_devices(method: str, config, topology) -> None:
   dmax, d = int(config.policy.max_devices), topology.num_devices
   if d > dmax:
-    raise ValueError(f"{method}: the policy serves at most {dmax} devices, the topology has "
+    raise Refused(f"{method}: the policy serves at most {dmax} devices, the topology has "
                      f"{d}; train a policy with config.policy.max_devices >= {d} and pass its "
                      "folder as checkpoint=")
 
@@ -290,8 +291,10 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   """`solve_learned` on the graph as given."""
   from go_jax import pretrained, training  # pylint: disable=g-import-not-at-top  (heavy)
   seconds = config["finetune_seconds"]
-  if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-    raise ValueError(f"{method}: finetune_seconds must be a number >= 0, got {seconds!r}")
+  if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0
+      or not math.isfinite(seconds)):  # inf: the polish's timed climb would never end
+    raise ValueError(f"{method}: finetune_seconds must be a finite number >= 0 (bound the "
+                     f"updates with max_updates), got {seconds!r}")
   max_updates = config["max_updates"]
   if max_updates is not None and not _is_count(max_updates):
     raise ValueError(f"{method}: max_updates must be an integer >= 1 or None, got "
@@ -335,7 +338,7 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
     cap = int(problem.budget) // (k + 1)
     max_updates = cap if max_updates is None else min(int(max_updates), cap)
   if source is None and not tune:
-    raise ValueError(f"{method}: checkpoint='{NO_CHECKPOINT}' starts from fresh parameters, "
+    raise Refused(f"{method}: checkpoint='{NO_CHECKPOINT}' starts from fresh parameters, "
                      "which only fine-tuning uses: give finetune_seconds > 0 or max_updates")
   t0 = time.perf_counter()
   params = None

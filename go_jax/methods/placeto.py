@@ -35,7 +35,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, anytime_curve, evaluate, register
+from go_jax.methods import Problem, Proposal, Refused, anytime_curve, evaluate, register
 
 NO_CHECKPOINT = "none"
 DEFAULT_LEARNING_RATE = 1e-3
@@ -138,7 +138,7 @@ def placeto(problem: Problem, config) -> Proposal:
     label, dmax = config["checkpoint"], module.max_devices
   d = problem.topology.num_devices
   if d > dmax:
-    raise ValueError(f"placeto: the policy serves at most {dmax} devices, the topology has "
+    raise Refused(f"placeto: the policy serves at most {dmax} devices, the topology has "
                      f"{d}; train one with config.policy.max_devices >= {d}")
   load_seconds = time.perf_counter() - t0
   cfg = search_lib.tune_config(train_config, samples=config["samples"],

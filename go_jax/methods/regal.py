@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, evolution, register
+from go_jax.methods import Problem, Proposal, Refused, evolution, register
 
 DECODES = ("mode", "sample")
 # The checkpoints "auto" chooses from, per method, where shipped (each serves its policy's
@@ -91,6 +91,8 @@ SEARCH_PARAMS: Dict[str, Dict[str, Any]] = {
 SEARCH_OPTIONS = ("population", "elite_frac", "mutant_frac", "polish", "polish_batch",
                   "polish_swap", "polish_peak", "hint_partitions", "hint_seeds",
                   "hint_consensus")
+INTEGER_OPTIONS = ("population", "polish_batch", "hint_partitions", "hint_seeds",
+                   "hint_consensus")
 # read here, not by the guided BRKGA
 HINT_OPTIONS = ("hint_partitions", "hint_seeds", "hint_consensus")
 
@@ -184,7 +186,7 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
     checkpoint = shipped_checkpoint(method, d)
   train_config, module, params = load_checkpoint(method, checkpoint)
   if d > module.max_devices:
-    raise ValueError(f"{method}: the policy of checkpoint {checkpoint!r} serves at most "
+    raise Refused(f"{method}: the policy of checkpoint {checkpoint!r} serves at most "
                      f"{module.max_devices} devices, the topology has {d}; train one with "
                      f"config.policy.max_devices >= {d}")
   t0 = time.perf_counter()
@@ -193,6 +195,11 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
                          int(pg.senders.shape[0]), module.max_devices)
   search_config = dict(train_config.brkga)
   search_config.update(SEARCH_PARAMS.get(checkpoint, {}))
+  for k in INTEGER_OPTIONS:  # their default None reads the checkpoint's: no type to check by
+    v = config[k]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.number))
+                          or not float(v).is_integer()):
+      raise ValueError(f"{method}: {k} must be an integer, got {v!r}")
   search_config.update({k: config[k] for k in SEARCH_OPTIONS if config[k] is not None})
   partitions, seed_slots, consensus = _hint_settings(search_config, module.hints, method)
   hint, seeds, candidates, hint_evaluations = None, [], [], 0
