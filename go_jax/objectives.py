@@ -102,6 +102,36 @@ def peak_memory_objective(makespan, peak_memory, oom, mem_capacity, upper_bound)
                    jnp.max(peak_memory, axis=-1))
 
 
+def fusion_relaxation(graph: CompGraph, topology: Topology):
+  """(graph, topology) whose lower bounds hold for every FUSED action too (design.md 4.1).
+
+  Fusion lowers costs (a group launches once and skips its inner tensors), so the bounds of
+  the unfused graph do not bound a fused answer. No group costs less than the sum of: its
+  unfusible members, which are groups of one, unchanged; its heavy member (at most one, F2),
+  which is its anchor (no other class comes before a dot's or a convolution's), at least its
+  flops at its class's rate; one launch (the lowest overhead of any class) where its root is
+  an op that can never fuse into its consumer; nothing for the rest. The topology's per-op
+  overheads are paid once per group, so the relaxed topology has none; outputs and scratch may be absorbed, so only parameters
+  (a group holds the sum of its members') stay in the memory bound. A graph without a cost
+  reference cannot be fused and is returned as it is."""
+  from simulator import fusion  # pylint: disable=g-import-not-at-top
+  if graph.reference is None:
+    return graph, topology
+  t = fusion.node_tables(graph)
+  heavy_cost = np.where(t.heavy > 0, t.flops / t.rate_flops, 0.0)
+  # A fusible op whose request can never be legal (not one consumer, or an unfusible one) is
+  # its group's root: the group launches once, at least at the lowest overhead of any class
+  # (its anchor's), unless every member costs nothing (F4).
+  root = ~t.single | ~t.fusible[t.consumer]
+  launch = np.where(root, float(np.min(t.overhead)), 0.0)
+  # (no more than the op's own cost either: a group of one costs exactly that, whatever made it)
+  cost = np.where(t.fusible, np.minimum(graph.cost, heavy_cost + launch), graph.cost)
+  zero = np.zeros(graph.num_nodes)
+  relaxed = dataclasses.replace(graph, cost=cost, out_bytes=zero, temp_bytes=zero)
+  return relaxed, Topology.create(topology.speed, np.zeros(topology.num_devices),
+                                  topology.mem_capacity, topology.bandwidth, topology.latency)
+
+
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """A registered objective: its per-action value, its bounds on a (graph, topology) and the

@@ -66,6 +66,7 @@ def test_fusion_methods_are_registered_and_rescored(mlp):
   assert sols["xla_fusion"].makespan < sols["no_fusion"].makespan
   assert sols["fuse_all"].makespan <= sols["xla_fusion"].makespan
   for s in sols.values():  # the registry's objective is the fused re-simulation
+    assert s.gap >= 0 and s.lower_bound > 0  # a bound that holds for fused answers
     again = simulate(pre, topo, place, prio, fuse=s.fuse)
     assert s.makespan == pytest.approx(float(again.makespan[0]), rel=1e-6)
 
