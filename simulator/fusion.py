@@ -68,7 +68,8 @@ def check_fusable(graph: CompGraph) -> None:
     raise ValueError(
         f"graph '{graph.name}' has no cost reference: fusion costs a fused group with the "
         "roofline of the device that costed the graph, so it needs a graph costed by the cost "
-        "model (a jax: or zoo: source, or simulator.costmodel.apply_cost_model)")
+        "model (a jax: or zoo: source, or simulator.costmodel.apply_cost_model); a coarsened "
+        "graph (',coarsen=N') has none, as its nodes are groups of ops: fuse the graph itself")
   if not (np.any(graph.flops > 0) or np.any(graph.bytes_accessed > 0)):
     raise ValueError(f"graph '{graph.name}' has no flops and no bytes_accessed: fused groups "
                      "cannot be costed")
@@ -115,9 +116,30 @@ def node_tables(graph: CompGraph) -> NodeTables:
       overhead=np.asarray(ref.overhead_ratio)[cls] * ref.launch_overhead)
 
 
+def check_mask(fuse, shape, graph_name: str) -> np.ndarray:
+  """A fuse mask of `shape` (the placement's) as bool; ValueError unless it holds booleans or
+  0/1 (astype(bool) would read NaN, 0.5 or the string "False" as a request)."""
+  arr = np.asarray(fuse)
+  if arr.shape != tuple(shape):
+    raise ValueError(f"fuse has shape {arr.shape}, expected {tuple(shape)} (the placement's) "
+                     f"for graph '{graph_name}'")
+  if arr.size and arr.dtype != bool:
+    if arr.dtype.kind not in "biuf" or not np.all((arr == 0) | (arr == 1)):
+      raise ValueError(f"fuse must hold booleans (or 0/1), got dtype {arr.dtype}")
+  return arr.astype(bool)
+
+
 def effective_placement(graph: CompGraph, placement) -> np.ndarray:
-  """(N,) device of each op after colocation (rule 1)."""
-  return np.asarray(placement, np.int64)[graph.colocation_root()]
+  """(N,) device of each op after colocation (rule 1); ValueError unless `placement` is (N,)
+  integer device ids >= 0."""
+  arr = np.asarray(placement)
+  if arr.shape != (graph.num_nodes,):
+    raise ValueError(f"placement has shape {arr.shape}, expected ({graph.num_nodes},) for "
+                     f"graph '{graph.name}'")
+  if arr.size and (arr.dtype.kind not in "biuf" or not np.all(np.isfinite(arr))
+                   or np.any(arr != np.round(arr)) or np.any(arr < 0)):
+    raise ValueError(f"placement of graph '{graph.name}' must hold integer device ids >= 0")
+  return arr.astype(np.int64)[graph.colocation_root()]
 
 
 def fusion_groups(graph: CompGraph, placement, fuse,
@@ -127,10 +149,7 @@ def fusion_groups(graph: CompGraph, placement, fuse,
   `placement` is the action's placement (colocation is applied here); `fuse` (N,) bool.
   """
   t = node_tables(graph) if tables is None else tables
-  fuse = np.asarray(fuse, bool)
-  if fuse.shape != (graph.num_nodes,):
-    raise ValueError(f"fuse has shape {fuse.shape}, expected ({graph.num_nodes},) for graph "
-                     f"'{graph.name}'")
+  fuse = check_mask(fuse, (graph.num_nodes,), graph.name)
   place = effective_placement(graph, placement)
   j = t.consumer
   adm = fuse & t.single & t.fusible & t.fusible[j] & (place == place[j])  # F1

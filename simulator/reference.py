@@ -232,11 +232,7 @@ def reference_simulate(graph: CompGraph, topology: Topology, placement,
 
 def _fused(graph, topology, placement, priority, fuse) -> ReferenceResult:
   from simulator import fusion  # local: fusion imports the cost model lazily, keep this light
-  fuse = np.asarray(fuse)
-  if fuse.shape != placement.shape:
-    raise ValueError(f"fuse has shape {fuse.shape}, expected {placement.shape} (the "
-                     f"placement's) for graph '{graph.name}'")
-  fg = fusion.fuse_graph(graph, placement, fuse.astype(bool))
+  fg = fusion.fuse_graph(graph, placement, fusion.check_mask(fuse, placement.shape, graph.name))
   res = reference_simulate(fg.graph, topology, fg.placement, priority[fg.roots])
   return dataclasses.replace(
       res, start=res.start[fg.group], finish=res.finish[fg.group],

@@ -445,14 +445,7 @@ def prepare_batch(graph: CompGraph, placement, priority, batch_bucket: Optional[
 def check_fuse(graph: CompGraph, fuse, shape) -> np.ndarray:
   """Validates a fuse mask of `shape` (the placement's) for `graph`; returns it as bool."""
   fusion.check_fusable(graph)
-  arr = np.asarray(fuse)
-  if arr.shape != tuple(shape):
-    raise ValueError(f"fuse has shape {arr.shape}, expected {tuple(shape)} (the placement's) "
-                     f"for graph '{graph.name}'")
-  if arr.size and arr.dtype != bool:
-    if not np.all((arr == 0) | (arr == 1)):
-      raise ValueError("fuse must hold booleans (or 0/1)")
-  return arr.astype(bool)
+  return fusion.check_mask(fuse, shape, graph.name)
 
 
 def simulate(graph: CompGraph, topology: Topology, placement, priority,

@@ -78,7 +78,7 @@ def test_fusion_methods_reject_bad_input():
     methods.solve("fuse_all", g, topo)
   with pytest.raises(ValueError, match="needs XLA's decisions"):
     methods.solve("xla_fusion", g, topo, placement=np.zeros(5, int))
-  with pytest.raises(ValueError, match="decisions have shape"):
+  with pytest.raises(ValueError, match="decisions: fuse has shape"):
     methods.solve("xla_fusion", g, topo, placement=np.zeros(5, int), decisions=np.ones(3))
   with pytest.raises(ValueError, match="no cost reference"):
     methods.solve("fuse_all", g.replace(reference=None), topo, placement=np.zeros(5, int))

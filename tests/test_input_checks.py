@@ -117,3 +117,38 @@ def test_integer_options_without_a_default_refuse_fractions():
                      ("regal_hint", dict(hint_partitions=2.7, hint_seeds=2))):
     with pytest.raises(ValueError, match="must be an integer, got"):
       methods.solve(name, g, topo, evaluations=300, **opts)
+
+
+def test_fusion_and_partition_inputs_are_checked():
+  from simulator import fusion
+  from simulator.partition import expand, generic_space
+  from simulator.partition.space import comm_bytes
+  from go_jax.methods.partition_search import brute_force
+  chain = CompGraph(cost=[1.] * 4, senders=[0, 1, 2], receivers=[1, 2, 3], flops=[1.] * 4,
+                    bytes_accessed=[3.] * 4)
+  for bad, match in ((["False"] * 4, "fuse must hold booleans"), ([0.5] * 4, "booleans"),
+                     ([True] * 3, "fuse has shape")):
+    with pytest.raises(ValueError, match=match):
+      fusion.check_mask(bad, (4,), "chain")
+  for bad in ([0, np.nan, 0, 0], [0, 0.5, 0, 0], [0, -3, 0, 0], [0, 0, 0]):
+    with pytest.raises(ValueError, match="placement"):
+      fusion.effective_placement(chain, bad)
+  space = generic_space(chain, 2)
+  for bad, match in (([1.7] * 4, "option ids are integers"), ([np.nan] * 4, "integers"),
+                     ([-1] * 4, r"not in \[0, 3\)"), (["1"] * 4, "integers")):
+    with pytest.raises(ValueError, match=match):
+      expand(chain, space, bad)
+    with pytest.raises(ValueError, match=match):
+      comm_bytes(space, bad)
+  long = load_graph("chain:n=40,seed=0")  # more ops than numpy's 32 meshgrid axes
+  one = [np.array([0])] * long.num_nodes
+  assert brute_force(long, generic_space(long, 2), allowed=one).strategy.tolist() == [0] * 40
+  topo = Topology.uniform(4, bandwidth=1e9)
+  for opts, match in ((dict(degree=2.5), "degree must be an integer"),
+                      (dict(degree=True), "degree must be an integer"),
+                      (dict(space=generic_space(long, 2), degree=4), "disagree")):
+    with pytest.raises(ValueError, match=match):
+      methods.solve("data_parallel", long, topo, **opts)
+  with pytest.raises(ValueError, match="more workers than the topology's 2"):
+    methods.solve("data_parallel", long, Topology.uniform(2, bandwidth=1e9),
+                  space=generic_space(long, 4))

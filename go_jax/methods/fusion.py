@@ -52,10 +52,10 @@ def xla_fusion(problem: Problem, config) -> Proposal:
         "xla_fusion needs XLA's decisions for this graph: pass decisions=(N,) bool, from "
         "simulator.frontends.xla.xla_fusion_decisions(pre, post) or "
         "go_jax.methods.fusion.xla_fusion_program(fn, *args)")
-  decisions = np.asarray(decisions, bool)
-  if decisions.shape != (n,):
-    raise ValueError(f"xla_fusion: decisions have shape {decisions.shape}, expected ({n},) "
-                     f"for graph '{problem.graph.name}'")
+  try:
+    decisions = fusion.check_mask(decisions, (n,), problem.graph.name)
+  except ValueError as e:
+    raise ValueError(f"xla_fusion: decisions: {e}") from None
   return Proposal(problem.placement, fuse=decisions)
 
 

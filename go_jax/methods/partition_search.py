@@ -188,7 +188,13 @@ def brute_force(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequen
     raise ValueError(f"brute force over {total} assignments of '{graph.name}' exceeds the "
                      f"limit of {limit}; use a smaller graph")
   out_lay, in_lay = _tables(space)
-  grid = np.stack(np.meshgrid(*allow, indexing="ij"), -1).reshape(-1, graph.num_nodes)
+  # Every assignment, in meshgrid "ij" order (the last op fastest), as mixed-radix digits: a
+  # meshgrid has one array axis per op, and numpy allows at most 32 (64) of them.
+  sizes = np.array([a.size for a in allow], np.int64)
+  strides = np.concatenate([np.cumprod(sizes[::-1])[::-1][1:], [1]]).astype(np.int64)
+  index = np.arange(total, dtype=np.int64)[:, None]
+  digits = (index // strides[None, :]) % sizes[None, :]
+  grid = np.stack([allow[v][digits[:, v]] for v in range(graph.num_nodes)], -1)
   k = space.k
   cost = np.zeros(grid.shape[0])
   readers = {}

@@ -49,14 +49,22 @@ _COMMON = dict(degree=None, space=None)
 
 def _space(problem: Problem, config) -> StrategySpace:
   d = problem.topology.num_devices
-  k = d if config["degree"] is None else int(config["degree"])
-  if not 1 <= k <= d:
-    raise ValueError(f"partition degree must be in [1, {d}] (the number of devices), got {k}")
+  degree = config["degree"]
+  if degree is not None and (isinstance(degree, bool) or not isinstance(degree, (int, float,
+                                                                              np.number))
+                             or not float(degree).is_integer() or not 1 <= degree <= d):
+    raise ValueError(f"partition degree must be an integer in [1, {d}] (the number of "
+                     f"devices), got {degree!r}")
   space = config["space"]
   if space is None:
-    return programs.space_for(problem.graph, k)
+    return programs.space_for(problem.graph, d if degree is None else int(degree))
   if not isinstance(space, StrategySpace) or len(space.ops) != problem.graph.num_nodes:
     raise ValueError("option space must be a StrategySpace of the graph's ops")
+  if degree is not None and int(degree) != space.k:
+    raise ValueError(f"degree={degree} and a space of degree {space.k} disagree: give one")
+  if space.k > d:
+    raise ValueError(f"the option space is of degree {space.k}, more workers than the "
+                     f"topology's {d} devices")
   return space
 
 

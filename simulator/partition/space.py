@@ -107,17 +107,27 @@ class StrategySpace:
     """(N,) int number of options of each op."""
     return np.array([len(o.options) for o in self.ops], np.int64)
 
-  def check(self, graph: CompGraph, strategy) -> np.ndarray:
-    """(N,) int option ids; ValueError naming the op on a bad strategy."""
+  def check(self, graph: Optional[CompGraph], strategy) -> np.ndarray:
+    """(N,) int option ids; ValueError naming the op on a bad strategy (graph None: the
+    space's own ops, named by index)."""
     s = np.asarray(strategy)
-    if s.shape != (graph.num_nodes,) or len(self.ops) != graph.num_nodes:
-      raise ValueError(f"strategy has shape {s.shape}, expected ({graph.num_nodes},) (one "
-                       f"option per op of '{graph.name}', space of {len(self.ops)} ops)")
+    n = len(self.ops) if graph is None else graph.num_nodes
+    label = (lambda i: str(i)) if graph is None else graph.node_label
+    if s.shape != (n,) or len(self.ops) != n:
+      raise ValueError(f"strategy has shape {s.shape}, expected ({n},) (one option per op"
+                       + ("" if graph is None else f" of '{graph.name}'")
+                       + f", space of {len(self.ops)} ops)")
+    if s.size and (s.dtype.kind not in "biuf" or not np.all(np.isfinite(s))
+                   or np.any(s != np.round(s))):
+      bad = (np.arange(n) if s.dtype.kind not in "biuf"
+             else np.flatnonzero(~np.isfinite(s) | (s != np.round(s))))
+      raise ValueError(f"strategy gives op {label(int(bad[0]))} option {s[bad[0]]}: option "
+                       "ids are integers")
     bad = np.flatnonzero((s < 0) | (s >= self.num_options()))
     if bad.size:
       i = int(bad[0])
-      raise ValueError(f"strategy gives op {graph.node_label(i)} option {s[i]}, which is not "
-                       f"in [0, {len(self.ops[i].options)})")
+      raise ValueError(f"strategy gives op {label(i)} option {s[i]}, which is not in "
+                       f"[0, {len(self.ops[i].options)})")
     return s.astype(np.int64)
 
 
@@ -152,6 +162,7 @@ def requirements(space: StrategySpace, strategy) -> Dict[Tuple[int, int], float]
 def comm_bytes(space: StrategySpace, strategy) -> float:
   """Bytes the strategy moves between workers: per producer and distinct needed layout,
   `transfer_bytes` (the expansion merges consumers that need one layout, as rule 3 does)."""
+  strategy = space.check(None, strategy)
   total = 0.0
   for (u, lay), b in requirements(space, strategy).items():
     src = space.ops[u].options[int(strategy[u])].out
