@@ -22,6 +22,7 @@ GPU and one CPU device); the cost model is calibrated on the first device's back
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -123,6 +124,15 @@ def main(argv: Sequence[str]) -> None:
     progress(f"no calibration at {cal_path}: calibrating the cost model now (quick set)")
     cal = costmodel.calibrate(backend=devices[0].platform, sizes="quick", progress=progress)
     cal.save(cal_path)
+  # Every prediction depends on the calibration: cells made under another one are not reused.
+  with open(cal_path, "rb") as fh:
+    settings["calibration_sha256"] = hashlib.sha256(fh.read()).hexdigest()
+  made_with = store.get("settings", {}).get("calibration_sha256")
+  if cells and made_with != settings["calibration_sha256"]:
+    raise app.UsageError(
+        f"{json_path}: its cells were made with "
+        + ("another calibration" if made_with else "a calibration it did not record")
+        + f" than {cal_path}; use another --out or the calibration they were made with")
   topologies = {}
   for d in counts:  # measured once per output folder, so a resumed run predicts alike
     path = os.path.join(FLAGS.out, f"topology_{d}.json")

@@ -178,6 +178,16 @@ def test_calibration_json_round_trip(tmp_path):
     (lambda d: d["classes"]["dot"].pop("bytes_eff"), "classes.dot"),
     (lambda d: d.update(parallel_efficiency=2.0), "parallel_efficiency"),
     (lambda d: d.update(bogus=1), "bogus"),
+    # beyond the fit's bounds (a hand edit would silently drop a roofline term)
+    (lambda d: d["classes"]["elementwise"].update(bytes_eff=1e300), "classes.elementwise"),
+    (lambda d: d["classes"]["dot"].update(overhead=1e6), "classes.dot.overhead"),
+    (lambda d: d.update(contention=1e6), "contention"),
+    (lambda d: d.update(transcendental_weight=1e300), "transcendental_weight"),
+    (lambda d: d.update(peak_flops={"f32": 1e300}), "peak_flops.f32"),
+    (lambda d: d.update(mem_bandwidth=1e-300), "mem_bandwidth"),
+    (lambda d: d.update(launch_overhead=0.0), "launch_overhead"),  # would drop every overhead
+    (lambda d: d.update(version=True), "version"),
+    (lambda d: d.update(fitted={"dot": 5}), "fitted"),
 ])
 def test_malformed_calibration_file_names_the_field(tmp_path, edit, field):
   data = _calibration().to_dict()
@@ -186,9 +196,15 @@ def test_malformed_calibration_file_names_the_field(tmp_path, edit, field):
   path.write_text(json.dumps(data))
   with pytest.raises(ValueError, match=field.replace(".", r"\.")):
     Calibration.load(str(path))
-  path.write_text("{not json")
+  for text in ("{not json", "[" * 100_000, '{"version": 1, "version": 1}'):
+    path.write_text(text)
+    with pytest.raises(ValueError, match="cannot read calibration file"):
+      Calibration.load(str(path))
+  path.write_bytes(b"\xff\xfe")
   with pytest.raises(ValueError, match="cannot read calibration file"):
     Calibration.load(str(path))
+  with pytest.raises(ValueError, match="calibration must be a Calibration"):
+    device_spec("local", str(path))
 
 
 def test_quick_calibration_fits_finite_positive_numbers():

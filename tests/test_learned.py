@@ -166,7 +166,8 @@ def test_more_devices_than_the_policy_serves(instance):
 
 @pytest.mark.parametrize("overrides,message", [
     (dict(bogus=1), "no option"),
-    (dict(finetune_seconds=-1.0), "finetune_seconds must be a number >= 0"),
+    (dict(finetune_seconds=-1.0), "finetune_seconds must be a finite number >= 0"),
+    (dict(finetune_seconds=float("inf"), max_updates=1), "finetune_seconds must be a finite"),
     (dict(samples=0), "samples must be an integer >= 1"),
     (dict(max_updates=1.5), "max_updates must be an integer >= 1"),
     (dict(learning_rate=0.0), "learning_rate must be > 0"),

@@ -67,6 +67,13 @@ def test_tiny_study_end_to_end_and_resume(tmp_path):
   other = _launch(*args[:-2], "--repeats=5", f"--out={out}", "--noprogress")
   assert other.returncode != 0 and "other settings" in other.stderr
   assert "Traceback" not in other.stderr
+  # another calibration changes every prediction: its cells are not reused
+  data = json.loads(cal.read_text())
+  data["classes"]["dot"]["overhead"] = 2e-6
+  cal.write_text(json.dumps(data))
+  recal = _launch(*args)
+  assert recal.returncode != 0 and "another calibration" in recal.stderr, recal.stderr[-2000:]
+  assert "Traceback" not in recal.stderr
 
 
 def test_bad_flags_are_one_line():

@@ -40,7 +40,7 @@ Procedure (`calibrate`):
   4. A parameter counts as fitted when the data move it (its Jacobian column is not ~0: e.g. a
      class that is never compute bound in the programs leaves flops_eff undetermined); the
      others keep `roofline.DEFAULT_FLOPS_EFF` / `DEFAULT_BYTES_EFF` and are flagged in
-     `Calibration.fitted`. `launch_overhead` is the median of the fitted class overheads.
+     `Calibration.fitted`. `launch_overhead` is the median of the fitted class overheads above 1 ns.
 """
 
 from __future__ import annotations
@@ -54,17 +54,13 @@ import numpy as np
 
 from simulator.costmodel import opclass as feat
 from simulator.costmodel import microbench, roofline
-from simulator.costmodel.calibration import Calibration
+from simulator.costmodel.calibration import (CONTENTION_BOUNDS, DISPATCH_BOUNDS, EFF_BOUNDS,
+                                              OVERHEAD_BOUNDS, TW_BOUNDS, Calibration)
 
 US = 1e-6
-EFF_BOUNDS = (1e-4, 20.0)         # efficiencies (fractions of the measured peaks)
 # Dots and convs stream their operands at no less than half the measured bandwidth: without this
 # floor the fit would use their memory term as a size-dependent overhead.
 COMPUTE_BYTES_EFF_MIN = 0.5
-OVERHEAD_BOUNDS = (0.0, 1e-2)     # seconds per op
-DISPATCH_BOUNDS = (0.0, 1e-2)     # seconds per jitted call
-TW_BOUNDS = (1.0, 200.0)          # flops per transcendental element op
-CONTENTION_BOUNDS = (1.0, 3.0)   # time factor of thread-pool ops in concurrent programs
 # A weak prior on the per-op overheads: a residual of OVERHEAD_PRIOR x overhead / OVERHEAD_SCALE
 # per class. Without it a class present in few programs can take a fixed cost of hundreds of us
 # to absorb one badly fitted program (conv_filter did: 190 us per op, so AmoebaNet's 29 filter
@@ -263,7 +259,10 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
       "pool_dispatch_overhead": float(res.x[-3] * US),
       "transcendental_weight": float(tw) if model.has_trans else 1.0,
       "parallel_efficiency": float(par) if model.has_parts else 0.0,
-      "launch_overhead": float(np.median(fitted_overheads)) if fitted_overheads else 1e-6,
+      # (of those above 1 ns: overheads fitted to their bound 0 would drag it to 0, and the
+      # class overheads are charged as ratios to it: `Calibration.roofline_params`)
+      "launch_overhead": (float(np.median([o for o in fitted_overheads if o > 1e-9]))
+                          if any(o > 1e-9 for o in fitted_overheads) else 1e-6),
       "first_touch": float(model.first_touch(res.x)) if np.any(fresh > 0) else 0.0,
       "contention": model.contention(res.x),
       "status": res.message, "nfev": int(res.nfev),

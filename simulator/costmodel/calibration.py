@@ -30,6 +30,16 @@ from simulator.costmodel.opclass import OP_CLASSES
 
 VERSION = 1
 CLASS_FIELDS = ("flops_eff", "bytes_eff", "overhead")
+# The fit's bounds (`calibrate` fits within them), which a file read back must respect too: a
+# hand-edited efficiency of 1e300 silently drops an op's compute or memory term.
+EFF_BOUNDS = (1e-4, 20.0)         # efficiencies (fractions of the measured peaks)
+OVERHEAD_BOUNDS = (0.0, 1e-2)     # seconds per op
+DISPATCH_BOUNDS = (0.0, 1e-2)     # seconds per jitted call
+TW_BOUNDS = (1.0, 200.0)          # flops per transcendental element op
+CONTENTION_BOUNDS = (1.0, 3.0)   # time factor of thread-pool ops in concurrent programs
+# Plausible machine peaks (a phone to a pod slice), to refuse typos by orders of magnitude.
+PEAK_BOUNDS = (1e6, 1e18)         # FLOP/s
+BANDWIDTH_BOUNDS = (1e6, 1e15)    # bytes/s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +51,7 @@ class Calibration:
   peak_flops: Mapping[str, float]  # FLOP/s per dtype ("f32" required)
   mem_bandwidth: float  # bytes/s
   mem_capacity: float  # bytes
-  launch_overhead: float  # seconds: the median of the per-class overheads
+  launch_overhead: float  # seconds: the median of the per-class overheads (above 1 ns)
   dispatch_overhead: float  # seconds per jitted call (not charged to ops)
   transcendental_weight: float  # >= 1
   parallel_efficiency: float  # in [0, 1]
@@ -83,7 +93,7 @@ class Calibration:
       raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
     if "version" not in data:
       raise ValueError(f"{source}: field 'version' is missing")
-    if data["version"] != VERSION:
+    if isinstance(data["version"], bool) or data["version"] != VERSION:
       raise ValueError(f"{source}: field 'version' is {data['version']!r}; this code reads "
                        f"version {VERSION}")
     names = {f.name for f in dataclasses.fields(cls)}
@@ -104,10 +114,12 @@ class Calibration:
   def load(cls, path: str) -> "Calibration":
     """Reads a file written by `save`; a malformed file raises ValueError naming the field."""
     try:
-      with open(path) as fh:
-        data = json.load(fh)
-    except (OSError, json.JSONDecodeError) as e:
-      raise ValueError(f"cannot read calibration file '{path}': {type(e).__name__}: {e}") from e
+      with open(path, encoding="utf-8") as fh:
+        data = json.load(fh, object_pairs_hook=_unique_keys)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError, _Repeated) as e:
+      what = "JSON nested too deeply" if isinstance(e, RecursionError) else (
+          f"{type(e).__name__}: {e}")
+      raise ValueError(f"cannot read calibration file '{path}': {what}") from None
     return cls.from_dict(data, f"calibration file '{path}'")
 
   def table(self) -> str:
@@ -131,6 +143,26 @@ class Calibration:
     return "\n".join(rows)
 
 
+class _Repeated(ValueError):
+  pass
+
+
+def _unique_keys(pairs):
+  out = {}
+  for key, value in pairs:
+    if key in out:
+      raise _Repeated(f"key {key!r} is given twice in one object")
+    out[key] = value
+  return out
+
+
+def _within(name: str, v: float, bounds) -> float:
+  lo, hi = bounds
+  if not lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9):  # (a fit at its bound, after exp(log(.)))
+    raise ValueError(f"field '{name}' must be in [{lo:g}, {hi:g}] (the fit's bounds), got {v!r}")
+  return v
+
+
 def _positive(name: str, v, allow_zero: bool = False) -> float:
   if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
       v < 0 if allow_zero else v <= 0):
@@ -149,16 +181,16 @@ def _check(c: Calibration):
   for k, v in c.peak_flops.items():
     if k not in DTYPES:
       raise ValueError(f"field 'peak_flops' has unknown dtype {k!r} (valid: {DTYPES})")
-    _positive(f"peak_flops.{k}", v)
-  for name in ("mem_bandwidth", "mem_capacity"):
-    _positive(name, getattr(c, name))
+    _within(f"peak_flops.{k}", _positive(f"peak_flops.{k}", v), PEAK_BOUNDS)
+  _within("mem_bandwidth", _positive("mem_bandwidth", c.mem_bandwidth), BANDWIDTH_BOUNDS)
+  _positive("mem_capacity", c.mem_capacity)
   for name in ("launch_overhead", "dispatch_overhead", "first_touch"):
     _positive(name, getattr(c, name), allow_zero=True)
-  tw = _positive("transcendental_weight", c.transcendental_weight)
-  if tw < 1:
-    raise ValueError(f"field 'transcendental_weight' must be >= 1, got {tw}")
-  if _positive("contention", c.contention) < 1:
-    raise ValueError(f"field 'contention' must be >= 1, got {c.contention}")
+  _within("launch_overhead", c.launch_overhead, OVERHEAD_BOUNDS)
+  _within("dispatch_overhead", c.dispatch_overhead, DISPATCH_BOUNDS)
+  _within("transcendental_weight", _positive("transcendental_weight", c.transcendental_weight),
+          TW_BOUNDS)
+  _within("contention", _positive("contention", c.contention), CONTENTION_BOUNDS)
   pe = _positive("parallel_efficiency", c.parallel_efficiency, allow_zero=True)
   if pe > 1:
     raise ValueError(f"field 'parallel_efficiency' must be in [0, 1], got {pe}")
@@ -171,13 +203,23 @@ def _check(c: Calibration):
       raise ValueError(f"field 'classes.{cls}' must have exactly the keys {CLASS_FIELDS}, "
                        f"got {v!r}")
     for k in CLASS_FIELDS:
-      _positive(f"classes.{cls}.{k}", v[k], allow_zero=k == "overhead")
-  if not isinstance(c.fitted, Mapping):
-    raise ValueError(f"field 'fitted' must be an object, got {c.fitted!r}")
+      _within(f"classes.{cls}.{k}", _positive(f"classes.{cls}.{k}", v[k],
+                                              allow_zero=k == "overhead"),
+              OVERHEAD_BOUNDS if k == "overhead" else EFF_BOUNDS)
+  if c.launch_overhead == 0 and any(v["overhead"] > 0 for v in c.classes.values()):
+    # The class overheads are charged as ratios to it (`roofline_params`), times a device's own
+    # launch overhead: 0 here would drop every one of them.
+    raise ValueError("field 'launch_overhead' is 0 while classes have overheads: it must be "
+                     "> 0 (the median of the per-class overheads)")
+  if not isinstance(c.fitted, Mapping) or not all(
+      isinstance(v, Mapping) and all(isinstance(b, bool) for b in v.values())
+      for v in c.fitted.values()):
+    raise ValueError(f"field 'fitted' must map op classes to {{field: true/false}}, got "
+                     f"{c.fitted!r}")
   for name in ("conditions", "fit"):
     if not isinstance(getattr(c, name), Mapping):
       raise ValueError(f"field '{name}' must be an object, got {getattr(c, name)!r}")
   if not isinstance(c.measurements, list):
     raise ValueError(f"field 'measurements' must be a list, got {c.measurements!r}")
-  if not isinstance(c.version, int) or c.version != VERSION:
+  if isinstance(c.version, bool) or not isinstance(c.version, int) or c.version != VERSION:
     raise ValueError(f"field 'version' must be {VERSION}, got {c.version!r}")

@@ -155,6 +155,9 @@ def device_spec(name: str, calibration=None) -> DeviceSpec:
   Raises:
     ValueError: unknown name, or "local" without a calibration.
   """
+  if calibration is not None and not hasattr(calibration, "roofline_params"):
+    raise ValueError(f"device_spec: calibration must be a Calibration (Calibration.load(path) "
+                     f"reads a file), got {type(calibration).__name__}")
   if name == "local":
     if calibration is None:
       raise ValueError("device spec 'local' needs a Calibration (simulator.costmodel.calibrate "
