@@ -107,7 +107,8 @@ def main(argv: Sequence[str]) -> None:
     except ValueError as e:
       raise app.UsageError(f"{name}: {e}") from e
     rows.append(dict(row, settings=made_with))
-    fileio.write_json(path, dict(settings, rows=rows + others))
+    done[key] = rows[-1]  # every row the file held stays in it (also models not reached yet)
+    fileio.write_json(path, dict(settings, rows=list(done.values())))
     rate = (time.time() - start) / (k + 1)
     print(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
           f", ETA {rate * (len(names) - k - 1):.0f}s", file=sys.stderr, flush=True)

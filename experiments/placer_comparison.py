@@ -14,7 +14,7 @@ its objective after t seconds: the curve's best at t, or none if its first answe
 A classic method runs to completion once; its objective counts at every t from its own time on.
 
 Per cell, `<out>/learned_placers.json` (atomically; resumable: cells already there are skipped,
-cells that recorded an error or ran with less time than now asked are run again; several
+cells that recorded an error or ran with another time than now asked are run again; several
 processes may share one --out, each taking its `shard` of the cells) records the objective,
 feasibility, seconds, curve, the zero-shot objective of a learned method, and the time to come
 within `within` (5%) of the method's final objective. Then the report
@@ -201,10 +201,11 @@ def _locked_merge(path: str, result: Dict[str, Any], mine: Sequence[str]) -> Dic
 
 
 def _pending(cfg, row: Optional[Mapping[str, Any]], method: str) -> bool:
-  """Not run yet, an error, or a learned method run with less time than now asked."""
+  """Not run yet, an error, or a learned method run with another time than now asked (a
+  longer run's final answer is not the shorter budget's: its report would be mislabelled)."""
   if row is None or "error" in row:
     return True
-  return method in cfg["learned"] and (row.get("budget_seconds") or 0) < max(cfg["seconds"])
+  return method in cfg["learned"] and row.get("budget_seconds") != max(cfg["seconds"])
 
 
 class CellTask:

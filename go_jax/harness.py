@@ -436,7 +436,8 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
             plot_dir: Optional[str] = None, before_cell=None, describe=None,
             executor=None) -> List[Dict[str, Any]]:
   """Runs every cell without rows in `<out>/results.json` (or only error rows), rewriting the
-  file atomically after each as it finishes; returns every row, in cell order.
+  file atomically after each as it finishes; returns this config's rows, in cell order (the
+  file also keeps the rows of other configs it held).
 
   before_cell(cell) runs in this process before a cell is solved or dispatched (e.g.
   pretraining a missing checkpoint); describe(cell) -> str is the progress bar's text.
@@ -500,7 +501,11 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
     executor.run(CellTask(inst, plot_dir), todo, on_done, before=before)
   finally:
     bar.close()
-  return _ordered(done, cells)
+  if out is not None:  # once more: the config of this run, also where no cell ran
+    results.write_json(out, launcher, payload())
+  # Only this config's rows: the store keeps other configs' rows (a seed dropped now and asked
+  # for again later is not recomputed), but every report is of the config that was run.
+  return [r for c in cells if c.key in done for r in done[c.key]]
 
 
 def run(config, out: Optional[str], *, plots: Optional[bool] = None, progress: bool = True,
@@ -535,9 +540,8 @@ def run(config, out: Optional[str], *, plots: Optional[bool] = None, progress: b
 
 
 def write_outputs(out: str, cfg, rows) -> Dict[str, str]:
-  """Writes results.json, results.csv and results.md (atomically); returns their paths.
-  results.json keeps the cell settings `execute` recorded (what a resumed run compares)."""
-  made_with = results.load_store(out, LAUNCHER)["cell_settings"]
-  payload = {"config": dict(cfg), "rows": list(rows), "cell_settings": made_with}
-  return {"json": results.write_json(out, LAUNCHER, payload),
-          "csv": results.write_csv(out, rows), "md": results.write_markdown(out, markdown(rows))}
+  """Writes results.csv and results.md of `rows` (atomically) beside the results.json that
+  `execute` wrote (every stored row and the cell settings a resumed run compares); returns
+  the three paths."""
+  return {"json": os.path.join(out, results.JSON_NAME), "csv": results.write_csv(out, rows),
+          "md": results.write_markdown(out, markdown(rows))}

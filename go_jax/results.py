@@ -250,6 +250,13 @@ def _upgrade(row: Mapping[str, Any], path: str) -> Dict[str, Any]:
     raise ValueError(f"{path}: rows in an older or unknown format (no 'method'); give another "
                      "--out folder (or delete this one) to start afresh")
   if "label" in row:
+    # A damaged row (an edit, another tool) must not pass for a finished cell or break the
+    # report later: every key field, and a result unless the row records an error.
+    need = KEY_FIELDS + (() if row.get("error") else ("objective", "feasible"))
+    missing = [k for k in need if k not in row]
+    if missing:
+      raise ValueError(f"{path}: a row of {row.get('method')!r} has no field(s) {missing}; "
+                       "give another --out folder (or delete this one) to start afresh")
     return dict(row)
   return empty_row(**{k: v for k, v in row.items() if k in COLUMNS}, label=row["method"])
 

@@ -100,12 +100,19 @@ def test_resume_skips_finished_cells(clean_run, tmp_path, monkeypatch):
   monkeypatch.setattr(methods, "solve", counter)
   again = harness.run(tiny_config(), resumed, progress=False)
   assert counter.calls == 0 and again == rows
-  # a new seed runs only its own cells, and the old rows are kept
+  # a new seed runs only its own cells; the old rows stay in the file, out of the report
   more = harness.run(tiny_config(seeds=[0, 1], graphs=GRAPHS[:1], topologies=TOPOLOGIES[:1]),
                      resumed, progress=False)
   assert counter.calls == len(METHODS)
-  assert len(more) == len(rows) + len(METHODS)
+  assert len(more) == 2 * len(METHODS) and {r["seed"] for r in more} == {0, 1}
   assert all(r["agrees"] for r in more)
+  stored = json.loads(open(os.path.join(resumed, "results.json")).read())
+  assert len(stored["rows"]) == len(rows) + len(METHODS) and stored["config"]["seeds"] == [0, 1]
+  with open(os.path.join(resumed, "results.csv")) as fh:
+    assert len(list(csv.DictReader(fh))) == len(more)  # the report: this config's rows
+  # and back to the first config: nothing runs, the report is that config's alone
+  back = harness.run(tiny_config(), resumed, progress=False)
+  assert counter.calls == len(METHODS) and back == rows
 
 
 def test_resume_reruns_cells_whose_settings_changed(clean_run, tmp_path, monkeypatch):
@@ -121,7 +128,7 @@ def test_resume_reruns_cells_whose_settings_changed(clean_run, tmp_path, monkeyp
   harness.run(dict(cfg, budget=7), resumed, progress=False)
   assert counter.calls == len(METHODS)
   again = harness.run(dict(cfg, budget=7), resumed, progress=False)  # now the same: reused
-  assert counter.calls == len(METHODS) and len(again) == len(rows)
+  assert counter.calls == len(METHODS) and len(again) == len(METHODS)  # this config's rows
   cfg = dict(cfg, methods=["random", "round_robin"])
   harness.run(dict(cfg, method_options={"random": {"samples": 4}}), resumed, progress=False)
   assert counter.calls == len(METHODS) + 2  # random is new; round_robin's budget changed back
@@ -395,3 +402,18 @@ def test_schedule_placement_takes_its_own_options(tmp_path, monkeypatch):
     harness.run(dict(cfg, method_options={"heft": {}}), None, progress=False)
   with pytest.raises(ValueError, match=r"method_options\['random'\]: no option"):
     harness.run(dict(cfg, method_options={"random": {"nosuch": 1}}), None, progress=False)
+
+
+def test_a_damaged_stored_row_is_refused(clean_run, tmp_path):
+  """A stored row without its result or key fields would pass for a finished cell (or break
+  the report later): the resumed run stops with one message naming the file."""
+  out, _ = clean_run
+  for field in ("objective", "feasible", "seed", "graph"):
+    folder = copy_results(out, tmp_path / field)
+    path = os.path.join(folder, "results.json")
+    data = json.loads(open(path).read())
+    del data["rows"][0][field]
+    open(path, "w").write(json.dumps(data))
+    with pytest.raises(ValueError, match=rf"results.json: a row of 'round_robin' has no field"
+                                         rf"\(s\) \['{field}'\]"):
+      harness.run(tiny_config(), folder, progress=False)

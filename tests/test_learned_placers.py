@@ -211,3 +211,13 @@ def test_launcher_bad_config_is_one_line(tmp_path):
   assert len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
   assert "learned_placers.py" in err[0] and "config.shard" in err[0], err[0]
   assert not os.path.exists(tmp_path / "out" / pc.JSON_NAME)
+
+
+def test_a_learned_cell_run_with_another_budget_runs_again():
+  """A longer run's final answer is not the shorter budget's (its report was mislabelled)."""
+  cfg = {"learned": ["placeto"], "seconds": [1.0, 3.0]}
+  row = lambda budget: {"objective": 1.0, "budget_seconds": budget}
+  assert pc._pending(cfg, row(4.0), "placeto") and pc._pending(cfg, row(2.0), "placeto")
+  assert not pc._pending(cfg, row(3.0), "placeto")
+  assert not pc._pending(cfg, row(None), "heft")  # classic methods run to completion once
+  assert pc._pending(cfg, None, "heft") and pc._pending(cfg, {"error": "x"}, "heft")
