@@ -8,7 +8,7 @@ import time
 
 from absl import logging
 
-from experiments import cli_tables
+from experiments import cli
 from simulator import fileio
 
 
@@ -53,14 +53,15 @@ LAUNCHER = "zoo_table"
 
 def run_table(models, size, stages, out, timeout, cell=run_cell, log=logging.info):
   """Every (model, stage) cell not already in `out` without an error, in a fresh worker each
-  (`cell`; its row under "cells" as "model/stage"); `out` is rewritten atomically after each cell, so an interrupted run resumes
-  there. Returns the rows of the cells asked for, in order; the file keeps other models' rows.
+  (`cell`; its row under "cells" as "model/stage"); `out` is rewritten atomically after each
+  cell, so an interrupted run resumes there. Returns the rows of the cells asked for, in order;
+  the file keeps other models' rows.
 
   Raises:
     ValueError: `out` is not this launcher's, or was made at another --size.
   """
   settings = {"size": size}
-  store = cli_tables.load_resumable(out, LAUNCHER, settings)
+  store = cli.load_resumable(out, LAUNCHER, settings)
   cells = dict(store.get("cells", {}))
   finished = lambda m, s: f"{m}/{s}" in cells and "error" not in cells[f"{m}/{s}"]
   todo = [(m, s) for m in models for s in stages if not finished(m, s)]

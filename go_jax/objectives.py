@@ -110,10 +110,11 @@ def fusion_relaxation(graph: CompGraph, topology: Topology):
   unfusible members, which are groups of one, unchanged; its heavy member (at most one, F2),
   which is its anchor (no other class comes before a dot's or a convolution's), at least its
   flops at its class's rate; one launch (the lowest overhead of any class) where its root is
-  an op that can never fuse into its consumer; nothing for the rest. The topology's per-op
-  overheads are paid once per group, so the relaxed topology has none; outputs and scratch may be absorbed, so only parameters
-  (a group holds the sum of its members') stay in the memory bound. A graph without a cost
-  reference cannot be fused and is returned as it is."""
+  an op that can never fuse into its consumer; nothing for the rest; and never more than the
+  op's own cost (a group of one costs exactly that). The topology's per-op overheads are paid
+  once per group, so the relaxed topology has none; outputs and scratch may be absorbed, so
+  only parameters (a group holds the sum of its members') stay in the memory bound. A graph
+  without a cost reference cannot be fused and is returned as it is."""
   from simulator import fusion  # pylint: disable=g-import-not-at-top
   if graph.reference is None:
     return graph, topology

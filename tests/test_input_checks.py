@@ -55,14 +55,16 @@ def test_solution_placement_is_where_each_op_ran_and_gaps_are_not_negative():
 
 
 def test_subnormal_priorities_are_not_zero():
-  g, topo = CompGraph(cost=[1., 1., 1.], senders=[], receivers=[]), Topology.uniform(1, bandwidth=1.0)
+  g = CompGraph(cost=[1., 1., 1.], senders=[], receivers=[])
+  topo = Topology.uniform(1, bandwidth=1.0)
   pr = np.array([0.0, 1e-40, 0.0])  # a float32 subnormal, distinct from 0 in float32
   assert simulate(g, topo, [0, 0, 0], pr).start.tolist() == [[1., 0., 2.]]
   assert reference_simulate(g, topo, [0, 0, 0], pr).start.tolist() == [1., 0., 2.]
 
 
 def test_actions_and_topology_helpers_name_the_problem():
-  g, topo = CompGraph(cost=[1., 1., 1.], senders=[], receivers=[]), Topology.uniform(2, bandwidth=1.0)
+  g = CompGraph(cost=[1., 1., 1.], senders=[], receivers=[])
+  topo = Topology.uniform(2, bandwidth=1.0)
   for placement, priority, match in (([0, 0, 0], [None, 0, 0], "priority must hold real"),
                                      (["0", "1", "0"], [0, 0, 0], "placement must hold real"),
                                      ([0, 0, 0], [1j, 0, 0], "priority must hold real"),

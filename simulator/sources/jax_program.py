@@ -202,4 +202,5 @@ def load_jax_program(target: str, stage: str = DEFAULT_STAGE, device: str = DEFA
 
 
 __all__ = ["DEFAULT_DEVICE", "DEFAULT_STAGE", "ModuleNotImportable", "STAGES", "call_target",
-           "check_settings", "from_jax", "import_function", "is_target", "load_jax_program", "working_dir_on_path"]
+           "check_settings", "from_jax", "import_function", "is_target", "load_jax_program",
+           "working_dir_on_path"]
