@@ -36,6 +36,21 @@ def atomic_open(path: str, mode: str = "w", make_dirs: bool = False) -> Iterator
     raise
 
 
+class RepeatedKey(ValueError):
+  """A JSON object names one key twice (`unique_keys`)."""
+
+
+def unique_keys(pairs):
+  """`json.load(..., object_pairs_hook=unique_keys)`: the object as a dict, RepeatedKey where
+  a key repeats (json keeps the last value silently; in a hand-edited file that hides a typo)."""
+  out = {}
+  for key, value in pairs:
+    if key in out:
+      raise RepeatedKey(f"key {key!r} is given twice in one object")
+    out[key] = value
+  return out
+
+
 def write_json(path: str, obj: Any, indent: int = 2) -> str:
   """Writes strict JSON (NaN and inf are an error) atomically, creating the folder."""
   with atomic_open(path, "w", make_dirs=True) as fh:

@@ -330,19 +330,6 @@ def _parse_float(text: str) -> float:
   return _Overflowed(text) if math.isinf(x) else x
 
 
-class _DuplicateKey(Exception):
-  pass
-
-
-def _unique_keys(pairs):
-  out = {}
-  for key, value in pairs:
-    if key in out:
-      raise _DuplicateKey(key)
-    out[key] = value
-  return out
-
-
 def read(path: Union[str, os.PathLike]) -> Any:
   """The parsed JSON of a file; ValueError naming the file if missing or not JSON."""
   path = os.fspath(path)
@@ -355,9 +342,9 @@ def read(path: Union[str, os.PathLike]) -> Any:
       # field checks reject NaN by name and accept Infinity where inf is allowed; a number
       # beyond float's range (1e400) is kept apart, so that it is not read as infinity.
       return json.load(fh, parse_constant=float, parse_float=_parse_float,
-                       object_pairs_hook=_unique_keys)
-  except _DuplicateKey as e:
-    raise ValueError(f"{path}: key {e.args[0]!r} is given twice in one object") from None
+                       object_pairs_hook=fileio.unique_keys)
+  except fileio.RepeatedKey as e:
+    raise ValueError(f"{path}: {e}") from None
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: not valid JSON: {e}") from None
   except RecursionError:

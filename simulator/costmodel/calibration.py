@@ -115,8 +115,9 @@ class Calibration:
     """Reads a file written by `save`; a malformed file raises ValueError naming the field."""
     try:
       with open(path, encoding="utf-8") as fh:
-        data = json.load(fh, object_pairs_hook=_unique_keys)
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError, _Repeated) as e:
+        data = json.load(fh, object_pairs_hook=fileio.unique_keys)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError,
+            fileio.RepeatedKey) as e:
       what = "JSON nested too deeply" if isinstance(e, RecursionError) else (
           f"{type(e).__name__}: {e}")
       raise ValueError(f"cannot read calibration file '{path}': {what}") from None
@@ -141,19 +142,6 @@ class Calibration:
                 f"{self.first_touch * 2**20 * 1e3:.2f} ms/MiB; contention {self.contention:.2f}"
                 f"   (* = default, not fitted)")
     return "\n".join(rows)
-
-
-class _Repeated(ValueError):
-  pass
-
-
-def _unique_keys(pairs):
-  out = {}
-  for key, value in pairs:
-    if key in out:
-      raise _Repeated(f"key {key!r} is given twice in one object")
-    out[key] = value
-  return out
 
 
 def _within(name: str, v: float, bounds) -> float:
