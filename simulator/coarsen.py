@@ -44,7 +44,10 @@ max(flops, FLOPS_PER_BYTE * bytes_accessed) (about a V100's ratio of peak flops 
       "trees": more general safe merges, lightest first, only as many as needed and none
       making a group heavier than TREE_WEIGHT_CAP * total / max_nodes: u into its only
       consumer (in-trees), then v into its only producer (out-trees). Any set of such
-      contractions keeps the graph acyclic (every edge leaving a group leaves its root);
+      contractions keeps the graph acyclic (every edge leaving a group leaves its root).
+      On a colocated graph the merges keep placement units (`simulator.coarsen_units`):
+      merges inside one unit first, each uniting merge followed by the ones it made free,
+      uniting merges limited (TREE_UNITING_SHARE, TREE_UNIT_FLOOR), passes repeated;
   (c) "scopes": groups keyed by the JAX op_name path of their heaviest member (the
       "[...]" part of node_names, or the name itself, split on '/'; transformation wrappers like
       jvp(...) / transpose(...) dropped), truncated to depth k = deepest .. 1; a scope's groups
@@ -59,7 +62,9 @@ max(flops, FLOPS_PER_BYTE * bytes_accessed) (about a V100's ratio of peak flops 
   backward, 15,748 ops, without a cap). "topological" is not capped (it must reach max_nodes).
   (d) "topological": the fallback that always reaches max_nodes: the graph's topological order
       cut into max_nodes contiguous runs balanced by weight and count (contiguous runs of a
-      topological order can never form a cycle).
+      topological order can never form a cycle). On a colocated graph the sequence of
+      placement units is cut instead, into as many runs as fit max_nodes once each run is
+      split into acyclic pieces (`coarsen_units.unit_runs`); so it may end below max_nodes.
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from simulator import grouping, ops
+from simulator import coarsen_units, grouping, ops
 from simulator.coarse_bounds import edge_out_bytes, peak_internal_bytes
 from simulator.graph import CompGraph
 from simulator.grouping import acyclic_groups, acyclic_pieces  # noqa: F401  (re-exported)
@@ -83,26 +88,6 @@ _WRAPPER = re.compile(r"^[\w\-]+\((.*)\)$")
 
 
 # ------------------------------------------------------------------ contract / expand
-def _colocation_classes(coloc: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
-  """(m,) coarse colocation ids: coarse nodes sharing an original colocation group, united."""
-  has = coloc >= 0
-  out = -np.ones(m, np.int64)
-  if not has.any():
-    return out
-  parent = list(range(m))
-  first: Dict[int, int] = {}
-  for c, l in zip(coloc[has].tolist(), labels[has].tolist()):
-    if c in first:
-      grouping.union(parent, first[c], l)
-    else:
-      first[c] = l
-  roots = grouping.roots(parent)
-  touched = np.zeros(m, bool)
-  touched[labels[has]] = True
-  out[touched] = grouping.canonical(roots[touched])
-  return out
-
-
 TEMP_BOUNDS = ("sum", "peak")
 OUT_BOUNDS = ("sum", "edge_max", "edge_mean")
 
@@ -158,7 +143,7 @@ def contract(graph: CompGraph, groups, *, boundary_bytes: bool = False,
         cost=total(graph.cost), senders=qs, receivers=qr, out_bytes=sent,
         param_bytes=total(graph.param_bytes), temp_bytes=temp,
         flops=total(graph.flops), bytes_accessed=accessed, op_type=graph.op_type[lead],
-        colocation=_colocation_classes(graph.colocation, labels, m),
+        colocation=coarsen_units.colocation_classes(graph.colocation, labels, m),
         name=name or f"{graph.name}/contracted{m}", node_names=names)
   except ValueError as e:
     raise ValueError(f"contract: these groups of '{graph.name}' do not give a valid graph "
@@ -209,8 +194,10 @@ class Coarsened:
 class _State:
   """Current grouping (labels: original node -> group) and its quotient DAG."""
 
-  def __init__(self, graph: CompGraph, weight: np.ndarray, cap: float = np.inf):
+  def __init__(self, graph: CompGraph, weight: np.ndarray, cap: float = np.inf,
+               keep_units: bool = True):
     self.graph, self.node_weight, self.cap = graph, weight, cap  # cap: no group heavier
+    self.keep_units = keep_units
     self.s, self.r = graph.senders.astype(np.int64), graph.receivers.astype(np.int64)
     self.set(np.arange(graph.num_nodes, dtype=np.int64))
 
@@ -239,6 +226,27 @@ class _State:
       self.set(grouping.roots(parent)[self.labels])
 
 
+
+  def units(self) -> Optional[np.ndarray]:
+    """(m,) placement unit of every group; None where the graph has no colocation (or units
+    are not kept)."""
+    if not self.keep_units:
+      return None
+    return coarsen_units.units(self.graph.colocation, self.labels, self.m)
+
+  def merge_keeping_units(self, pairs_a, pairs_b, budget: int, order, cap: float,
+                          costly: Optional[int] = None):
+    """`merge` that keeps placement units (`coarsen_units.merge_keeping_units`)."""
+    unit = self.units()
+    if unit is None:
+      return self.merge(pairs_a, pairs_b, budget=budget, order=order, cap=cap)
+    parent = coarsen_units.merge_keeping_units(unit, self.weight, pairs_a, pairs_b,
+                                               budget=budget, order=order, cap=cap,
+                                               costly=costly)
+    if parent is not None:
+      self.set(grouping.roots(parent)[self.labels])
+
+
 def _colocate(st: _State, max_nodes: int):
   node_light = np.isin(st.graph.op_type, PARAM_LIKE) | (st.node_weight == 0)
   # a group is param-like when all of its members are
@@ -260,16 +268,37 @@ def _chains(st: _State, max_nodes: int):
   st.merge(st.qs[chain], st.qr[chain], cap=st.cap)
 
 
+# Colocated graphs (`simulator.coarsen_units`): a pass of "trees" unites units for at most
+# this share of the merges still needed (free merges are not limited) and never leaves fewer
+# units than TREE_UNIT_FLOOR * max_nodes; the passes repeat while they make progress, since
+# the mirror of an in-tree merge is often an out-tree one (PipeDream: B_v into B_u, then F_v
+# into F_u) and is free only once the other pass has run. Chosen on the units left by 9
+# PipeDream graphs at 16-512 nodes (shares 0.1-1, floors 0-1): a floor of half the nodes
+# keeps about max_nodes / 2 units everywhere, the share barely matters.
+TREE_UNITING_SHARE = 0.5
+TREE_UNIT_FLOOR = 0.5
+
+
 def _trees(st: _State, max_nodes: int):
-  for forward in (True, False):  # u into its only consumer, then v into its only producer
-    if st.m <= max_nodes:
+  colocated = st.units() is not None
+  while st.m > max_nodes:
+    before = st.m
+    floor = int(TREE_UNIT_FLOOR * max_nodes)
+    for forward in (True, False):  # u into its only consumer, then v into its only producer
+      if st.m <= max_nodes:
+        return
+      need = st.m - max_nodes  # merges still needed
+      deg = np.bincount(st.qs if forward else st.qr, minlength=st.m)
+      ok = deg[st.qs if forward else st.qr] == 1
+      a, b = st.qs[ok], st.qr[ok]
+      order = np.lexsort((a, st.weight[a] + st.weight[b]))  # lightest merges first
+      st.merge_keeping_units(
+          a, b, budget=need, order=order,
+          cap=min(TREE_WEIGHT_CAP * st.weight.sum() / max_nodes, st.cap),
+          costly=max(0, min(int(np.ceil(TREE_UNITING_SHARE * need)),
+                            int(st.units().max()) + 1 - floor)) if colocated else None)
+    if not colocated or st.m == before:
       return
-    deg = np.bincount(st.qs if forward else st.qr, minlength=st.m)
-    ok = deg[st.qs if forward else st.qr] == 1
-    a, b = st.qs[ok], st.qr[ok]
-    order = np.lexsort((a, st.weight[a] + st.weight[b]))  # lightest merges first
-    st.merge(a, b, budget=st.m - max_nodes, order=order,
-             cap=min(TREE_WEIGHT_CAP * st.weight.sum() / max_nodes, st.cap))
 
 
 def scope_path(name: str) -> Tuple[str, ...]:
@@ -362,17 +391,14 @@ def _topological(st: _State, max_nodes: int):
   order = acyclic_pieces(st.m, st.qs, st.qr, np.arange(st.m))  # topological position
   pos = np.empty(st.m, np.int64)
   pos[np.argsort(order, kind="stable")] = np.arange(st.m)
+  unit = st.units()
+  if unit is not None:
+    st.set(coarsen_units.unit_runs(st.m, st.qs, st.qr, st.weight, unit, pos,
+                                     max_nodes)[st.labels])
+    return
   seq = np.argsort(pos)
-  w = st.weight[seq]
-  w = ((w / w.sum()) if w.sum() > 0 else 0.0) + 1.0 / st.m  # half weight, half count
-  cum = np.cumsum(w)
-  ideal = np.floor((cum - w / 2) / cum[-1] * max_nodes).astype(np.int64).tolist()
-  run, prev = [], -1
-  for j, r in enumerate(ideal):  # follow the ideal cut, one run at a time, none left empty
-    prev = max(min(max(r, prev), prev + 1), max_nodes - (st.m - j))
-    run.append(prev)
   labels = np.empty(st.m, np.int64)
-  labels[seq] = np.asarray(run, np.int64)
+  labels[seq] = coarsen_units.balanced_runs(st.weight[seq], max_nodes)
   st.set(labels[st.labels])
 
 
@@ -382,13 +408,17 @@ STRATEGY_FNS = {"colocate": _colocate, "chains": _chains, "trees": _trees, "scop
 
 def coarsen(graph: CompGraph, max_nodes: int, *, strategies: Sequence[str] = STRATEGIES,
             max_group_weight: Optional[float] = None, temp_bound: str = "sum",
-            out_bound: str = "sum", name: Optional[str] = None) -> Coarsened:
+            out_bound: str = "sum", keep_units: bool = True,
+            name: Optional[str] = None) -> Coarsened:
   """Merges nodes until at most `max_nodes` remain (strategies in the module docstring).
 
   The result is always acyclic; total cost, flops and param_bytes are kept. Passing
   `strategies` without "topological" may leave more than `max_nodes` nodes. The defaults
   (no weight cap, the "sum" temp bound) are what `,coarsen=N` graphs, pretraining and Placeto
   use; learned methods on large graphs pass a cap and "peak" (go_jax/methods/learned.py).
+  `keep_units=False` coarsens a colocated graph as if it had no colocation (the merges and
+  the fallback ignore placement units, `simulator.coarsen_units`): what coarsening did before
+  units were kept, for comparisons.
 
   Raises:
     ValueError: `max_nodes` is not a positive integer, an unknown strategy is named,
@@ -411,7 +441,7 @@ def coarsen(graph: CompGraph, max_nodes: int, *, strategies: Sequence[str] = STR
             np.maximum(graph.flops, FLOPS_PER_BYTE * graph.bytes_accessed))
   weight = np.asarray(weight, np.float64)
   cap = np.inf if max_group_weight is None else float(max_group_weight) * weight.sum()
-  st = _State(graph, weight, cap)
+  st = _State(graph, weight, cap, keep_units=bool(keep_units))
   steps = []
   for s in strategies:
     if st.m <= max_nodes:

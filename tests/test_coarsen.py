@@ -120,6 +120,52 @@ def test_already_small_graph_is_unchanged():
   np.testing.assert_array_equal(res.mapping, np.arange(4))
 
 
+def _forward_backward(n: int) -> CompGraph:
+  """PipeDream's shape: F_0 -> .. -> F_{n-1} -> loss -> B_{n-1} -> .. -> B_0, F_i -> B_i, and
+  F_i colocated with B_i (one placement unit per layer)."""
+  fwd, loss, bwd = list(range(n)), n, [n + 1 + i for i in range(n)]
+  edges = ([(fwd[i], fwd[i + 1]) for i in range(n - 1)] + [(fwd[-1], loss), (loss, bwd[-1])]
+           + [(bwd[i], bwd[i - 1]) for i in range(n - 1, 0, -1)]
+           + [(fwd[i], bwd[i]) for i in range(n)])
+  colocation = -np.ones(2 * n + 1, np.int64)
+  colocation[fwd] = colocation[bwd] = np.arange(n)
+  return CompGraph(cost=np.ones(2 * n + 1), senders=[a for a, _ in edges],
+                   receivers=[b for _, b in edges], out_bytes=np.ones(2 * n + 1),
+                   colocation=colocation, name="forward_backward")
+
+
+def _units(graph: CompGraph) -> int:
+  return len(np.unique(graph.colocation_root()))
+
+
+@pytest.mark.parametrize("strategies", [STRATEGIES, ("topological",)])
+def test_coarsening_keeps_colocated_units(strategies):
+  """Merging F_u with F_v unites two units unless B_u and B_v merge too: at 8 nodes of 8 layers
+  the coarse graph keeps 4 units (each two layers' forward part and backward part), and an
+  expanded placement keeps the colocation."""
+  g = _forward_backward(8)
+  res = coarsen(g, 8, strategies=strategies)
+  assert res.graph.num_nodes <= 8 and _units(res.graph) == 4
+  place = res.expand(np.random.default_rng(0).integers(0, 4, res.graph.num_nodes))
+  for i in range(8):
+    assert place[i] == place[9 + i]
+
+
+@pytest.mark.parametrize("spec", ["pipedream:resnet50", "pipedream:inception_v3"])
+@pytest.mark.parametrize("strategies", [STRATEGIES, ("topological",)])
+def test_coarsened_pipedream_graphs_keep_half_their_nodes_as_units(spec, strategies):
+  """Before units were kept, Inception-v3 at 16 nodes had 2 placement units (1 with
+  "topological" alone) and ResNet-50 at 64 nodes 24 (6): neither fit 4 devices at 0.6x
+  memory."""
+  from simulator.sources import load_graph
+  g = load_graph(spec)
+  for m in (16, 64):
+    res = coarsen(g, m, strategies=strategies)
+    assert res.graph.num_nodes <= m and _units(res.graph) >= m // 2
+    plain = coarsen(g, m, strategies=strategies, keep_units=False)  # as before, to compare
+    assert plain.graph.num_nodes == m and _units(plain.graph) < m // 2
+
+
 def test_bad_arguments():
   g = _diamond()
   for bad in (0, -3, 2.5, True, "10"):

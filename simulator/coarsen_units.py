@@ -1,0 +1,158 @@
+"""Placement units in coarsening: what a placement of a coarse graph can still choose.
+
+A placement chooses one device per *unit*: a colocation class of the coarse graph (coarse
+nodes holding members of one original colocation group share a device, and such classes
+unite transitively: `colocation_classes`) or an uncolocated coarse node. On a colocated graph
+every merge of two groups from different units unites them, so coarsening by weight alone
+can leave far fewer units than nodes. PipeDream's profiles colocate each layer's forward op
+F_u with its backward op B_u; merging F_u with F_v but not B_v with B_u unites two units for
+one node less. ResNet-50 coarsened to 10 nodes had one unit (it could only run on one device),
+and Inception-v3, DenseNet-121 and NASNet-Mobile at 16 nodes had 2-3 and did not fit 4 or 8
+devices at 0.6x memory.
+
+This module holds the unit-keeping parts of `simulator.coarsen`'s strategies:
+  * `merge_keeping_units`: the "trees" merges, free ones (both ends one unit already) first,
+    a merge that unites two units promoting those it made free (the mirror merge), and at
+    most `costly` uniting merges;
+  * `unit_runs`: the "topological" fallback on the sequence of units instead of groups;
+  * `balanced_runs`: the contiguous, weight-and-count-balanced cut both fallbacks use.
+A graph without colocation never reaches the first two (`units` is None), so its coarsening is
+what it was before units were kept.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from simulator import grouping
+
+
+def colocation_classes(coloc: np.ndarray, labels: np.ndarray, m: int) -> np.ndarray:
+  """(m,) coarse colocation ids: coarse nodes sharing an original colocation group, united."""
+  has = coloc >= 0
+  out = -np.ones(m, np.int64)
+  if not has.any():
+    return out
+  parent = list(range(m))
+  first: Dict[int, int] = {}
+  for c, l in zip(coloc[has].tolist(), labels[has].tolist()):
+    if c in first:
+      grouping.union(parent, first[c], l)
+    else:
+      first[c] = l
+  roots = grouping.roots(parent)
+  touched = np.zeros(m, bool)
+  touched[labels[has]] = True
+  out[touched] = grouping.canonical(roots[touched])
+  return out
+
+
+def units(coloc: np.ndarray, labels: np.ndarray, m: int) -> Optional[np.ndarray]:
+  """(m,) canonical unit id of every group (labels: node -> group); None without colocation."""
+  if not (coloc >= 0).any():
+    return None
+  cls = colocation_classes(coloc, labels, m)
+  return grouping.canonical(np.where(cls >= 0, cls, cls.max() + 1 + np.arange(m)))
+
+
+def merge_keeping_units(unit: np.ndarray, weight: np.ndarray, pairs_a, pairs_b, *,
+                        budget: int, order, cap: float,
+                        costly: Optional[int] = None) -> Optional[List[int]]:
+  """Union-find parents (over the m groups) after at most `budget` merges of group pairs, or
+  None if none was made.
+
+  Every candidate k (pairs_a[k], pairs_b[k]) costs 0 (both groups in one unit) or 1 (it unites
+  two units). Free ones go first; a merge that unites two units promotes the candidates it
+  made free (a small-to-large scan of each unit's candidate list, so O(C log C) in all), so
+  the mirror merge B_v -> B_u follows F_u -> F_v. Ties keep `order` (the caller's lightest-
+  first order). No merge makes a group heavier than `cap`; at most `costly` (None: any number)
+  unite two units. Any subset of the candidates must be safe together, as "trees"' are.
+  """
+  m = len(unit)
+  a, b = np.asarray(pairs_a).tolist(), np.asarray(pairs_b).tolist()
+  order = np.asarray(order).tolist()
+  rank = {k: i for i, k in enumerate(order)}
+  parent, weight = list(range(m)), np.asarray(weight, np.float64).tolist()
+  uparent = list(range(int(unit.max()) + 1))
+  unit = unit.tolist()
+  touching: Dict[int, list] = {}  # unit root -> candidates with an end in it
+  for k in order:
+    touching.setdefault(unit[a[k]], []).append(k)
+    if unit[b[k]] != unit[a[k]]:
+      touching.setdefault(unit[b[k]], []).append(k)
+  heap = [(int(unit[a[k]] != unit[b[k]]), rank[k], k) for k in order]
+  heapq.heapify(heap)
+  done, united = 0, 0
+  while heap and done < budget:
+    _, _, k = heapq.heappop(heap)
+    ra, rb = grouping.find(parent, a[k]), grouping.find(parent, b[k])
+    if ra == rb or weight[ra] + weight[rb] > cap:
+      continue
+    ua, ub = grouping.find(uparent, unit[a[k]]), grouping.find(uparent, unit[b[k]])
+    if ua != ub and costly is not None and united >= costly:
+      break  # the heap holds the free merges first: only uniting ones are left
+    parent[max(ra, rb)] = min(ra, rb)
+    weight[min(ra, rb)] += weight[max(ra, rb)]
+    done += 1
+    if ua == ub:
+      continue
+    united += 1
+    small, big = sorted((ua, ub), key=lambda u: len(touching.get(u, ())))
+    uparent[small] = big
+    for j in touching.get(small, ()):  # the candidates this union made free
+      if grouping.find(uparent, unit[a[j]]) == grouping.find(uparent, unit[b[j]]):
+        heapq.heappush(heap, (0, rank[j], j))
+    touching.setdefault(big, []).extend(touching.pop(small, ()))
+  return parent if done else None
+
+
+def balanced_runs(w: np.ndarray, k: int) -> np.ndarray:
+  """(len(w),) run ids 0..k-1 cutting a sequence into k contiguous runs, none empty, balanced
+  half by the weights `w` and half by count."""
+  n = len(w)
+  w = ((w / w.sum()) if w.sum() > 0 else 0.0) + 1.0 / n
+  cum = np.cumsum(w)
+  ideal = np.floor((cum - w / 2) / cum[-1] * k).astype(np.int64).tolist()
+  run, prev = [], -1
+  for j, r in enumerate(ideal):  # follow the ideal cut, one run at a time, none left empty
+    prev = max(min(max(r, prev), prev + 1), k - (n - j))
+    run.append(prev)
+  return np.asarray(run, np.int64)
+
+
+def unit_runs(m: int, qs: np.ndarray, qr: np.ndarray, weight: np.ndarray, unit: np.ndarray,
+              pos: np.ndarray, max_nodes: int) -> np.ndarray:
+  """(m,) group labels for a colocated graph (m groups, quotient edges qs -> qr, topological
+  positions `pos`): its units in order of their first group cut into as many balanced runs
+  as keep at most `max_nodes` nodes once each run's groups are split into acyclic pieces.
+
+  Why: contiguous runs of the group order (the plain fallback) put F_u and B_v of PipeDream's
+  colocated pairs in runs that overlap differently, and the runs' colocation chains unite
+  nearly every unit (Inception-v3 at 16 nodes: one unit). A run of units is one unit: a few
+  nodes (its forward part and its backward part). The number of runs is found by bisection
+  (one run is one node, so the search always has an answer).
+  """
+  num_units = int(unit.max()) + 1
+  first = np.full(num_units, m)
+  np.minimum.at(first, unit, pos)
+  seq = np.argsort(first, kind="stable")  # units in order of their first group
+  where = np.empty(num_units, np.int64)
+  where[seq] = np.arange(num_units)
+  w = np.bincount(unit, weights=weight, minlength=num_units)[seq]
+
+  def pieces(k):
+    return grouping.acyclic_pieces(m, qs, qr, balanced_runs(w, k)[where[unit]])
+
+  lo, hi = 1, min(num_units, max_nodes)  # invariant: pieces(lo) has at most max_nodes nodes
+  best = pieces(lo)
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    labels = pieces(mid)
+    if labels.max() + 1 <= max_nodes:
+      lo, best = mid, labels
+    else:
+      hi = mid - 1
+  return best
