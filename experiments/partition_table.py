@@ -7,7 +7,10 @@ step's single-device footprint: the placement methods (--placers; the best by ma
 feasible first) and the partitioning methods (--partitioners, k = D workers; docs/design.md
 section 4.2), each re-simulated: makespan (or OOM and peak / capacity), the placements that fit,
 and each strategy's communication bytes. Then Tofu's DP against brute force on programs small
-enough to enumerate. Prints both tables, writes <out>/partition_table.json (`go_jax.partition_table`).
+enough to enumerate. Prints both tables, writes <out>/partition_table.json (`go_jax.partition_table`)
+after every row: a rerun with the same --size, --batch, --device and --mem_factor resumes, running
+only the rows (model, D, method) and the optimality check it does not have yet; other models,
+device counts or methods add rows.
 
   python -m experiments.partition_table --out=results/partition_table
   python -m experiments.partition_table --models=gpt2_small --devices=4 --size=tiny --batch=8
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from typing import Sequence
 
@@ -39,6 +43,9 @@ flags.DEFINE_list("partitioners", ["tofu", "data_parallel", "megatron"],
                   "Partitioning methods.")
 flags.DEFINE_bool("optimality", True, "Also check Tofu's DP against brute force.")
 flags.DEFINE_string("out", "results/partition_table", "Folder for partition_table.json.")
+
+LAUNCHER = "partition_table"
+OPTIMALITY = "optimality"  # the cell of Tofu's DP against brute force
 
 
 def main(argv: Sequence[str]) -> None:
@@ -65,31 +72,53 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "
                          f"{sorted(methods.available(('partition',)))}")
   counts = cli.nvlink_counts(FLAGS.devices)
+  os.makedirs(FLAGS.out, exist_ok=True)
+  path = os.path.join(FLAGS.out, "partition_table.json")
+  settings = {k: FLAGS[k].value for k in ("size", "batch", "device", "mem_factor")}
+  try:
+    cells = dict(cli.load_resumable(path, LAUNCHER, settings).get("cells", {}))
+  except ValueError as e:
+    raise app.UsageError(cli.one_line(e)) from None
   t0 = time.perf_counter()
-  rows = []
+  rows, computed = [], []
+
+  def save(opt=None):
+    payload = {"launcher": LAUNCHER, "settings": settings, "command": " ".join(sys.argv),
+               "flags": {k: FLAGS[k].value for k in (
+                   "models", "size", "batch", "device", "devices", "mem_factor", "placers",
+                   "partitioners")},
+               "cells": cells, "rows": rows, "optimality": opt,
+               "seconds": time.perf_counter() - t0}
+    with fileio.atomic_open(path, "w") as fh:  # rows may hold numpy scalars and inf ratios
+      json.dump(payload, fh, indent=1, default=float)
+
+  def on_row(key, row):
+    cells[key] = row
+    computed.append(key)
+    save()
+
   for model in FLAGS.models:
     knobs = {"batch": FLAGS.batch} if FLAGS.batch else {}
     try:
       rows += partition_table.model_rows(model, FLAGS.size, counts, FLAGS.mem_factor,
                                          FLAGS.device, FLAGS.placers, FLAGS.partitioners,
-                                         **knobs)
+                                         done=cells, on_row=on_row, **knobs)
     except ValueError as e:
       raise app.UsageError(f"{model}: {e}") from e
     print(f"{model}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
   print(partition_table.table_text(rows, FLAGS.partitioners))
-  opt = partition_table.optimality() if FLAGS.optimality else []
+  opt = []
+  if FLAGS.optimality:
+    if OPTIMALITY not in cells:
+      cells[OPTIMALITY] = partition_table.optimality()
+      computed.append(OPTIMALITY)
+    opt = cells[OPTIMALITY]
   if opt:
     print()
     print(partition_table.optimality_text(opt))
-  os.makedirs(FLAGS.out, exist_ok=True)
-  payload = {"settings": {k: FLAGS[k].value for k in (
-      "models", "size", "batch", "device", "devices", "mem_factor", "placers",
-      "partitioners")}, "rows": rows, "optimality": opt,
-             "seconds": time.perf_counter() - t0}
-  path = os.path.join(FLAGS.out, "partition_table.json")
-  with fileio.atomic_open(path, "w") as fh:
-    json.dump(payload, fh, indent=1, default=float)
-  print(f"\nwrote {path}")
+  save(opt)
+  print(f"\nwrote {path} ({len(computed)} cells run, "
+        f"{len(rows) + bool(opt) - len(computed)} resumed)")
 
 
 def run():

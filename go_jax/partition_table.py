@@ -13,7 +13,7 @@ force on programs small enough to enumerate.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -27,17 +27,37 @@ PLACERS = ("heft", "m_etf", "m_sct", "metis", "expert")
 PARTITIONERS = ("tofu", "data_parallel", "megatron")
 
 
+def cell_key(model: str, devices: int, method: str) -> str:
+  """The key of one row in a resumable results file."""
+  return f"{model} D={devices} {method}"
+
+
 def model_rows(model: str, size: str, devices: Sequence[int], mem_factor: float,
                device: str = "v100", placers: Sequence[str] = PLACERS,
-               partitioners: Sequence[str] = PARTITIONERS, **knobs) -> List[Dict[str, Any]]:
-  """One row per (device count, method) on `model`'s step (module docstring)."""
+               partitioners: Sequence[str] = PARTITIONERS, *,
+               done: Optional[Mapping[str, Dict[str, Any]]] = None,
+               on_row: Optional[Callable[[str, Dict[str, Any]], None]] = None,
+               **knobs) -> List[Dict[str, Any]]:
+  """One row per (device count, method) on `model`'s step (module docstring).
+
+  `done` holds rows of an earlier run by `cell_key` (made with the same size, knobs, device
+  and mem_factor: the caller checks): those are returned as they are, not rerun, and the graph
+  is not built when every row is there. `on_row(key, row)` is called after each new row, so a
+  caller can save its results file before the next one.
+  """
+  done = done or {}
+  names = [n for n in list(placers) + list(partitioners) if n in methods.available()]
+  if all(cell_key(model, d, n) in done for d in devices for n in names):
+    return [done[cell_key(model, d, n)] for d in devices for n in names]
   graph = programs.zoo_graph(model, size, device, **knobs)
   rows = []
   for d in devices:
     spec = topology_spec.parse_topology(f"nvlink{d}@mem={mem_factor}x")
     topo, footprint = topology_spec.make_topology(spec, graph)
-    for name in list(placers) + list(partitioners):
-      if name not in methods.available():
+    for name in names:
+      key = cell_key(model, d, name)
+      if key in done:
+        rows.append(done[key])
         continue
       t0 = time.perf_counter()
       sol = methods.solve(name, graph, topo)
@@ -52,6 +72,8 @@ def model_rows(model: str, size: str, devices: Sequence[int], mem_factor: float,
           "levels_bytes": sol.info.get("levels_bytes"),
           "one_shot_bytes": sol.info.get("one_shot_bytes"), "picked": sol.info.get("picked"),
           "seconds": time.perf_counter() - t0})
+      if on_row is not None:
+        on_row(key, rows[-1])
   return rows
 
 

@@ -143,6 +143,29 @@ def test_place_lists_partition_rows_and_the_optimality_table():
   assert "tofu / brute" in partition_table.optimality_text(rows)
 
 
+def test_partition_table_rows_resume(monkeypatch):
+  """`model_rows` reruns only the rows it is not given (the launcher's resume), saving each new
+  one through `on_row`; with every row given it does not even build the graph."""
+  from go_jax import partition_table
+  saved = {}
+  args = ("gpt2_small", "tiny", (2,), 0.6, "v100", ("heft",), ("data_parallel",))
+  rows = partition_table.model_rows(*args, on_row=saved.__setitem__, batch=4)
+  assert [r["method"] for r in rows] == ["heft", "data_parallel"]
+  assert list(saved) == [partition_table.cell_key("gpt2_small", 2, m)
+                         for m in ("heft", "data_parallel")]
+  monkeypatch.setattr(programs, "zoo_graph", lambda *a, **k: pytest.fail("graph rebuilt"))
+  again = []
+  assert partition_table.model_rows(*args, done=saved, on_row=lambda *a: again.append(a),
+                                    batch=4) == rows and not again
+  monkeypatch.undo()
+  partial = {k: v for k, v in saved.items() if k.endswith("heft")}
+  rerun = partition_table.model_rows(*args, done=partial, on_row=lambda *a: again.append(a),
+                                     batch=4)
+  assert rerun[0] is partial[partition_table.cell_key("gpt2_small", 2, "heft")]
+  assert [k for k, _ in again] == [partition_table.cell_key("gpt2_small", 2, "data_parallel")]
+  assert rerun[1]["makespan"] == rows[1]["makespan"]
+
+
 def test_piper_mode_takes_the_profiles_tensor_parallel_options():
   from simulator.sources.piper import load_piper
   g = programs.piper_graph("bert32a100", degrees=(2,))
