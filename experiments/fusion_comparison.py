@@ -20,8 +20,11 @@ mean of joint / pipeline makespans, with peak memory beside.
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Dict, List, Optional, Sequence
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +45,53 @@ def model_rows(name: str, size: str, device: str, counts: Sequence[int],
          "post_nodes": post.num_nodes, "xla_requests": int(decisions.sum())}
   out["cells"] = fusion_cells(pre, decisions, counts, placers, learned)
   return out
+
+
+def load_rows(path: str) -> Dict[str, Dict[str, Any]]:
+  """Rows of an earlier fusion_table.json by model key ({} if there is none).
+
+  Raises:
+    ValueError: the file cannot be read as the fusion table's JSON.
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(path):
+    return {}
+  try:
+    with open(path, encoding="utf-8") as fh:
+      return {r["model"]: r for r in json.load(fh).get("rows", [])}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+    raise ValueError(f"cannot resume from {path}: {e}") from e
+
+
+def run_models(names: Sequence[str], size: str, settings: Dict[str, Any], path: str,
+               build: Callable[[str], Dict[str, Any]],
+               log: Callable[[str], None] = lambda _: None) -> Tuple[List[Dict], List[Dict]]:
+  """The table's rows for `names`, resumed from `path` and saved there after every model.
+
+  A stored row is reused only if it was made with `settings` (recorded in the row); otherwise
+  `build(name)` recomputes it. Every row the file held stays in it, also rows of models this
+  run does not ask for or has not reached yet. Returns (this run's rows in the order of
+  `names`, the file's other rows).
+  """
+  from simulator import fileio  # pylint: disable=g-import-not-at-top
+  done = load_rows(path)
+  made_with = json.loads(json.dumps(settings))
+  asked = {f"{name}/{size}" for name in names}
+  others = [r for key, r in done.items() if key not in asked]
+  rows, start = [], time.time()
+  for k, name in enumerate(names):
+    key = f"{name}/{size}"
+    if key in done and done[key].get("settings") == made_with:
+      rows.append(done[key])
+      continue
+    t0 = time.time()
+    rows.append(dict(build(name), settings=made_with))
+    done[key] = rows[-1]
+    fileio.write_json(path, dict(settings, rows=list(done.values())))
+    rate = (time.time() - start) / (k + 1)
+    log(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
+        f", ETA {rate * (len(names) - k - 1):.0f}s")
+  return rows, others
 
 
 def _entry(graph, place, sol) -> Dict[str, Any]:

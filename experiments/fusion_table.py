@@ -29,17 +29,16 @@ run resumes: a finished model is not redone unless it was made with other --devi
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from typing import Sequence
 
 from absl import app, flags
 
 from experiments import cli
 from experiments.configs.pretrain_fusion import HELD_OUT
-from experiments.fusion_comparison import cells_table, figures, figures_text, model_rows
+from experiments.fusion_comparison import (cells_table, figures, figures_text, model_rows,
+                                           run_models)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", [], "Zoo models (default: all of simulator.zoo; 'heldout': those "
@@ -75,43 +74,26 @@ def main(argv: Sequence[str]) -> None:
       raise app.UsageError(f"--placers: {e}") from e
   counts = cli.nvlink_counts(FLAGS.devices)
   path = os.path.join(FLAGS.out, "fusion_table.json")
-  done = {}
-  if os.path.exists(path):
-    try:
-      with open(path) as fh:
-        done = {r["model"]: r for r in json.load(fh).get("rows", [])}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-      raise app.UsageError(f"cannot resume from {path}: {e}") from e
   learned = None
   if FLAGS.learned_seconds > 0:
     learned = {"finetune_seconds": FLAGS.learned_seconds, "checkpoint": FLAGS.checkpoint,
                "samples": FLAGS.samples, "seed": FLAGS.seed}
-  settings = {"size": FLAGS.size, "device": FLAGS.device, "devices": counts,
-              "placers": list(FLAGS.placers), "learned": learned}
   # A model's row is reused only if it was made with these settings (recorded in the row):
   # another --device, --placers, --devices or learned setting recomputes it.
-  made_with = json.loads(json.dumps(settings))
-  # Rows of models this run does not ask for stay in the file (the table and figures are this
-  # run's models).
-  asked = {f"{name}/{FLAGS.size}" for name in names}
-  others = [r for key, r in done.items() if key not in asked]
-  rows, start = [], time.time()
-  for k, name in enumerate(names):
-    key = f"{name}/{FLAGS.size}"
-    if key in done and done[key].get("settings") == made_with:
-      rows.append(done[key])
-      continue
-    t0 = time.time()
+  settings = {"size": FLAGS.size, "device": FLAGS.device, "devices": counts,
+              "placers": list(FLAGS.placers), "learned": learned}
+
+  def build(name):
     try:
-      row = model_rows(name, FLAGS.size, FLAGS.device, counts, FLAGS.placers, learned)
+      return model_rows(name, FLAGS.size, FLAGS.device, counts, FLAGS.placers, learned)
     except ValueError as e:
       raise app.UsageError(f"{name}: {e}") from e
-    rows.append(dict(row, settings=made_with))
-    done[key] = rows[-1]  # every row the file held stays in it (also models not reached yet)
-    fileio.write_json(path, dict(settings, rows=list(done.values())))
-    rate = (time.time() - start) / (k + 1)
-    print(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
-          f", ETA {rate * (len(names) - k - 1):.0f}s", file=sys.stderr, flush=True)
+
+  try:
+    rows, others = run_models(names, FLAGS.size, settings, path, build,
+                              log=lambda s: print(s, file=sys.stderr, flush=True))
+  except ValueError as e:  # an unreadable results file (build's errors are UsageErrors)
+    raise app.UsageError(str(e)) from e
   fig = figures(rows)
   fileio.write_json(path, dict(settings, rows=rows + others, figures=fig))
   print(cells_table(rows))

@@ -150,6 +150,40 @@ def test_fusion_table_cells_and_launcher_errors(mlp):
   assert "Traceback" not in proc.stderr
 
 
+def test_fusion_table_resumes_and_keeps_rows_it_did_not_reach(tmp_path):
+  """`fusion_comparison.run_models` (the launcher's loop): a model is rebuilt only when missing
+  or made with other settings, and an interrupted run keeps every stored row, also of models
+  it has not reached yet."""
+  import json
+  from experiments import fusion_comparison as fc
+  import itertools
+  path = str(tmp_path / "fusion_table.json")
+  built, count = [], itertools.count(1)
+
+  def build(name):
+    built.append(name)
+    if name == "stop":
+      raise KeyboardInterrupt  # the run is interrupted at this model
+    return {"model": f"{name}/tiny", "cells": [], "n": next(count)}
+
+  settings = {"size": "tiny", "device": "v100", "devices": [1], "placers": ["heft"],
+              "learned": None}
+  rows, others = fc.run_models(["a", "b", "c"], "tiny", settings, path, build)
+  assert built == ["a", "b", "c"] and others == [] and [r["n"] for r in rows] == [1, 2, 3]
+  with pytest.raises(KeyboardInterrupt):  # a rerun of b only, with a new placer, stops at c
+    fc.run_models(["b", "stop"], "tiny", dict(settings, placers=["m_sct"]), path, build)
+  stored = {r["model"]: r for r in json.load(open(path))["rows"]}
+  assert set(stored) == {"a/tiny", "b/tiny", "c/tiny"}  # nothing dropped
+  assert stored["b/tiny"]["n"] == 4 and stored["b/tiny"]["settings"]["placers"] == ["m_sct"]
+  built.clear()
+  rows, others = fc.run_models(["a", "b"], "tiny", settings, path, build)
+  assert built == ["b"]  # a resumed; b was made with another placer since
+  assert [r["n"] for r in rows] == [1, 5] and [r["model"] for r in others] == ["c/tiny"]
+  (tmp_path / "bad.json").write_text("[1, 2]")
+  with pytest.raises(ValueError, match="cannot resume"):
+    fc.run_models(["a"], "tiny", settings, str(tmp_path / "bad.json"), build)
+
+
 def _cell(d, none, all_, xla, go, peak=1.0):
   entry = lambda m: {"makespan": m, "peak_memory": peak, "feasible": True, "groups": 1}
   key = "go_fusion" if d == 1 else "go_joint3"
