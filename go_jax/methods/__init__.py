@@ -217,11 +217,15 @@ class Refused(ValueError):
 GAP_ROUNDING = 1e-6
 
 
+def integral(value) -> bool:
+  """Whether an option value is an integer: an int (not a bool) or a whole float."""
+  return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
+      isinstance(value, (float, np.floating)) and float(value).is_integer())
+
+
 def _check_arguments(name: str, spec: "MethodSpec", seed, budget, overrides) -> None:
   """ValueError for a seed that is not an integer >= 0, a budget that is not an integer >= 1
   (or None), and a fractional value for an option whose default is an integer."""
-  integral = lambda v: (isinstance(v, (int, np.integer)) and not isinstance(v, bool)) or (
-      isinstance(v, (float, np.floating)) and float(v).is_integer())
   if not integral(seed) or seed < 0:
     raise ValueError(f"method '{name}': seed must be an integer >= 0, got {seed!r}")
   if budget is not None and (not integral(budget) or budget < 1):

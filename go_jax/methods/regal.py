@@ -195,11 +195,10 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
                          int(pg.senders.shape[0]), module.max_devices)
   search_config = dict(train_config.brkga)
   search_config.update(SEARCH_PARAMS.get(checkpoint, {}))
+  from go_jax.methods import integral  # pylint: disable=g-import-not-at-top
   for k in INTEGER_OPTIONS:  # their default None reads the checkpoint's: no type to check by
-    v = config[k]
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.number))
-                          or not float(v).is_integer()):
-      raise ValueError(f"{method}: {k} must be an integer, got {v!r}")
+    if config[k] is not None and not integral(config[k]):
+      raise ValueError(f"{method}: {k} must be an integer, got {config[k]!r}")
   search_config.update({k: config[k] for k in SEARCH_OPTIONS if config[k] is not None})
   partitions, seed_slots, consensus = _hint_settings(search_config, module.hints, method)
   hint, seeds, candidates, hint_evaluations = None, [], [], 0
