@@ -64,7 +64,8 @@ max(flops, FLOPS_PER_BYTE * bytes_accessed) (about a V100's ratio of peak flops 
       cut into max_nodes contiguous runs balanced by weight and count (contiguous runs of a
       topological order can never form a cycle). On a colocated graph the sequence of
       placement units is cut instead, into as many runs as fit max_nodes once each run is
-      split into acyclic pieces (`coarsen_units.unit_runs`); so it may end below max_nodes.
+      split into acyclic pieces, which are then refined by the plain runs while nodes are to
+      spare (`coarsen_units.unit_runs`); it may end a little below max_nodes.
 """
 
 from __future__ import annotations

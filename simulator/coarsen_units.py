@@ -133,7 +133,8 @@ def unit_runs(m: int, qs: np.ndarray, qr: np.ndarray, weight: np.ndarray, unit: 
   colocated pairs in runs that overlap differently, and the runs' colocation chains unite
   nearly every unit (Inception-v3 at 16 nodes: one unit). A run of units is one unit: a few
   nodes (its forward part and its backward part). The number of runs is found by bisection
-  (one run is one node, so the search always has an answer).
+  (one run is one node, so the search always has an answer). Where that leaves fewer than
+  `max_nodes` nodes, each piece is then cut by the plain fallback's runs, as many as fit.
   """
   num_units = int(unit.max()) + 1
   first = np.full(num_units, m)
@@ -146,11 +147,29 @@ def unit_runs(m: int, qs: np.ndarray, qr: np.ndarray, weight: np.ndarray, unit: 
   def pieces(k):
     return grouping.acyclic_pieces(m, qs, qr, balanced_runs(w, k)[where[unit]])
 
-  lo, hi = 1, min(num_units, max_nodes)  # invariant: pieces(lo) has at most max_nodes nodes
-  best = pieces(lo)
+  best = _largest(pieces, min(num_units, max_nodes), max_nodes)
+  if best.max() + 1 >= max_nodes:
+    return best
+  # Nodes to spare: refine every piece by the plain fallback's runs of the group order, as
+  # many as still fit. A refinement never unites units, so it keeps every unit and adds nodes.
+  order = np.argsort(pos, kind="stable")
+  plain = np.empty(m, np.int64)
+
+  def refined(k):
+    plain[order] = balanced_runs(np.asarray(weight, np.float64)[order], k)
+    return grouping.acyclic_pieces(m, qs, qr, best * (k + 1) + plain)
+
+  return _largest(refined, min(m, max_nodes), max_nodes)
+
+
+def _largest(labels_of, hi: int, max_nodes: int) -> np.ndarray:
+  """labels_of(k) for the largest k in [1, hi] found by bisection whose labels have at most
+  `max_nodes` ids, where labels_of(1) must have at most that many."""
+  lo = 1
+  best = labels_of(lo)
   while lo < hi:
     mid = (lo + hi + 1) // 2
-    labels = pieces(mid)
+    labels = labels_of(mid)
     if labels.max() + 1 <= max_nodes:
       lo, best = mid, labels
     else:
