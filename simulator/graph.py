@@ -30,6 +30,8 @@ def _as_1d(name: str, value, dtype) -> np.ndarray:
   arr = np.asarray(value)
   if arr.ndim != 1:
     raise ValueError(f"CompGraph field '{name}' must be 1-D, got shape {arr.shape}")
+  if arr.dtype.kind not in "biuf":  # strings, complex, dates, objects: never a number of ours
+    raise ValueError(f"CompGraph field '{name}' must hold real numbers, got dtype {arr.dtype}")
   if np.issubdtype(dtype, np.integer) and arr.size:
     if not np.issubdtype(arr.dtype, np.integer):
       if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
@@ -298,6 +300,10 @@ class CompGraph:
     """Writes an .npz atomically (temporary file in the same folder, then rename)."""
     arrays = {f: getattr(self, f) for f in FLOAT_FIELDS + ("op_type", "colocation",
                                                            "senders", "receivers")}
+    named = [self.name] + list(self.node_names or ())
+    if any("\x00" in x for x in named):  # numpy's string arrays drop trailing NULs
+      raise ValueError(f"CompGraph {self.name!r}: a name holds a NUL character, which an "
+                       ".npz file cannot keep")
     arrays["name"] = np.asarray(self.name)
     if self.node_names is not None:
       arrays["node_names"] = np.asarray(self.node_names, dtype=str)
@@ -320,10 +326,25 @@ class CompGraph:
                        "CompGraph.save writes")
     try:
       with np.load(path, allow_pickle=False) as data:
+        unknown = [k for k in data.files if k not in fields + ("name", "node_names")
+                   and not k.startswith("ref_")]
+        if unknown:  # a misspelt field would otherwise read as its default
+          raise ValueError(f"unknown arrays {unknown}; CompGraph.save writes {list(fields)}, "
+                           "name, node_names and ref_*")
         kwargs = {k: data[k] for k in fields if k in data.files}
-        kwargs["name"] = str(data["name"]) if "name" in data.files else os.path.basename(path)
+        kwargs["name"] = os.path.basename(path)
+        if "name" in data.files:
+          name = data["name"]
+          if name.ndim != 0 or name.dtype.kind != "U":
+            raise ValueError(f"'name' must be one string, got shape {name.shape}, dtype "
+                             f"{name.dtype}")
+          kwargs["name"] = str(name)
         if "node_names" in data.files:
-          kwargs["node_names"] = [str(s) for s in data["node_names"]]
+          names = data["node_names"]
+          if names.ndim != 1 or names.dtype.kind != "U":
+            raise ValueError(f"'node_names' must be a 1-D string array, got shape "
+                             f"{names.shape}, dtype {names.dtype}")
+          kwargs["node_names"] = [str(s) for s in names]
         kwargs["reference"] = CostReference.from_arrays(data)
     except ValueError as e:
       if "pickle" in str(e):  # object arrays are never loaded (they would run code)

@@ -281,7 +281,7 @@ def _check_costgraph(path: str) -> None:
 
 # The cheap existence checks of the importers (`check_spec`), from the parsed keyword arguments.
 _CHECKS: Dict[str, Callable[[Dict[str, object]], None]] = {
-    "pipedream": lambda kw: pipedream.resolve_pipedream(kw["path_or_model_name"]),
+    "pipedream": lambda kw: pipedream.load_pipedream(**kw),  # a profile of a few KB: build it
     "piper": lambda kw: piper.load_piper(**kw),  # a JSON file of a few KB: read it all
     "zoo": lambda kw: zoo_source.check_zoo(**kw),
     "jax": lambda kw: _check_jax(**kw),

@@ -90,28 +90,37 @@ def _tokenize(text: str, path: str) -> List[_Tok]:
 
 
 def _unescape(tok: _Tok, path: str) -> str:
-  body, out, i = tok.text[1:-1], [], 0
+  """The text of a string token. Octal and hex escapes are bytes, as in TF's writer (which
+  escapes each byte of a non-ASCII UTF-8 name): the string's bytes are decoded as UTF-8."""
+  body, out, i = tok.text[1:-1], bytearray(), 0
   while i < len(body):
     c = body[i]
     if c != "\\":
-      out.append(c)
+      out += c.encode("utf-8", "surrogatepass")
       i += 1
       continue
     nxt = body[i + 1]
     if nxt in _ESCAPES:
-      out.append(_ESCAPES[nxt])
+      out += _ESCAPES[nxt].encode()
       i += 2
     elif nxt in "01234567":
       digits = re.match(r"[0-7]{1,3}", body[i + 1:]).group()
-      out.append(chr(int(digits, 8)))
+      if int(digits, 8) > 255:
+        raise ValueError(f"{path}:{tok.line}: octal escape '\\{digits}' in string {tok.text} "
+                         "is not a byte (above \\377)")
+      out.append(int(digits, 8))
       i += 1 + len(digits)
     elif nxt in "xX" and re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]):
       digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]).group()
-      out.append(chr(int(digits, 16)))
+      out.append(int(digits, 16))
       i += 2 + len(digits)
     else:
       raise ValueError(f"{path}:{tok.line}: bad escape '\\{nxt}' in string {tok.text}")
-  return "".join(out)
+  try:
+    return out.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}:{tok.line}: string {tok.text} is not UTF-8 once its escapes "
+                     f"are read as bytes ({e.reason} at byte {e.start})") from None
 
 
 # ---------------------------------------------------------------------------------- parser
@@ -131,6 +140,7 @@ class _Parser:
   """Recursive-descent reader of the protobuf text format into `Field` trees (no schema)."""
 
   def __init__(self, text: str, path: str):
+    self.depth = 0  # messages open around the current token
     self.path = path
     self.toks = _tokenize(text, path)
     self.i = 0
@@ -148,6 +158,11 @@ class _Parser:
     raise ValueError(f"{self.path}:{tok.line}: expected {what}, got {shown}")
 
   def message(self, close: Optional[str]) -> List[Field]:
+    if close is not None:
+      self.depth += 1
+      if self.depth > MAX_DEPTH:
+        raise ValueError(f"{self.path}:{self._peek().line}: messages nested deeper than "
+                         f"{MAX_DEPTH} (protobuf's own limit)")
     fields = []
     while True:
       tok = self._peek()
@@ -155,6 +170,7 @@ class _Parser:
         return fields
       if close is not None and tok.kind == "punct" and tok.text == close:
         self._next()
+        self.depth -= 1
         return fields
       if tok.kind == "eof":
         self._fail(tok, f"a field name or '{close}' (unclosed message)")
@@ -239,6 +255,8 @@ _SCHEMA = {
     "TensorShapeProto": {},
 }
 _INT = re.compile(r"^-?(0[xX][0-9a-fA-F]+|\d+)[uU]?$")
+INT64 = (-2**63, 2**63 - 1)  # the range of CostGraphDef's int fields (int64 / int32 ids)
+MAX_DEPTH = 100  # nesting of messages, as protobuf's parser allows
 
 
 def _convert(field: Field, kind: str, where: str, path: str):
@@ -251,9 +269,12 @@ def _convert(field: Field, kind: str, where: str, path: str):
       raise bad("an integer")
     try:  # a leading 0 is octal in the text format, as in C
       text = tok.text.rstrip("uU")
-      return int(text, 8) if re.match(r"^-?0\d", text) else int(text, 0)
+      value = int(text, 8) if re.match(r"^-?0\d", text) else int(text, 0)
     except ValueError:
       raise bad("an integer") from None
+    if not INT64[0] <= value <= INT64[1]:
+      raise bad("an int64 (|value| < 2**63)")
+    return value
   if kind == "str":
     if tok.kind != "string":
       raise bad("a quoted string")
@@ -328,8 +349,9 @@ def costgraph_from_text(text: str, path: str = "<string>",
     node, line = by_id[nid], line_of[nid]
     label = node.get("name", f"id {nid}")
     names.append(node.get("name", f"node_{nid}"))
-    micros = node.get("compute_cost", 0) or node.get("compute_time", 0)
-    cost[k] = _non_negative(micros, line, f"node {label!r}: compute_cost", path) / MICROSECONDS
+    micros = {key: _non_negative(node.get(key, 0), line, f"node {label!r}: {key}", path)
+              for key in ("compute_cost", "compute_time")}
+    cost[k] = (micros["compute_cost"] or micros["compute_time"]) / MICROSECONDS
     for key, arr in (("persistent_memory_size", param), ("temporary_memory_size", temp)):
       arr[k] = _non_negative(node.get(key, 0), line, f"node {label!r}: {key}", path)
     for out in node.get("output_info", []):
@@ -352,8 +374,11 @@ def costgraph_from_text(text: str, path: str = "<string>",
                      param_bytes=param, temp_bytes=temp, node_names=names,
                      name=name or os.path.splitext(os.path.basename(path))[0])
   except ValueError as e:  # a cycle or self loop: name the file and the node's line
-    m = re.search(r"node (\d+)", str(e))
-    where = f"{path}:{line_of[ids[int(m.group(1))]]}" if m else path
+    text = str(e)
+    graph_name = re.match(r"CompGraph '.*?': ", text)  # the name may itself say "node 7"
+    m = re.search(r"node (\d+)", text[graph_name.end() if graph_name else 0:])
+    k = int(m.group(1)) if m else -1
+    where = f"{path}:{line_of[ids[k]]}" if 0 <= k < len(ids) else path
     raise ValueError(f"{where}: {e}") from None
 
 
@@ -383,6 +408,12 @@ def _quote(text: str) -> str:
 
 def costgraph_text(graph: CompGraph, *, source_node: bool = True) -> str:
   """CostGraphDef text of `graph` (module docstring); see `write_costgraph`."""
+  for field, values in (("out_bytes", graph.out_bytes), ("temp_bytes", graph.temp_bytes),
+                        ("param_bytes", graph.param_bytes),
+                        ("cost (microseconds)", graph.cost * MICROSECONDS)):
+    if values.size and np.max(values) >= INT64[1]:
+      raise ValueError(f"graph {graph.name!r}: {field} of node {int(np.argmax(values))} "
+                       f"({np.max(values):.3g}) does not fit CostGraphDef's int64 field")
   names = graph.node_names or tuple(f"node_{i}" for i in range(graph.num_nodes))
   bad = [s for s in names if s in SPECIAL_NODES]
   if bad:

@@ -68,12 +68,17 @@ def _number(path: str, lineno: int, key: str, text: str) -> float:
       items = [x for x in text[1:-1].split(";") if x.strip()]
       if not items:
         raise ValueError("empty list")
-      value = float(sum(float(x) for x in items))
+      values = [float(x) for x in items]
     else:
-      value = float(text)
+      values = [float(text)]
   except ValueError as e:
     raise ValueError(f"{path}:{lineno}: field '{key}' has a malformed value {text!r} ({e})") \
         from None
+  bad = [v for v in values if not np.isfinite(v) or v < 0]  # each item, not only the sum
+  if bad:
+    raise ValueError(f"{path}:{lineno}: field '{key}' must be finite and >= 0, got {bad[0]!r} "
+                     f"in {text!r}")
+  value = float(sum(values))
   if not np.isfinite(value) or value < 0:
     raise ValueError(f"{path}:{lineno}: field '{key}' must be finite and >= 0, got {text!r}")
   return value
@@ -93,7 +98,7 @@ def parse_pipedream(path: str) -> Profile:
   try:
     with open(path, encoding="utf-8") as fh:
       lines = fh.read().splitlines()
-  except OSError as e:
+  except (OSError, UnicodeDecodeError) as e:
     raise ValueError(f"cannot read PipeDream profile '{path}': {e}") from e
   layers: List[Layer] = []
   index: Dict[str, int] = {}
@@ -121,6 +126,8 @@ def parse_pipedream(path: str) -> Profile:
     for part in parts[j:]:
       for item in part.split(", "):
         key, value = item.strip().split("=", 1)
+        if key in attrs:
+          raise ValueError(f"{path}:{lineno}: field '{key}' given twice")
         attrs[key] = (value, lineno)
     missing = [k for k in _REQUIRED if k not in attrs]
     if missing:
@@ -235,7 +242,9 @@ def training_graph(profile: Profile, *, optimizer_state_factor: float = 1.0,
   F_u and B_u share a colocation group, so weights, gradients and optimizer state stay on one
   device. op_type(B_u) is the forward type with the backward flag (`simulator.ops`).
   """
-  if not np.isfinite(optimizer_state_factor) or optimizer_state_factor < 0:
+  if isinstance(optimizer_state_factor, bool) or not isinstance(
+      optimizer_state_factor, (int, float, np.integer, np.floating)) or not np.isfinite(
+          float(optimizer_state_factor)) or optimizer_state_factor < 0:
     raise ValueError(f"optimizer_state_factor must be finite and >= 0, got "
                      f"{optimizer_state_factor}")
   layers = profile.layers

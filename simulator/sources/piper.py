@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 from typing import Dict, Optional
 
 import numpy as np
 
-from simulator import ops
+from simulator import fileio, ops
 from simulator.graph import CompGraph
 from simulator.sources import datafiles
 
@@ -69,9 +70,10 @@ def _field(path: str, where: str, obj: dict, key: str, kind=float):
   value = obj[key]
   if kind is float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-        not np.isfinite(value) or value < 0:
+        not math.isfinite(float(value) if abs(value) < 1e308 else math.inf) or value < 0:
+      shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:30] + "..."
       raise ValueError(f"Piper input '{path}': {where} field '{key}' must be a finite number "
-                       f">= 0, got {value!r}")
+                       f">= 0, got {shown}")
     return float(value)
   if not isinstance(value, kind) or isinstance(value, bool):
     raise ValueError(f"Piper input '{path}': {where} field '{key}' must be "
@@ -101,9 +103,10 @@ def load_piper(path_or_name: str, *, tensor_parallel: int = 1, variant: str = "v
   path = resolve_piper(path_or_name)
   try:
     with open(path, encoding="utf-8") as fh:
-      data = json.load(fh)
-  except (OSError, json.JSONDecodeError) as e:
-    raise ValueError(f"cannot read Piper input '{path}': {e}") from e
+      data = json.load(fh, object_pairs_hook=fileio.unique_keys)
+  except (OSError, ValueError, RecursionError) as e:  # JSON, UTF-8, a repeated key
+    reason = "nested too deeply" if isinstance(e, RecursionError) else e
+    raise ValueError(f"cannot read Piper input '{path}': {reason}") from None
   if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, (int, np.integer)) \
       or tensor_parallel < 1:
     raise ValueError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
@@ -138,6 +141,13 @@ def load_piper(path_or_name: str, *, tensor_parallel: int = 1, variant: str = "v
       raise ValueError(f"Piper input '{path}': {where} has no TMPCs for tensor_parallel="
                        f"{tensor_parallel}; available degrees: {', '.join(degrees)}")
     options = tmpcs[str(tensor_parallel)]
+    if not isinstance(options, list):
+      raise ValueError(f"Piper input '{path}': {where} TMPCs for tensor_parallel="
+                       f"{tensor_parallel} must be a list of TMPCs, got {options!r:.60}")
+    if len({t.get("id") for t in options if isinstance(t, dict)}) < sum(
+        isinstance(t, dict) for t in options):
+      raise ValueError(f"Piper input '{path}': {where} has two TMPCs with one id for "
+                       f"tensor_parallel={tensor_parallel}")
     chosen = [t for t in options if isinstance(t, dict) and t.get("id") == variant]
     if not chosen:
       ids = [t.get("id") for t in options if isinstance(t, dict)]
