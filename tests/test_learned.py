@@ -281,3 +281,15 @@ def test_expand_priority_keeps_the_coarse_order_and_breaks_ties():
   ties = coarse.mapping == coarse.mapping[0]
   critical = upward_rank(graph)[ties]
   assert np.all(np.diff(critical[np.argsort(ranks[ties])]) >= 0)
+
+
+def test_every_stage_placement_is_the_effective_device():
+  """A colocated graph: each stage's placement (zero-shot greedy and best of K) is each op's
+  effective device (rule 1), as `Solution.placement` is; best of K's sampled placement was
+  reported raw, so go-jax-place saved placements that split colocation groups."""
+  graph = load_graph("layered:n=16,width=4,seed=0,colocation_groups=4,colocation_size=3")
+  sol = methods.solve("go", graph, preset("nvlink4"), samples=8, finetune_seconds=0)
+  root = graph.colocation_root()
+  assert len(sol.info["stages"]) == 2
+  for stage in sol.info["stages"]:
+    np.testing.assert_array_equal(stage["placement"], stage["placement"][root])

@@ -283,6 +283,10 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
   sim_graph = graph if prop.graph is None else prop.graph  # a partitioning's expanded graph
   if place.shape == (sim_graph.num_nodes,):  # rule 1: each op where it runs (its group's root)
     place = place[sim_graph.colocation_root()]
+  for stage in prop.info.get("stages") or ():  # a learned method's answers along the way too
+    stage_place = np.asarray(stage.get("placement"))
+    if stage_place.shape == (sim_graph.num_nodes,):
+      stage["placement"] = stage_place.astype(np.int64)[sim_graph.colocation_root()]
   if prop.priority is not None:
     prio = np.asarray(prop.priority, np.float64)
   else:
