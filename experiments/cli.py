@@ -282,6 +282,20 @@ def _verbose() -> bool:
     return False
 
 
+def _settle_jax() -> None:
+  """Waits for the computations JAX still runs (dispatch is asynchronous). An interrupt can
+  arrive while a fine-tuning step runs on XLA's threads; exiting then tore the interpreter
+  down under them, a segmentation fault after the one-line message (exit status 139)."""
+  jax = sys.modules.get("jax")
+  if jax is None:
+    return
+  try:
+    for array in jax.live_arrays():
+      array.block_until_ready()
+  except Exception:  # pylint: disable=broad-except  # a deleted or failed buffer: exit anyway
+    pass
+
+
 def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
   """`main` with its bad-input errors turned into one line and exit status 1."""
 
@@ -289,6 +303,7 @@ def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
     try:
       main(argv)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: one line, the shell's status for SIGINT
+      _settle_jax()
       fail("interrupted (training runs and resumable sweeps keep what they finished: rerun "
            "the command to resume)", exitcode=130)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
