@@ -65,7 +65,8 @@ max(flops, FLOPS_PER_BYTE * bytes_accessed) (about a V100's ratio of peak flops 
       topological order can never form a cycle). On a colocated graph the sequence of
       placement units is cut instead, into as many runs as fit max_nodes once each run is
       split into acyclic pieces, which are then refined by the plain runs while nodes are to
-      spare (`coarsen_units.unit_runs`); it may end a little below max_nodes.
+      spare (`coarsen_units.unit_runs`), unless the plain cut keeps as many units and nodes;
+      it may end a little below max_nodes.
 """
 
 from __future__ import annotations
@@ -236,9 +237,10 @@ class _State:
     return coarsen_units.units(self.graph.colocation, self.labels, self.m)
 
   def merge_keeping_units(self, pairs_a, pairs_b, budget: int, order, cap: float,
-                          costly: Optional[int] = None):
-    """`merge` that keeps placement units (`coarsen_units.merge_keeping_units`)."""
-    unit = self.units()
+                          costly: Optional[int] = None, unit: Optional[np.ndarray] = None):
+    """`merge` that keeps placement units (`coarsen_units.merge_keeping_units`); `unit`: the
+    current `units()`, where the caller has them."""
+    unit = self.units() if unit is None else unit
     if unit is None:
       return self.merge(pairs_a, pairs_b, budget=budget, order=order, cap=cap)
     parent = coarsen_units.merge_keeping_units(unit, self.weight, pairs_a, pairs_b,
@@ -293,11 +295,12 @@ def _trees(st: _State, max_nodes: int):
       ok = deg[st.qs if forward else st.qr] == 1
       a, b = st.qs[ok], st.qr[ok]
       order = np.lexsort((a, st.weight[a] + st.weight[b]))  # lightest merges first
+      unit = st.units() if colocated else None
       st.merge_keeping_units(
           a, b, budget=need, order=order,
           cap=min(TREE_WEIGHT_CAP * st.weight.sum() / max_nodes, st.cap),
           costly=max(0, min(int(np.ceil(TREE_UNITING_SHARE * need)),
-                            int(st.units().max()) + 1 - floor)) if colocated else None)
+                            int(unit.max()) + 1 - floor)) if colocated else None, unit=unit)
     if not colocated or st.m == before:
       return
 
@@ -392,15 +395,17 @@ def _topological(st: _State, max_nodes: int):
   order = acyclic_pieces(st.m, st.qs, st.qr, np.arange(st.m))  # topological position
   pos = np.empty(st.m, np.int64)
   pos[np.argsort(order, kind="stable")] = np.arange(st.m)
-  unit = st.units()
-  if unit is not None:
-    st.set(coarsen_units.unit_runs(st.m, st.qs, st.qr, st.weight, unit, pos,
-                                     max_nodes)[st.labels])
-    return
   seq = np.argsort(pos)
-  labels = np.empty(st.m, np.int64)
-  labels[seq] = coarsen_units.balanced_runs(st.weight[seq], max_nodes)
-  st.set(labels[st.labels])
+  plain = np.empty(st.m, np.int64)
+  plain[seq] = coarsen_units.balanced_runs(st.weight[seq], max_nodes)
+  unit = st.units()
+  if unit is not None and unit.max() > 0:  # one unit left: nothing to keep apart
+    kept = coarsen_units.unit_runs(st.m, st.qs, st.qr, st.weight, unit, pos, max_nodes)
+    score = lambda labels: (len(np.unique(coarsen_units.units(
+        st.graph.colocation, labels[st.labels], int(labels.max()) + 1))), labels.max())
+    if score(kept) >= score(plain):  # more units, or as many and as many nodes
+      plain = kept
+  st.set(plain[st.labels])
 
 
 STRATEGY_FNS = {"colocate": _colocate, "chains": _chains, "trees": _trees, "scopes": _scopes,

@@ -133,8 +133,9 @@ def unit_runs(m: int, qs: np.ndarray, qr: np.ndarray, weight: np.ndarray, unit: 
   colocated pairs in runs that overlap differently, and the runs' colocation chains unite
   nearly every unit (Inception-v3 at 16 nodes: one unit). A run of units is one unit: a few
   nodes (its forward part and its backward part). The number of runs is found by bisection
-  (one run is one node, so the search always has an answer). Where that leaves fewer than
-  `max_nodes` nodes, each piece is then cut by the plain fallback's runs, as many as fit.
+  and a scan above it (one run is one node, so the search always has an answer). Where that
+  leaves fewer than `max_nodes` nodes, each piece is then cut by the plain fallback's runs, as
+  many as fit. `simulator.coarsen` keeps the plain cut instead where it has as many units.
   """
   num_units = int(unit.max()) + 1
   first = np.full(num_units, m)
@@ -147,7 +148,9 @@ def unit_runs(m: int, qs: np.ndarray, qr: np.ndarray, weight: np.ndarray, unit: 
   def pieces(k):
     return grouping.acyclic_pieces(m, qs, qr, balanced_runs(w, k)[where[unit]])
 
-  best = _largest(pieces, min(num_units, max_nodes), max_nodes)
+  # The node count is not monotone in the number of runs: after the bisection, a few larger
+  # counts are tried as well (a random DAG of 40 ops at 22 nodes: 6 runs by bisection, 11 fit).
+  best = _largest(pieces, min(num_units, max_nodes), max_nodes, scan=UNIT_RUN_SCAN)
   if best.max() + 1 >= max_nodes:
     return best
   # Nodes to spare: refine every piece by the plain fallback's runs of the group order, as
@@ -162,10 +165,14 @@ def unit_runs(m: int, qs: np.ndarray, qr: np.ndarray, weight: np.ndarray, unit: 
   return _largest(refined, min(m, max_nodes), max_nodes)
 
 
-def _largest(labels_of, hi: int, max_nodes: int) -> np.ndarray:
-  """labels_of(k) for the largest k in [1, hi] found by bisection whose labels have at most
-  `max_nodes` ids, where labels_of(1) must have at most that many."""
-  lo = 1
+UNIT_RUN_SCAN = 32  # run counts tried above the bisection's answer
+
+
+def _largest(labels_of, hi: int, max_nodes: int, scan: int = 0) -> np.ndarray:
+  """labels_of(k) for the largest k in [1, hi] whose labels have at most `max_nodes` ids,
+  found by bisection and then among up to `scan` larger k (all of them if that few, else
+  evenly spaced); labels_of(1) must have at most `max_nodes` ids."""
+  lo, top = 1, hi
   best = labels_of(lo)
   while lo < hi:
     mid = (lo + hi + 1) // 2
@@ -174,4 +181,10 @@ def _largest(labels_of, hi: int, max_nodes: int) -> np.ndarray:
       lo, best = mid, labels
     else:
       hi = mid - 1
+  if scan and top > lo:
+    ks = np.unique(np.linspace(lo + 1, top, min(scan, top - lo)).round().astype(np.int64))
+    for k in ks[::-1].tolist():  # the largest fitting one
+      labels = labels_of(k)
+      if labels.max() + 1 <= max_nodes:
+        return labels
   return best

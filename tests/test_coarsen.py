@@ -166,6 +166,30 @@ def test_coarsened_pipedream_graphs_keep_half_their_nodes_as_units(spec, strateg
     assert plain.graph.num_nodes == m and _units(plain.graph) < m // 2
 
 
+def test_topological_fallback_never_keeps_fewer_units_than_the_plain_one():
+  """The unit cut's node count is not monotone in its run count (a 40-op DAG at 22 nodes:
+  bisection alone chose 6 runs, 14 nodes and 7 units against the plain cut's 22 and 12), and
+  where units cannot be kept apart it must not collapse the graph to one node."""
+  cases = [(synthetic.layered_dag(40, width=4, seed=17, colocation_groups=10,
+                                  colocation_size=2), 22),
+           (synthetic.layered_dag(300, width=8, seed=3, colocation_groups=60,
+                                  colocation_size=3), 16)]
+  rng = np.random.default_rng(0)
+  for seed in range(20):
+    n = int(rng.integers(10, 120))
+    cases.append((synthetic.regal_dag(n, seed=seed, colocation_groups=n // 6,
+                                      colocation_size=3), int(rng.integers(2, n))))
+  for g, m in cases:
+    for strategies in (STRATEGIES, ("topological",)):
+      kept = coarsen(g, m, strategies=strategies)
+      plain = coarsen(g, m, strategies=strategies, keep_units=False)
+      assert kept.graph.num_nodes <= m
+      assert (_units(kept.graph), kept.graph.num_nodes) >= (_units(plain.graph),
+                                                           plain.graph.num_nodes)
+  g, m = cases[0]
+  assert _units(coarsen(g, m, strategies=("topological",)).graph) >= 13
+
+
 def test_bad_arguments():
   g = _diamond()
   for bad in (0, -3, 2.5, True, "10"):
