@@ -43,12 +43,13 @@ from absl import logging
 from go_jax import execute as execute_lib
 from go_jax import methods, plotting, results
 from go_jax import place as place_lib
+from go_jax import place_report
 from simulator import fileio, sources, topology_spec
 from simulator.graph import CompGraph
 from simulator.sources import jax_program
 from simulator.sources import zoo as zoo_source
 
-MD_NAME = "execution.md"
+MD_NAME = place_report.EXECUTION_MD  # place_report removes a stale one
 DEFAULT_REPEATS = 5
 PROGRAM_KINDS = ("zoo", "jax")  # graph sources that are JAX programs
 TASKS = ("joint",)  # tasks whose rows are placements to run (fusion is not executed)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Set
 
 import numpy as np
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # annotations only: go_jax.place imports this module
 LAUNCHER = "place"  # the launcher results.json records (another launcher's folder is refused)
 JSON_NAME, CSV_NAME, MD_NAME = results.JSON_NAME, results.CSV_NAME, results.MD_NAME
 NPZ_NAME, BARS_NAME = "placement.npz", "objective_bars.png"
+EXECUTION_MD = "execution.md"  # written by go_jax.place_execute (its MD_NAME)
 
 
 def _fmt(value: float, objective: str) -> str:
@@ -159,8 +160,9 @@ def _slug(key: str) -> str:
 def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[str, str]:
   """Writes results.json, results.csv, results.md, placement.npz and (with plots) the PNGs;
   returns their paths. ValueError if another launcher's results are in `out`."""
-  results.load(out, LAUNCHER)  # another launcher's folder: stop, never overwrite it
+  old = results.load(out, LAUNCHER)  # another launcher's folder: stop, never overwrite it
   os.makedirs(out, exist_ok=True)
+  stale = _owned_files(out, (old or {}).get("files"))  # an earlier run's, removed at the end
   files = {}
   best, go = result.best, result.go_row
   arrays = {"placement": result.expand(best.placement),
@@ -201,7 +203,30 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
   cols = results.COLUMNS + (("groups",) if any(r.fuse is not None for r in result.rows) else ())
   files["csv"] = results.write_csv(out, [dict(r.data, groups=r.groups) for r in result.rows], cols)
   files["results"] = write_results_json(result, out, files)
+  written = {os.path.abspath(v) for v in files.values()}
+  for path in stale - written:  # a plot or execution.md of an earlier run in this folder
+    try:
+      os.remove(path)
+    except FileNotFoundError:
+      pass
   return {k: os.path.abspath(v) for k, v in files.items()}
+
+
+def _owned_files(out: str, listed) -> Set[str]:
+  """The files an earlier go-jax-place run listed in `out`'s results.json that it owns (its
+  plots and execution.md, directly in `out`); nothing else there is ever removed."""
+  if not isinstance(listed, dict):
+    return set()
+  folder, owned = os.path.abspath(out), set()
+  for path in listed.values():
+    if not isinstance(path, str):
+      continue
+    path = os.path.abspath(path)
+    name = os.path.basename(path)
+    if os.path.dirname(path) == folder and (name in (BARS_NAME, EXECUTION_MD) or (
+        name.startswith("gantt_") and name.endswith(".png"))):
+      owned.add(path)
+  return owned
 
 
 def write_results_json(result: PlaceResult, out: str, files: Mapping[str, str],

@@ -233,6 +233,12 @@ def test_place_end_to_end(tmp_path, launcher_run, tiny_checkpoint):
   assert data["best"] == result.best.method and data["settings"]["graph"] == GRAPH
   saved = np.load(files["placement"])
   np.testing.assert_array_equal(saved["placement"], result.best.placement)
+  # A rerun into the folder without plots removes the plots the first run listed, and only
+  # those: a file of the user's stays.
+  (tmp_path / "out" / "notes.txt").write_text("mine")
+  place_lib.write_outputs(result, str(tmp_path / "out"), plots=False)
+  assert sorted(os.listdir(tmp_path / "out")) == sorted(
+      ["results.json", "results.csv", "results.md", "placement.npz", "notes.txt"])
   go = result.go_row
   assert go.key == "go_finetuned"
   np.testing.assert_array_equal(saved["go_placement"], go.placement)
