@@ -227,8 +227,6 @@ class _State:
     if done:
       self.set(grouping.roots(parent)[self.labels])
 
-
-
   def units(self) -> Optional[np.ndarray]:
     """(m,) placement unit of every group; None where the graph has no colocation (or units
     are not kept)."""
