@@ -221,6 +221,18 @@ def _topology_spec(topology) -> Tuple[str, Any]:
 
 
 # ------------------------------------------------------------------ place
+def _check_brkga_budget(budget, names) -> None:
+  """ValueError where `brkga_budget` cannot pay one generation of a BRKGA baseline named: a
+  bad option of the run, not an instance the method refuses (which would only skip its row)."""
+  from go_jax.methods import evolution  # pylint: disable=g-import-not-at-top
+  counts = evolution._brkga_counts  # pylint: disable=protected-access
+  for name in names:
+    population, elites, _, _ = counts(methods.get(name).defaults, name)
+    if budget < population - elites:
+      raise ValueError(f"brkga_budget={budget} is below one generation of {name} "
+                       f"({population - elites} evaluations: population - elites)")
+
+
 def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
           objective: str = "makespan", seed: int = 0, method: Optional[str] = place_tasks.AUTO,
           checkpoint: Optional[str] = None,
@@ -282,6 +294,7 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
                             device_spec=device_spec)  # ValueError: kinds that do not fit
   method, baselines, unknown = job.method, job.baselines, job.unknown
   job.check_graph(graph, max_nodes)  # the fusing tasks: a cost reference, no coarsening
+  _check_brkga_budget(brkga_budget, [b for b in baselines if b in BRKGA_METHODS])
 
   # The instance: coarsen big graphs, then the topology (its memory may scale with the graph).
   original, coarse = graph, None

@@ -437,3 +437,13 @@ def test_a_bad_go_option_stops_go_jax_place_instead_of_skipping_go():
                        "finetune_seconds must be a finite number")):
     with pytest.raises(ValueError, match=match):
       place_lib.place(graph, "nvlink2", method="go", baselines=["heft"], **opts)
+
+
+def test_a_brkga_budget_below_one_generation_is_an_error_not_a_skipped_row():
+  graph = sources.load_graph("chain:n=8")
+  with pytest.raises(ValueError, match=r"brkga_budget=50 is below one generation of brkga "
+                                       r"\(80 evaluations"):
+    place_lib.place(graph, "nvlink2", method=None, baselines=["heft", "brkga"], brkga_budget=50)
+  # without a BRKGA baseline the budget is not used, so not checked
+  assert place_lib.place(graph, "nvlink2", method=None, baselines=["heft"],
+                         brkga_budget=50).best.method == "heft"
