@@ -53,7 +53,6 @@ def load_rows(path: str) -> Dict[str, Dict[str, Any]]:
   Raises:
     ValueError: the file cannot be read as the fusion table's JSON.
   """
-  import json  # pylint: disable=g-import-not-at-top
   if not os.path.exists(path):
     return {}
   try:
