@@ -15,8 +15,6 @@ starts). Design: docs/design.md section 6, "Coarsening keeps placement units".
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from typing import Dict, List
 
@@ -130,11 +128,12 @@ def main(argv):
         f"{summ['cells']}; where both fit, kept / ignored geometric mean "
         f"{summ['gmean_kept_over_ignored']:.3f} ({summ['better']} better, {summ['worse']} "
         f"worse)")
-  print(f"{time.time() - t_start:.0f} s wall; load average {os.getloadavg()}")
+  machine = cli.machine_info()  # platform, CPUs, jax, load average, date
+  print(f"{time.time() - t_start:.0f} s wall; load average {machine['load_average']}")
   fileio.write_json(FLAGS.out, {
       "flags": {k: FLAGS[k].value for k in ("graphs", "topologies", "sizes", "methods")},
-      "host": platform.node(), "load_average": os.getloadavg(),
-      "wall_seconds": time.time() - t_start, "cells": cells, "summary": summ})
+      "machine": machine, "wall_seconds": time.time() - t_start, "cells": cells,
+      "summary": summ})
   print(f"wrote {FLAGS.out}")
 
 

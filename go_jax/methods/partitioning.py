@@ -49,10 +49,9 @@ _COMMON = dict(degree=None, space=None)
 
 def _space(problem: Problem, config) -> StrategySpace:
   d = problem.topology.num_devices
+  from go_jax.methods import integral  # pylint: disable=g-import-not-at-top
   degree = config["degree"]
-  if degree is not None and (isinstance(degree, bool) or not isinstance(degree, (int, float,
-                                                                              np.number))
-                             or not float(degree).is_integer() or not 1 <= degree <= d):
+  if degree is not None and (not integral(degree) or not 1 <= degree <= d):
     raise ValueError(f"partition degree must be an integer in [1, {d}] (the number of "
                      f"devices), got {degree!r}")
   space = config["space"]

@@ -69,8 +69,11 @@ def _field(path: str, where: str, obj: dict, key: str, kind=float):
     raise ValueError(f"Piper input '{path}': {where} lacks field '{key}'")
   value = obj[key]
   if kind is float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-        not math.isfinite(float(value) if abs(value) < 1e308 else math.inf) or value < 0:
+    try:
+      finite = not isinstance(value, bool) and math.isfinite(value)
+    except (TypeError, OverflowError):  # not a number; an int too large for a float
+      finite = False
+    if not finite or value < 0:
       shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:30] + "..."
       raise ValueError(f"Piper input '{path}': {where} field '{key}' must be a finite number "
                        f">= 0, got {shown}")
