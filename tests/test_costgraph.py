@@ -103,13 +103,18 @@ def test_round_trip_random_regal_graphs(tmp_path, seed, integer):
 
 
 def test_writer_keeps_names_and_refuses_reserved_ones(tmp_path):
-  g = CompGraph(cost=[1e-3, 2e-3], senders=[0], receivers=[1], out_bytes=[4, 8],
-                node_names=['a "quoted"\\name', "b\tc"])
+  g = CompGraph(cost=[1e-3, 2e-3, 1e-3], senders=[0, 1], receivers=[1, 2], out_bytes=[4, 8, 1],
+                node_names=['a "quoted"\\name', "b\tc", "nul\x00 esc\x1b é\u2028"])
   h = load_costgraph(write_costgraph(g, str(tmp_path / "n.pbtxt")))
   assert h.node_names == g.node_names
   bad = CompGraph(cost=[1.0], senders=[], receivers=[], node_names=["_SOURCE"])
   with pytest.raises(ValueError, match="reserved"):
     write_costgraph(bad, str(tmp_path / "bad.pbtxt"))
+  # A lone surrogate has no UTF-8 form: a ValueError naming the node, and no file written.
+  bad = CompGraph(cost=[1.0, 1.0], senders=[], receivers=[], node_names=["ok", "x\ud800"])
+  with pytest.raises(ValueError, match=r"name of node 1 .* not valid Unicode"):
+    write_costgraph(bad, str(tmp_path / "surrogate.pbtxt"))
+  assert not (tmp_path / "surrogate.pbtxt").exists()
 
 
 @pytest.mark.parametrize("text,match", [

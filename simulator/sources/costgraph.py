@@ -419,6 +419,13 @@ def costgraph_text(graph: CompGraph, *, source_node: bool = True) -> str:
   if bad:
     raise ValueError(f"graph {graph.name!r}: node name {bad[0]!r} is reserved for TF's "
                      f"executor pseudo-node and would be dropped on reading; rename the node")
+  for i, s in enumerate(names):
+    try:
+      s.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate: no UTF-8 file can hold it
+      raise ValueError(f"graph {graph.name!r}: the name of node {i} ({s!r}) is not valid "
+                       f"Unicode ({err.reason} at character {err.start}); a CostGraphDef "
+                       "file is UTF-8, so rename the node") from None
   ptr, preds = graph.predecessor_csr()
   ptr, preds = ptr.tolist(), preds.tolist()
   offset = 1 if source_node else 0
@@ -451,7 +458,8 @@ def write_costgraph(graph: CompGraph, path: str, *, source_node: bool = True) ->
   `source_node` adds REGAL's `_SOURCE` (id 0, control edges to the sources; ops get ids 1..N),
   else ops get ids 0..N-1. Costs are rounded to whole microseconds and bytes to whole bytes
   (int64 fields); op_type, flops, bytes_accessed and colocation are not written (CostGraphDef
-  has no such fields). Raises ValueError for an op named `_SOURCE` or `_SINK`.
+  has no such fields). Raises ValueError for an op named `_SOURCE` or `_SINK` and for a name
+  that is not valid Unicode (a lone surrogate).
   """
   text = costgraph_text(graph, source_node=source_node)
   with fileio.atomic_open(path, "w", make_dirs=True) as fh:
