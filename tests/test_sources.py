@@ -15,6 +15,8 @@ from simulator import ops, sources
 from simulator.sources import (available_graphs, chain, data_root, layered_dag, load_graph,
                                load_pipedream, load_piper, regal_dag, series_parallel)
 from simulator.sources.pipedream import parse_pipedream
+from simulator.graph import CompGraph
+from simulator.sources.costgraph import write_costgraph
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
 
@@ -236,6 +238,9 @@ def test_pipedream_malformed(tmp_path, text, match):
 def test_pipedream_bad_names(tmp_path):
   with pytest.raises(ValueError, match="does not exist"):
     load_pipedream(str(tmp_path / "missing.txt"))
+  (tmp_path / "folder.txt").mkdir()
+  with pytest.raises(ValueError, match="folder.txt' is a folder, not a file"):
+    load_pipedream(str(tmp_path / "folder.txt"))
   with pytest.raises(ValueError, match="optimizer_state_factor"):
     load_pipedream(_write(tmp_path, TOY_PROFILE), optimizer_state_factor=-1)
 
@@ -646,6 +651,31 @@ def test_check_spec_refuses_what_load_graph_would(programs, text, match):
     sources.check_spec(text)
   with pytest.raises(ValueError, match=match):
     load_graph(text)
+
+
+def test_a_folder_is_named_a_folder(tmp_path):
+  """A folder where a graph file is expected is reported as a folder, not as missing."""
+  for name, spec, match in (("g.npz", "{}", "cannot read graph file .*g.npz': it is a folder"),
+                            ("g.pbtxt", "costgraph:{}", "CostGraphDef file .*g.pbtxt': it is a folder"),
+                            ("p.json", "piper:{}", "p.json' is a folder, not a file")):
+    (tmp_path / name).mkdir()
+    for check in (sources.check_spec, load_graph):
+      with pytest.raises(ValueError, match=match):
+        check(spec.format(tmp_path / name))
+
+
+def test_a_path_with_commas_and_equals_is_read_whole(tmp_path):
+  """`costgraph:runs/lr=0.1,b.pbtxt` is one file, not the items 'runs/lr=0.1' and 'b.pbtxt';
+  keys after it and a trailing coarsen still apply."""
+  g = CompGraph(cost=[1e-3, 2e-3, 3e-3], senders=[0, 1], receivers=[1, 2], out_bytes=[4, 8, 2])
+  path = write_costgraph(g, str(tmp_path / "lr=0.1,b.pbtxt"))
+  assert sources.check_spec(f"costgraph:{path}") == f"costgraph:{path}"
+  assert load_graph(f"costgraph:{path}").num_nodes == 3
+  assert load_graph(f"costgraph:{path},coarsen=2").num_nodes <= 2
+  with pytest.raises(ValueError, match="unknown key 'bogus'"):
+    load_graph(f"costgraph:{path},bogus=1")
+  with pytest.raises(ValueError, match=r"no file '.*lr=0.2,b.pbtxt' exists"):
+    load_graph(f"costgraph:{tmp_path / 'lr=0.2,b.pbtxt'}")
 
 
 def test_check_spec_resolves_without_building(programs):

@@ -20,7 +20,8 @@ Every form takes a trailing `coarsen=N` (e.g. `zoo:bert_base,coarsen=512`): the 
 to at most N nodes by `simulator.coarsen.coarsen`, for policies trained on a size bucket.
 
 Generators take `n` (alias of num_nodes) and their keyword arguments; the importers take a
-model name or file path as their one positional argument, `jax:` a `package.module:function`.
+model name or file path as their one positional argument, `jax:` a `package.module:function`;
+a path with ',' or '=' in its name is taken whole when it names an existing file.
 Every error (unknown kind, name, key or value, missing file, a module or function that cannot be
 imported or called) is a ValueError that names the spec and lists the valid choices.
 """
@@ -151,7 +152,8 @@ def resolve_spec(text: str, *, device: Optional[str] = None) -> str:
     return f"{resolve_spec(base, device=device)},{COARSEN_KEY}={limit}"
   if text.endswith(".npz"):
     if not os.path.isfile(text):
-      raise ValueError(f"cannot read graph file {text!r}: it does not exist")
+      raise ValueError(f"cannot read graph file {text!r}: " + (
+          "it is a folder" if os.path.isdir(text) else "it does not exist"))
     return text
   kind, sep, rest = text.partition(":")
   kind = kind.strip()
@@ -311,6 +313,19 @@ def _load_graph(spec: str) -> CompGraph:
     raise _not_importable(spec, e) from e
 
 
+def _leading_path(kind: SourceKind, items: List[str]):
+  """(path, the other items): the longest run of leading items that, joined by commas, names
+  an existing file with a ',' or '=' in its name (`costgraph:runs/a=1,b=2.pbtxt`), so that such
+  a path is not split into key=value items; (None, items) where there is none."""
+  if kind.positional is None:
+    return None, items
+  for k in range(len(items), 0, -1):
+    candidate = ",".join(items[:k])
+    if ("," in candidate or "=" in candidate) and os.path.isfile(candidate):
+      return candidate, items[k:]
+  return None, items
+
+
 def _parse(spec: str):
   """(kind name, keyword arguments of its function) of a resolved source spec; ValueError on an
   unknown key, a bad value, a missing required argument or a stray unnamed one."""
@@ -318,6 +333,9 @@ def _parse(spec: str):
   kind = REGISTRY[kind_name]
   keys = kind.keys()
   kwargs, args = {}, []
+  path, items = _leading_path(kind, items)
+  if path is not None:
+    args.append(path)
   for item in items:
     if not item:
       raise ValueError(f"empty item in graph spec {spec!r}")
@@ -335,6 +353,11 @@ def _parse(spec: str):
         raise ValueError(f"graph spec {spec!r}: key {key!r} given twice")
       kwargs[key] = kind.free_keys(text.strip())
       continue
+    if key not in keys and kind.positional is not None and not args and (
+        "/" in key or os.sep in key):  # a path, split at its '=': say so
+      raise ValueError(f"graph spec {spec!r}: no file {','.join(items)!r} exists, and "
+                       f"{key!r} is not a key of {kind_name} (valid keys: "
+                       f"{', '.join(sorted(keys))})")
     if key not in keys:
       raise ValueError(f"graph spec {spec!r}: unknown key {key!r} for {kind_name}; valid "
                        f"keys: {', '.join(sorted(keys))}")

@@ -44,6 +44,8 @@ def resolve(path_or_name: str, models: Callable[[], Dict[str, str]], source: str
   """
   if os.path.isfile(path_or_name):
     return path_or_name
+  if os.path.isdir(path_or_name):
+    raise ValueError(f"{source} {file_kind} '{path_or_name}' is a folder, not a file")
   if os.sep in path_or_name or path_or_name.endswith(suffix):
     raise ValueError(f"{source} {file_kind} '{path_or_name}' does not exist")
   found = models()
