@@ -87,3 +87,47 @@ def test_sigterm_is_an_interrupt_and_the_launcher_exits_130(capsys):
   assert e.value.code == 130
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "interrupted" in err[0] and "rerun the command" in err[0]
+
+
+_IN_FLIGHT = r"""
+import sys
+import jax, jax.numpy as jnp
+from experiments import cli
+
+def main(argv):
+  del argv
+  def body(c):
+    i, x = c
+    return i + 1, jnp.sin(x) * 1.0001 + 0.5
+  run = jax.jit(lambda x: jax.lax.while_loop(lambda c: c[0] < 150, body, (0, x))[1])
+  x = jnp.ones(2_000_000)
+  run(x).block_until_ready()  # compiled (about 1 s a call); the next call is left in flight
+  global pending
+  pending = run(x * 2.0)      # dispatched asynchronously: still running
+  print("in flight", not pending.is_ready(), file=sys.stderr)
+  cli._settle_jax = (lambda settle: lambda: (settle(), print(
+      "settled", pending.is_ready(), file=sys.stderr)))(cli._settle_jax)
+  raise KeyboardInterrupt                # Ctrl-C while XLA's threads compute
+
+cli.wrap_main(main)(["prog"])
+"""
+
+
+def test_interrupt_waits_for_jax_work_in_flight(tmp_path):
+  """A launcher interrupted while a jitted computation still runs on XLA's threads waits for it
+  (cli._settle_jax) before it exits with its one line and status 130; exiting under the running
+  computation was a segmentation fault (status 139) after the message."""
+  import subprocess
+  import sys
+  script = tmp_path / "in_flight.py"
+  script.write_text(_IN_FLIGHT)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+      + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+  out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, env=env, check=False)
+  assert out.returncode == 130, (out.returncode, out.stderr[-2000:])
+  lines = [s for s in out.stderr.strip().splitlines() if s]
+  assert lines[0] == "in flight True"  # the interrupt came while it ran
+  assert lines[1] == "settled True"  # and it had finished before the exit
+  assert "interrupted" in lines[-1]
