@@ -42,8 +42,8 @@ def main(argv):
     rows = zoo_cells.run_table(models, FLAGS.size, FLAGS.stages, FLAGS.out, FLAGS.timeout)
   except ValueError as e:
     raise app.UsageError(cli.one_line(e)) from e
-  print(f"\n| model | stage | nodes | edges | params (M) | GFLOP/step | build s "
-        f"(lower+parse) |\n|---|---|---:|---:|---:|---:|---:|")
+  print("\n| model | stage | nodes | edges | params (M) | GFLOP/step | build s "
+        "(lower+parse) |\n|---|---|---:|---:|---:|---:|---:|")
   for r in rows:
     if "error" in r:
       print(f"| {r['model']} | {r['stage']} | error: {r['error']} |||||")

@@ -35,7 +35,7 @@ communication bytes and the option counts.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 

@@ -25,7 +25,7 @@ import functools
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp

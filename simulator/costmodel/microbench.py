@@ -289,7 +289,6 @@ def _softmax(n):
 def _norm_chain(rows):
   """Four normalisations in a row (layer / batch norm statistics): one reduction fusion per
   step, with the elementwise work fused around it."""
-  import jax.numpy as jnp
   def f(x):
     for _ in range(4):
       mu = x.mean(-1, keepdims=True)

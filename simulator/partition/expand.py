@@ -24,7 +24,7 @@ every worker sending to every other over its own link, not rings or trees):
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 

@@ -22,7 +22,6 @@ expansion of `simulator.partition.expand` (and so under the simulator's rule 3).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -235,7 +234,6 @@ def _dim_map(inst, operand_dims: List[Tuple[int, ...]], reducer_is_add) -> \
   op = inst.opcode
   out = _dims_of(inst.shape)
   n_ops = len(operand_dims)
-  none = (None,) * n_ops
   if not out and op not in ("reduce",):
     return "other", {}, []
   if op in ELEMENTWISE or op in TRANSCENDENTAL or op in _SAME_DIMS:
