@@ -32,6 +32,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from typing import Callable, List, Optional, Sequence
 
 from absl import app, flags
@@ -290,6 +291,7 @@ def _settle_jax() -> None:
   if jax is None:
     return
   try:
+    jax.effects_barrier()  # host callbacks and ordered effects still queued
     for array in jax.live_arrays():
       array.block_until_ready()
   except Exception:  # pylint: disable=broad-except  # a deleted or failed buffer: exit anyway
@@ -329,13 +331,41 @@ def prepare(module_name: str, doc: Optional[str] = None) -> None:
 def _terminate_as_interrupt() -> None:
   """SIGTERM (`kill`, a batch scheduler's pre-emption) raises KeyboardInterrupt as Ctrl-C does,
   so that a run stopped either way unwinds the same path: trainers checkpoint the updates done
-  (`training.loop._run_chunks`) and results files stay whole (they are written atomically)."""
+  (`training.loop._run_chunks`) and results files stay whole (they are written atomically).
+
+  A Python signal handler runs at the main thread's next bytecode, and that can be inside a
+  garbage-collection callback or a `__del__` (JAX registers both): an exception raised there is
+  "ignored" by the interpreter, and the run went on to finish with status 0. `_redeliver_lost`
+  sees such a lost KeyboardInterrupt and delivers it again."""
   if threading.current_thread() is not threading.main_thread():
     return  # signal handlers can only be installed from the main thread
 
   def handler(signum, frame):  # pylint: disable=unused-argument
     raise KeyboardInterrupt(f"signal {signum}")
   signal.signal(signal.SIGTERM, handler)
+  if not getattr(sys.unraisablehook, "_go_jax_redelivers", False):
+    sys.unraisablehook = _redeliver_lost(sys.unraisablehook)
+
+
+def _redeliver_lost(previous: Callable[..., None]) -> Callable[..., None]:
+  """An unraisable-exception hook (`sys.unraisablehook`): a KeyboardInterrupt the interpreter
+  could not raise (it came up in a gc callback or a finaliser) is sent again, as SIGTERM to the
+  main thread, a moment later from a helper thread: sent from the hook itself, the handler
+  would run inside the hook and be lost once more. Should the next one land in such code too,
+  this hook sees it again. Any other unraisable exception goes to `previous`."""
+
+  def resend() -> None:
+    time.sleep(0.05)  # the hook and the callback that lost the interrupt have returned
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+  def hook(unraisable) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+      threading.Thread(target=resend, name="go-jax-interrupt", daemon=True).start()
+      return
+    previous(unraisable)
+
+  hook._go_jax_redelivers = True  # pylint: disable=protected-access
+  return hook
 
 
 def run(main: Callable[[List[str]], None], doc: Optional[str] = None,

@@ -117,17 +117,57 @@ def test_interrupt_waits_for_jax_work_in_flight(tmp_path):
   """A launcher interrupted while a jitted computation still runs on XLA's threads waits for it
   (cli._settle_jax) before it exits with its one line and status 130; exiting under the running
   computation was a segmentation fault (status 139) after the message."""
-  import subprocess
-  import sys
-  script = tmp_path / "in_flight.py"
-  script.write_text(_IN_FLIGHT)
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-      + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-  out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=300, env=env, check=False)
+  out = _run_script(tmp_path, "in_flight.py", _IN_FLIGHT)
   assert out.returncode == 130, (out.returncode, out.stderr[-2000:])
   lines = [s for s in out.stderr.strip().splitlines() if s]
   assert lines[0] == "in flight True"  # the interrupt came while it ran
   assert lines[1] == "settled True"  # and it had finished before the exit
   assert "interrupted" in lines[-1]
+
+
+_LOST_IN_GC = r"""
+import gc, os, signal, sys, time
+from experiments import cli
+
+def main(argv):
+  del argv
+  cli._terminate_as_interrupt()
+  fired = []
+  def callback(phase, info):
+    if phase == "start" and not fired:
+      fired.append(True)
+      os.kill(os.getpid(), signal.SIGTERM)
+      for _ in range(1000):  # the handler runs here, in the gc callback: the interpreter
+        pass                 # prints "Exception ignored" and drops the KeyboardInterrupt
+  gc.callbacks.append(callback)
+  gc.collect()
+  for _ in range(1000):  # up to 10 s of work after the lost interrupt
+    time.sleep(0.01)
+  print("ran to the end", file=sys.stderr)
+
+cli.wrap_main(main)(["prog"])
+"""
+
+
+def _run_script(tmp_path, name, text):
+  import subprocess
+  import sys
+  script = tmp_path / name
+  script.write_text(text)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+      + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+  return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                        timeout=300, env=env, check=False)
+
+
+def test_sigterm_lost_in_a_gc_callback_is_delivered_again(tmp_path):
+  """SIGTERM whose handler runs inside a garbage-collection callback (JAX has one) raised its
+  KeyboardInterrupt where the interpreter ignores exceptions, and the run finished with status
+  0; cli._redeliver_lost sends it again, and the launcher ends with its one line and 130."""
+  out = _run_script(tmp_path, "lost_in_gc.py", _LOST_IN_GC)
+  assert out.returncode == 130, (out.returncode, out.stderr[-2000:])
+  assert "ran to the end" not in out.stderr
+  assert "Exception ignored" not in out.stderr
+  lines = [s for s in out.stderr.strip().splitlines() if s]
+  assert len(lines) == 1 and "interrupted" in lines[0], out.stderr[-2000:]
