@@ -246,3 +246,24 @@ def test_heldout_passes_the_search_options(monkeypatch, capsys):
   with pytest.raises(SystemExit):
     heldout.main(["--methods=regal_hint", "--graphs=regal:n=20", "--cpu_devices=-1"])
   assert "--cpu_devices=-1: must be >= 0" in capsys.readouterr().err
+
+
+def test_xla_options_are_checked_before_the_folder(tmp_path):
+  """A bad size, coarsen or family is the caller's mistake, not a variant that fails to
+  build: a ValueError naming the option and the value, and no folder."""
+  fresh = str(tmp_path / "x")
+  for kwargs, match in (
+      (dict(sizes=("tiny", "huge")), r"sizes: unknown zoo size\(s\) \['huge'\]"),
+      (dict(sizes=()), "must not be empty"),
+      (dict(coarsen=0), "coarsen must be a positive number of ops.*got 0"),
+      (dict(coarsen=-3), "coarsen must be a positive number of ops.*got -3"),
+      (dict(valid_families=("wavnet",)),
+       r"valid_families: unknown model family\(ies\) \['wavnet'\]; known: amoebanet, "),
+      (dict(test_families=("nope",)), r"test_families: unknown model family\(ies\) \['nope'\]")):
+    with pytest.raises(ValueError, match=match):
+      xla_set.build_xla_dataset(fresh, models=("resnet50",), log=None, **kwargs)
+  assert not os.path.exists(fresh)
+  # with given variants, their own families are known besides the zoo's
+  xla_set.check_families(("fam_b",), ("inception",), [("fam_b", "chain:n=6")])
+  with pytest.raises(ValueError, match=r"unknown model family\(ies\) \['fam_c'\]"):
+    xla_set.check_families(("fam_b",), ("fam_c",), [("fam_b", "chain:n=6")])
