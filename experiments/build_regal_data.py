@@ -31,7 +31,7 @@ flags.DEFINE_integer("seed", 0, "regal: recipe seed (candidate k is the same in 
 flags.DEFINE_integer("min_nodes", 50, "regal: fewest ops per graph")
 flags.DEFINE_integer("max_nodes", 200, "regal: most ops per graph")
 flags.DEFINE_integer("max_candidates", None, "regal: stop after this many candidates "
-                     "(default 50x the graphs asked for)")
+                     "(default 50x the graphs asked for)", lower_bound=1)
 flags.DEFINE_string("topology", "nvlink2@mem=0.5x", cli.topology_help(
     "Topology spec of the room-for-improvement filter (mem=Fx: F times each graph's "
     "single-device footprint)."))
@@ -42,30 +42,56 @@ flags.DEFINE_float("min_improvement", 0.2, "relative makespan reduction low -> h
                    "counts as room for improvement")
 flags.DEFINE_list("models", [], "xla: zoo models (default: all)")
 flags.DEFINE_list("sizes", ["tiny", "small"], "xla: zoo sizes")
-flags.DEFINE_integer("coarsen", 512, "xla: contract graphs to at most this many ops (0: no)")
+flags.DEFINE_integer("coarsen", 512, "xla: contract graphs to at most this many ops (0: no)",
+                     lower_bound=0)
 flags.DEFINE_list("valid_families", ["wavenet"], "xla: validation model families")
 flags.DEFINE_list("test_families", ["inception", "transformer_xl"], "xla: test model families")
 flags.DEFINE_bool("filter", False, "xla: apply the room-for-improvement filter too")
 
 
+# Flags that only one --set reads, and the filter's flags (read by --set=xla only with
+# --filter): given for a set that ignores them, they are refused rather than dropped silently.
+REGAL_ONLY = ("train", "valid", "test", "seed", "min_nodes", "max_nodes", "max_candidates")
+XLA_ONLY = ("models", "sizes", "coarsen", "valid_families", "test_families", "filter")
+FILTER_FLAGS = ("topology", "objective", "low_budget", "high_budget", "min_improvement")
+
+
+def check_set_flags() -> None:
+  """app.UsageError naming the first flag given explicitly (absl's `.present`) that the chosen
+  --set ignores."""
+  ignored = XLA_ONLY if FLAGS.set == "regal" else REGAL_ONLY
+  for name in ignored:
+    if FLAGS[name].present:
+      raise app.UsageError(f"--{name} does not apply to --set={FLAGS.set} (it is a "
+                           f"{'xla' if FLAGS.set == 'regal' else 'regal'} option)")
+  if FLAGS.set == "xla" and not FLAGS.filter:
+    for name in FILTER_FLAGS:
+      if FLAGS[name].present:
+        raise app.UsageError(f"--{name} is a filter option, which --set=xla reads only with "
+                             f"--filter")
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  out = cli.check_out(FLAGS.out)
+  check_set_flags()
   from go_jax import datasets  # pylint: disable=g-import-not-at-top
   filt = dict(topology=FLAGS.topology, objective=FLAGS.objective,
               low_budget=FLAGS.low_budget, high_budget=FLAGS.high_budget,
               min_improvement=FLAGS.min_improvement)
   if FLAGS.set == "regal":
-    manifest = datasets.build_regal_dataset(
-        out, train=FLAGS.train, valid=FLAGS.valid, test=FLAGS.test, seed=FLAGS.seed,
-        min_nodes=FLAGS.min_nodes, max_nodes=FLAGS.max_nodes,
-        max_candidates=FLAGS.max_candidates, **filt)
+    options = dict(train=FLAGS.train, valid=FLAGS.valid, test=FLAGS.test, seed=FLAGS.seed,
+                   min_nodes=FLAGS.min_nodes, max_nodes=FLAGS.max_nodes,
+                   max_candidates=FLAGS.max_candidates, **filt)
+    check, build = datasets.check_regal_options, datasets.build_regal_dataset
   else:
-    manifest = datasets.build_xla_dataset(
-        out, models=FLAGS.models or None, sizes=FLAGS.sizes, coarsen=FLAGS.coarsen or None,
-        valid_families=FLAGS.valid_families, test_families=FLAGS.test_families,
-        filter=FLAGS.filter, **filt)
+    options = dict(models=FLAGS.models or None, sizes=FLAGS.sizes,
+                   coarsen=FLAGS.coarsen or None, valid_families=FLAGS.valid_families,
+                   test_families=FLAGS.test_families, filter=FLAGS.filter, **filt)
+    check, build = datasets.check_xla_options, datasets.build_xla_dataset
+  check(**options)  # bad options write nothing, not even the folder (a rerun must not differ)
+  out = cli.check_out(FLAGS.out)
+  manifest = build(out, **options)
   figures = datasets.acceptance(manifest)
   print(json.dumps(figures, indent=1))
   print(f"wrote {out}/manifest.json")

@@ -267,3 +267,62 @@ def test_xla_options_are_checked_before_the_folder(tmp_path):
   xla_set.check_families(("fam_b",), ("inception",), [("fam_b", "chain:n=6")])
   with pytest.raises(ValueError, match=r"unknown model family\(ies\) \['fam_c'\]"):
     xla_set.check_families(("fam_b",), ("fam_c",), [("fam_b", "chain:n=6")])
+
+
+def test_low_budget_below_one_generation_writes_nothing(tmp_path):
+  """BRKGA refuses a budget below one generation (population - elites = 80): the check says
+  so before the folder exists, for both sets, so the corrected rerun is not refused."""
+  from go_jax.methods import evolution  # pylint: disable=g-import-not-at-top
+  assert evolution.generation_evaluations() == 80
+  fresh = str(tmp_path / "fresh")
+  with pytest.raises(ValueError, match=r"low_budget=79 is below one BRKGA generation \(80"):
+    regal.build_regal_dataset(fresh, solve=_fake_solve(_keep_even),
+                              **dict(TINY, low_budget=79))
+  with pytest.raises(ValueError, match=r"low_budget=50 is below one BRKGA generation"):
+    xla_set.build_xla_dataset(fresh, variants=[("f", "chain:n=6")], filter=True,
+                              low_budget=50, log=None)
+  with pytest.raises(ValueError, match=r"max_candidates must be >= 1"):
+    regal.build_regal_dataset(fresh, solve=_fake_solve(_keep_even),
+                              **dict(TINY, max_candidates=0))
+  assert not os.path.exists(fresh)
+  regal.check_filter_options("makespan", 80, 81, 0.2)  # exactly one generation is fine
+
+
+def test_a_run_failing_at_its_first_candidate_leaves_no_manifest(tmp_path):
+  """A fresh folder gets its manifest with its first recorded candidate: an error found only
+  when the first candidate is solved does not pin the settings, and the rerun starts."""
+  out = str(tmp_path / "d")
+
+  def broken(*args, **kwargs):
+    raise ValueError("solver says no")
+  with pytest.raises(ValueError, match="solver says no"):
+    regal.build_regal_dataset(out, solve=broken, **TINY)
+  assert not os.path.exists(os.path.join(out, store.MANIFEST))
+  manifest = regal.build_regal_dataset(out, solve=_fake_solve(_keep_even),
+                                       **dict(TINY, max_nodes=20))
+  assert len(manifest["graphs"]) == 10
+
+
+def _run_launcher(tmp_path, *args):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.run([sys.executable, "-m", "experiments.build_regal_data",
+                         f"--out={tmp_path}/out", *args], cwd=repo, env=env,
+                        capture_output=True, text=True, timeout=240)
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  return proc.returncode, lines
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--low_budget=50"], "low_budget=50 is below one BRKGA generation (80"),
+    (["--max_candidates=-1"], "--max_candidates=-1: -1 is not a positive integer"),
+    (["--set=xla", "--train=5"], "--train does not apply to --set=xla"),
+    (["--set=xla", "--low_budget=90"], "--low_budget is a filter option"),
+    (["--set=xla", "--sizes=tiny,huge"], "sizes: unknown zoo size(s) ['huge']"),
+])
+def test_launcher_bad_options_are_one_line_and_write_nothing(tmp_path, args, want):
+  rc, lines = _run_launcher(tmp_path, *args)
+  assert rc == 1 and len(lines) == 1 and want in lines[0], lines
+  assert not os.path.exists(tmp_path / "out")

@@ -9,11 +9,14 @@ plus a manifest; `go_jax.datasets.store` holds what they share (topology hash, t
 store, split loading), `regal` the synthetic recipe and BRKGA filter, `xla_set` the zoo set.
 """
 
-from go_jax.datasets.regal import build_regal_dataset, candidate_graph, room_for_improvement
+from go_jax.datasets.regal import (build_regal_dataset, candidate_graph, check_regal_options,
+                                   room_for_improvement)
 from go_jax.datasets.store import (SPLITS, acceptance, load_split, parse_data_spec,
                                    read_manifest, topology_hash)
-from go_jax.datasets.xla_set import build_xla_dataset, model_family, zoo_variants
+from go_jax.datasets.xla_set import (build_xla_dataset, check_xla_options, model_family,
+                                     zoo_variants)
 
 __all__ = ["SPLITS", "acceptance", "build_regal_dataset", "build_xla_dataset",
-           "candidate_graph", "load_split", "model_family", "parse_data_spec", "read_manifest",
-           "room_for_improvement", "topology_hash", "zoo_variants"]
+           "candidate_graph", "check_regal_options", "check_xla_options", "load_split",
+           "model_family", "parse_data_spec", "read_manifest", "room_for_improvement",
+           "topology_hash", "zoo_variants"]

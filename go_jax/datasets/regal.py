@@ -55,7 +55,11 @@ def candidate_graph(index: int, *, seed: int = 0, min_nodes: int = 50, max_nodes
 
 
 def check_filter_options(objective: str, low_budget, high_budget, min_improvement) -> None:
-  """ValueError naming the option unless REGAL's filter can run with these values."""
+  """ValueError naming the option unless REGAL's filter can run with these values: a known
+  objective, integer budgets with low_budget < high_budget and low_budget at least one
+  generation of `methods.solve("brkga")` (80 evaluations), min_improvement in [0, 1). Builders
+  call it before touching their folder: a manifest left by a run that then failed would hold
+  the bad settings and refuse the corrected rerun."""
   from go_jax import objectives  # pylint: disable=g-import-not-at-top
   objectives.get_objective(objective)
   for name, value in (("low_budget", low_budget), ("high_budget", high_budget)):
@@ -63,6 +67,12 @@ def check_filter_options(objective: str, low_budget, high_budget, min_improvemen
       raise ValueError(f"{name} must be an integer number of evaluations, got {value!r}")
   if not 1 <= low_budget < high_budget:
     raise ValueError(f"need 1 <= low_budget < high_budget, got {low_budget}, {high_budget}")
+  from go_jax.methods import evolution  # pylint: disable=g-import-not-at-top
+  generation = evolution.generation_evaluations()
+  if low_budget < generation:  # solve("brkga") refuses it, at the first candidate
+    raise ValueError(f"low_budget={low_budget} is below one BRKGA generation ({generation} "
+                     f"evaluations: population - elites of brkga's defaults); give "
+                     f"low_budget >= {generation}")
   if not 0 <= min_improvement < 1:  # nan fails too
     raise ValueError(f"min_improvement must be in [0, 1) (a relative makespan reduction), got "
                      f"{min_improvement!r}")
@@ -114,6 +124,31 @@ def room_for_improvement(graph: CompGraph, topology=DEFAULT_TOPOLOGY, *,
           "low_seconds": float(low.search_seconds), "high_seconds": float(high.search_seconds)}
 
 
+def check_regal_options(*, train: int = REGAL_SPLITS["train"],
+                        valid: int = REGAL_SPLITS["valid"], test: int = REGAL_SPLITS["test"],
+                        seed: int = 0, min_nodes: int = 50, max_nodes: int = 200,
+                        max_inputs: int = 3, locality: float = 8.0,
+                        topology: str = DEFAULT_TOPOLOGY, objective: str = "makespan",
+                        low_budget: int = LOW_BUDGET, high_budget: int = HIGH_BUDGET,
+                        min_improvement: float = MIN_IMPROVEMENT,
+                        max_candidates: Optional[int] = None) -> Dict[str, int]:
+  """ValueError naming the option unless `build_regal_dataset` can run with these options;
+  returns the split targets. Every option is checked before the folder is touched (the
+  launcher calls it before it even creates the folder): a manifest written by a run that then
+  failed would hold the bad settings and refuse the corrected rerun."""
+  targets = {"train": int(train), "valid": int(valid), "test": int(test)}
+  if min(targets.values()) < 0 or not sum(targets.values()):
+    raise ValueError(f"split sizes must be >= 0 and not all 0, got {targets}")
+  if max_candidates is not None and (isinstance(max_candidates, bool) or int(max_candidates) < 1):
+    raise ValueError(f"max_candidates must be >= 1 (None: 50x the graphs asked for), got "
+                     f"{max_candidates!r}")
+  first = candidate_graph(0, seed=seed, min_nodes=min_nodes, max_nodes=max_nodes,
+                          max_inputs=max_inputs, locality=locality)
+  make_topology(parse_topology(topology), first)  # a relative @mem needs a graph
+  check_filter_options(objective, low_budget, high_budget, min_improvement)
+  return targets
+
+
 def build_regal_dataset(out: str, *, train: int = REGAL_SPLITS["train"],
                         valid: int = REGAL_SPLITS["valid"], test: int = REGAL_SPLITS["test"],
                         seed: int = 0, min_nodes: int = 50, max_nodes: int = 200,
@@ -134,19 +169,15 @@ def build_regal_dataset(out: str, *, train: int = REGAL_SPLITS["train"],
   that much work; graph files already written are rewritten identically). Interrupting
   (Ctrl-C) saves the manifest first. `solve` replaces `methods.solve` (tests).
   """
-  targets = {"train": int(train), "valid": int(valid), "test": int(test)}
-  if min(targets.values()) < 0 or not sum(targets.values()):
-    raise ValueError(f"split sizes must be >= 0 and not all 0, got {targets}")
+  targets = check_regal_options(train=train, valid=valid, test=test, seed=seed,
+                                min_nodes=min_nodes, max_nodes=max_nodes, max_inputs=max_inputs,
+                                locality=locality, topology=topology, objective=objective,
+                                low_budget=low_budget, high_budget=high_budget,
+                                min_improvement=min_improvement, max_candidates=max_candidates)
   settings = dict(seed=seed, min_nodes=min_nodes, max_nodes=max_nodes, max_inputs=max_inputs,
                   locality=locality, topology=str(topology), objective=objective,
                   low_budget=low_budget, high_budget=high_budget,
                   min_improvement=min_improvement, brkga_seed=brkga_seed)
-  # Every option is checked before the folder is touched: a manifest written by a run that
-  # then failed would hold the bad settings and refuse the corrected rerun.
-  first = candidate_graph(0, seed=seed, min_nodes=min_nodes, max_nodes=max_nodes,
-                          max_inputs=max_inputs, locality=locality)
-  make_topology(parse_topology(topology), first)  # a relative @mem needs a graph
-  check_filter_options(objective, low_budget, high_budget, min_improvement)
   db = store.DatasetStore(out, "regal", settings, save_seconds=save_seconds, log=log)
   limit = max_candidates if max_candidates is not None else 50 * sum(targets.values())
   try:
@@ -181,4 +212,5 @@ def build_regal_dataset(out: str, *, train: int = REGAL_SPLITS["train"],
 
 
 __all__ = ["REGAL_SPLITS", "DEFAULT_TOPOLOGY", "LOW_BUDGET", "HIGH_BUDGET", "MIN_IMPROVEMENT",
-           "candidate_graph", "room_for_improvement", "build_regal_dataset"]
+           "candidate_graph", "check_filter_options", "check_regal_options",
+           "room_for_improvement", "build_regal_dataset"]

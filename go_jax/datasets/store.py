@@ -111,9 +111,11 @@ class DatasetStore:
                          f"{diff or ['kind']}); use another folder or the same options")
       self.log(f"[{kind}] resuming {out}: {len(self.graphs)} graphs, "
                f"{self.manifest['candidates']} candidates done")
+      self._fresh = False
     else:
       self.manifest = {"kind": kind, "settings": settings, "graphs": [], "rejected": [],
                        "candidates": 0, "seconds": 0.0}
+      self._fresh = True
     self.hashes = {g["hash"] for g in self.graphs}
     self._t0 = time.perf_counter()
     self._seconds0 = float(self.manifest["seconds"])
@@ -158,6 +160,10 @@ class DatasetStore:
       self.save()
 
   def save(self) -> None:
+    """Writes the manifest; not in a new folder before its first candidate is recorded, so a
+    run that fails at once (a bad option found late) leaves no manifest to refuse the rerun."""
+    if self._fresh and not self.manifest["candidates"]:
+      return
     self.manifest["seconds"] = self._seconds0 + time.perf_counter() - self._t0
     fileio.write_json(os.path.join(self.out, MANIFEST), self.manifest)
     self._last_save = time.perf_counter()

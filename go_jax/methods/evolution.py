@@ -269,6 +269,17 @@ def _brkga_counts(config, name: str):
   return p, e, mu, bias
 
 
+def generation_evaluations(config=None, name: str = "brkga") -> int:
+  """Simulator evaluations of one BRKGA generation (population - elites: 80 with brkga's
+  defaults) for `config` (None: the registered brkga defaults). A budget below it is refused
+  by `solve("brkga", ...)`, so callers that pick budgets (REGAL's filter) check against it
+  before any work. ValueError for a bad config, as brkga's."""
+  if config is None:
+    config = registry.METHODS["brkga"].defaults
+  p, e, _, _ = _brkga_counts(config, name)
+  return p - e
+
+
 def _brkga_generations(problem: Problem, config, name: str):
   """(population, elites, mutants, elite_bias, generations) of a BRKGA run within the budget
   (shared by brkga and REGAL's guided BRKGA, go_jax/regal/guided.py)."""
