@@ -326,3 +326,91 @@ def test_launcher_bad_options_are_one_line_and_write_nothing(tmp_path, args, wan
   rc, lines = _run_launcher(tmp_path, *args)
   assert rc == 1 and len(lines) == 1 and want in lines[0], lines
   assert not os.path.exists(tmp_path / "out")
+
+
+def _tiny_folder(tmp_path, name="regal"):
+  out = str(tmp_path / name)
+  regal.build_regal_dataset(out, solve=_fake_solve(_keep_even), **TINY)
+  return out
+
+
+def _edit_manifest(out, edit):
+  path = os.path.join(out, store.MANIFEST)
+  manifest = json.load(open(path))
+  edit(manifest)
+  json.dump(manifest, open(path, "w"))
+
+
+def test_bad_manifest_entries_name_file_entry_and_field(tmp_path):
+  out = _tiny_folder(tmp_path)
+  good = json.load(open(os.path.join(out, store.MANIFEST)))
+  first = good["graphs"][0]["file"]
+  for edit, match in (
+      (lambda m: m["graphs"][0].pop("split"), rf"graphs\[0\] \({first}\): field 'split' is "
+                                              r"missing"),
+      (lambda m: m["graphs"][1].update(split="dev"), r"graphs\[1\] .*field 'split' must be one "
+                                                     r"of \['train', 'valid', 'test'\], got 'dev'"),
+      (lambda m: m["graphs"][0].update(nodes="7"), r"field 'nodes' must be an integer >= 1"),
+      (lambda m: m.update(candidates="x"), r"manifest field 'candidates' must be a number "
+                                           r">= 0 \(an integer\), got 'x'"),
+      (lambda m: m.update(graphs={}), r"manifest field 'graphs' must be a list"),
+      (lambda m: m["rejected"].append(3), r"rejected\[\d+\] must be an object")):
+    _edit_manifest(out, lambda m: (m.clear(), m.update(json.loads(json.dumps(good)))))
+    _edit_manifest(out, edit)
+    for call in (lambda: datasets.load_split("train", out),
+                 lambda: regal.build_regal_dataset(out, solve=_fake_solve(_keep_even),
+                                                   **TINY)):
+      with pytest.raises(ValueError, match=r"manifest\.json: .*" + match):
+        call()
+
+
+def test_damaged_folder_is_named_on_resume_and_load(tmp_path):
+  """Listed graph files that are gone or truncated: resuming and loading say the folder is
+  damaged, name the file and how to recover, instead of building on a broken folder."""
+  out = _tiny_folder(tmp_path)
+  manifest = store.read_manifest(out)
+  entry = next(g for g in manifest["graphs"] if g["split"] == "train")
+  path = os.path.join(out, entry["file"])
+  text = open(path).read()
+  resume = lambda: regal.build_regal_dataset(out, solve=_fake_solve(_keep_even), **TINY)
+  load = lambda: datasets.load_split("train", out)
+  os.remove(path)
+  for call in (resume, load):
+    with pytest.raises(ValueError, match=rf"dataset folder {out} is damaged: {entry['file']} "
+                                         r"\(listed in manifest\.json\) is missing; restore "
+                                         r"the file, or delete the folder and build it again"):
+      call()
+  open(path, "w").write(text[:len(text) // 2])
+  for call in (resume, load):
+    with pytest.raises(ValueError, match=rf"{entry['file']} .* has \d+ bytes, the manifest "
+                                         r"says \d+ \(truncated or changed\)"):
+      call()
+  # an older manifest without sizes: loading parses and compares the node and edge counts
+  _edit_manifest(out, lambda m: [g.pop("bytes") for g in m["graphs"]])
+  with pytest.raises(ValueError, match=r"is damaged: .* (does not parse|holds \d+ nodes)"):
+    load()
+  open(path, "w").write(text)
+  assert len(load()[1]) == 6 and resume()["candidates"] == manifest["candidates"]
+
+
+def test_load_split_limit_kind_and_repeated_keys(tmp_path):
+  out = _tiny_folder(tmp_path)
+  assert len(datasets.load_split("train", out)[1]) == 6
+  assert len(datasets.load_split("train", out, limit=5)[1]) == 5
+  for limit in (0, -1, True, 2.0):
+    with pytest.raises(ValueError, match=r"limit must be an integer >= 1 \(None: every graph\)"):
+      datasets.load_split("train", out, limit=limit)
+  with pytest.raises(ValueError, match=r"key 'limit' given twice"):
+    datasets.load_split(f"xla_data:train,dir={out},limit=2,limit=3")
+  with pytest.raises(ValueError, match=r"key 'dir' given twice"):
+    store.parse_data_spec(f"regal_data:train,dir={out},dir=x")
+  with pytest.raises(ValueError, match=rf"{out} holds a dataset of kind 'regal' \(manifest"
+                                       rf"\.json\), not 'xla'; use regal_data:train,dir={out}"):
+    datasets.load_split(f"xla_data:train,dir={out}")
+  from simulator.sources import load_graph  # pylint: disable=g-import-not-at-top
+  xla = str(tmp_path / "x")
+  xla_set.build_xla_dataset(xla, variants=[("fam_a", "chain:n=6")], load=load_graph,
+                            save_seconds=0.0, log=None)
+  assert len(datasets.load_split(f"xla_data:train,dir={xla}")[1]) == 1
+  with pytest.raises(ValueError, match=r"kind 'xla' .*not 'regal'; use xla_data:train"):
+    datasets.load_split(f"regal_data:train,dir={xla}")
