@@ -4,7 +4,8 @@
 
 A harness run (`go_jax.harness`: the same cells, row format and results files as
 go-jax-evaluate and go-jax-place) over every held-out (graph, topology) instance: the
-non-learned baselines (HEFT, m-ETF, m-SCT, METIS, expert split, BRKGA with 5K evaluations) and,
+non-learned baselines (HEFT, m-ETF, m-SCT, METIS, expert split, BRKGA with 5K evaluations; a
+method the registry marks learned, `methods.MethodSpec.learned`, is refused there) and,
 for every learned row (GO with the hint, the paper's GO and GDP, the ablations; `config.rows`),
 the registered learned method (`go_jax.methods.learned`) started from the row's pretrained
 checkpoint, whose stages become rows: zero-shot (greedy, and best of K samples from one forward
@@ -180,8 +181,10 @@ def settings(config) -> Dict[str, Any]:
 
 def _check_lists(cfg: Dict[str, Any]) -> None:
   """graphs, topologies, baselines and rows: lists (a lone string is one item) without
-  repeats; graphs and topologies not empty, and something to run; baselines of a placing kind
-  and not named like a learned row (two cells would share one label)."""
+  repeats; graphs and topologies not empty, and something to run; baselines of a placing kind,
+  not named like a learned row (two cells would share one label) and not learned methods
+  (`methods.MethodSpec.learned`): a learned method is what the sweep measures, so as a
+  baseline its stages would be read as a learned row's without a baseline to compare with."""
   for field in ("graphs", "topologies", "baselines", "rows"):
     value = cfg[field]
     cfg[field] = [value] if isinstance(value, str) else list(value or ())
@@ -198,6 +201,14 @@ def _check_lists(cfg: Dict[str, Any]) -> None:
     raise ValueError(f"transfer config: {clash} are both a baseline and a learned row; a "
                      "learned method is compared through its row")
   for name in cfg["baselines"]:
+    if name in methods.available() and methods.get(name).learned:
+      rows = sorted({r for r in ROWS if method_of(r) == name})
+      where = (f"give it in rows (--config.rows), e.g. {rows}" if rows else
+               f"it runs no pretrained row of this sweep; learned rows (--config.rows) are "
+               f"{list(ROWS)}")
+      raise ValueError(f"transfer config: baseline {name!r} is a learned method; baselines "
+                       f"are the non-learned methods the learned rows are compared with: "
+                       f"{where}")
     if name in methods.available() and methods.get(name).kind not in ("placement", "joint"):
       raise ValueError(f"transfer config: baseline {name!r} is a {methods.get(name).kind} "
                        "method; baselines place the graph as given (placement or joint)")
@@ -277,11 +288,15 @@ def run(config, out: str, pretrain_config: Optional[Callable[[str], Any]] = None
 
 
 def is_learned(row: Mapping[str, Any]) -> bool:
-  return bool(row.get("stage"))
+  """Whether a result row is a learned row's (its label names a row of ROWS, `is_row`), not a
+  baseline's. Decided by the label, not by the row having a stage: `_check_lists` keeps
+  learned methods and learned rows' names out of the baselines."""
+  return is_row(row.get("label"))
 
 
 def _stage(row: Mapping[str, Any]) -> str:
-  return BEST_K if row["stage"].startswith(BEST_K) else row["stage"]
+  stage = str(row.get("stage") or "")
+  return BEST_K if stage.startswith(BEST_K) else stage
 
 
 def compare(rows: Sequence[Mapping[str, Any]]) -> Dict[Tuple[str, str], Dict[str, Any]]:

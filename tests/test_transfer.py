@@ -209,6 +209,51 @@ def test_config_errors(tmp_path):
     transfer.settings(dict(tiny_config(tmp_path), graphs=("pipedream:no_such_model",)))
 
 
+def test_learned_methods_are_refused_as_baselines(tmp_path):
+  """A learned method given as a baseline is a ValueError naming it and pointing at rows (its
+  stages would otherwise be read as a learned row without a baseline: a table of dashes)."""
+  learned = methods.learned_methods()
+  assert {"go", "go_hint", "gdp", "go_fusion", "go_joint3", "placeto", "hdp", "regal", "gas",
+          "regal_hint"} <= set(learned)
+  assert not {"heft", "m_etf", "metis", "brkga", "expert"} & set(learned)
+  for name in learned:
+    with pytest.raises(ValueError, match=rf"baseline '{name}' is a learned method; .*"
+                       r"--config\.rows"):
+      transfer.settings(dict(tiny_config(tmp_path), baselines=("heft", name), rows=()))
+  with pytest.raises(ValueError, match=r"baseline 'go' is a learned method; .*give it in rows "
+                     r"\(--config\.rows\), e\.g\. \['go', 'no_attention'"):
+    transfer.settings(dict(tiny_config(tmp_path), baselines=("go",), rows=("go_hint",)))
+  with pytest.raises(ValueError, match=r"baseline 'hdp' is a learned method; .*it runs no "
+                     r"pretrained row of this sweep"):
+    transfer.settings(dict(tiny_config(tmp_path), baselines=("hdp",)))
+
+
+def test_rows_are_learned_by_label_not_by_stage():
+  """`is_learned` reads the label: a baseline row with a stage (an old results file) is still
+  a baseline, and a learned row counts against the best baseline."""
+  def row(label, stage, objective):
+    return results.empty_row(label=label, method=label, stage=stage, graph="g",
+                             topology="t", objective=objective, feasible=True, error="")
+  rows = [row("heft", None, 2.0), row("placeto", "zero-shot greedy", 1.0),
+          row("go_hint", "zero-shot greedy", 3.0)]
+  assert [transfer.is_learned(r) for r in rows] == [False, False, True]
+  inst = transfer.compare(rows)[("g", "t")]
+  assert inst["best"]["label"] == "placeto"
+  assert inst["learned"][("go_hint", transfer.GREEDY)]["ratio"] == pytest.approx(3.0)
+
+
+def test_launcher_refuses_a_learned_baseline_in_one_line(tmp_path):
+  env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  cmd = [sys.executable, "-m", "experiments.transfer", f"--out={tmp_path / 'out'}",
+         f"--config.graphs=('{GRAPH}',)", f"--config.topologies=('{TOPO}',)",
+         "--config.baselines=('go',)", "--config.rows=()"]
+  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-3000:]
+  assert "baseline 'go' is a learned method" in lines[0] and "--config.rows" in lines[0]
+  assert not os.path.exists(tmp_path / "out" / transfer.JSON_NAME)
+
+
 def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   from experiments.configs import ablation, pretrain  # pylint: disable=g-import-not-at-top
   assert transfer.parse_row("go") == ("go", 0)

@@ -90,6 +90,10 @@ class MethodSpec:
   #            "partition" (answers on its own expanded graph, design.md 4.2)
   description: str
   defaults: Dict[str, Any]
+  # Whether the method's answer comes from a trained policy (a pretrained checkpoint, or one
+  # trained on the instance: HDP): it is what a comparison measures, never one of the fast
+  # baselines it is measured against (go-jax-transfer refuses it there).
+  learned: bool = False
 
 
 KINDS = ("placement", "schedule", "joint", "fusion", "partition")
@@ -99,15 +103,16 @@ KINDS = ("placement", "schedule", "joint", "fusion", "partition")
 METHODS: Dict[str, MethodSpec] = {}
 
 
-def register(name: str, kind: str, description: str, **defaults):
-  """Decorator registering `fn(problem, config) -> Proposal` under `name`."""
+def register(name: str, kind: str, description: str, *, learned: bool = False, **defaults):
+  """Decorator registering `fn(problem, config) -> Proposal` under `name`; `learned` marks a
+  method whose answer comes from a trained policy (`MethodSpec.learned`, `learned_methods`)."""
   if kind not in KINDS:
     raise ValueError(f"method kind must be one of {KINDS}, got {kind!r}")
 
   def wrap(fn):
     if name in METHODS:
       raise ValueError(f"method '{name}' is registered twice")
-    METHODS[name] = MethodSpec(fn, kind, description, dict(defaults))
+    METHODS[name] = MethodSpec(fn, kind, description, dict(defaults), bool(learned))
     return fn
   return wrap
 
@@ -138,6 +143,12 @@ def get(name: str) -> MethodSpec:
   if name in _UNAVAILABLE:
     raise ValueError(f"method '{name}' is not available: {_UNAVAILABLE[name]}")
   raise ValueError(f"unknown method {name!r}; available: {sorted(METHODS)}")
+
+
+def learned_methods() -> List[str]:
+  """The registered methods marked learned (`MethodSpec.learned`), sorted."""
+  _load_builtin_methods()
+  return sorted(n for n, spec in METHODS.items() if spec.learned)
 
 
 def usable(names: Sequence[str], what: str = "methods") -> Tuple[List[str], Dict[str, str]]:

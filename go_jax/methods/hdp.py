@@ -72,8 +72,8 @@ def _float_option(config: Dict[str, Any], name: str, low: float, high: float = n
 @register("hdp", "placement",
           "HDP (hierarchical device placement): a feed-forward grouper and a seq2seq LSTM "
           "placer trained jointly on the graph with REINFORCE; best sampled placement",
-          groups=32, samples=16, learning_rate=0.01, entropy_coef=0.01, baseline_decay=0.9,
-          hidden=64, updates=None, seconds=None, max_grad_norm=1.0)
+          learned=True, groups=32, samples=16, learning_rate=0.01, entropy_coef=0.01,
+          baseline_decay=0.9, hidden=64, updates=None, seconds=None, max_grad_norm=1.0)
 def hdp(problem: Problem, config) -> Proposal:
   """See the module docstring."""
   from go_jax.hdp import trainer  # pylint: disable=g-import-not-at-top

@@ -408,32 +408,34 @@ def _defaults(name: str) -> Dict[str, Any]:
 
 @register("go", "joint", "GO (the paper's): a pretrained graph policy places and orders the "
           "ops; zero-shot (best of greedy and K samples) or fine-tuned for finetune_seconds",
-          **_defaults("go"))
+          learned=True, **_defaults("go"))
 def go(problem: Problem, config) -> Proposal:
   return solve_learned("go", problem, config, placement_only=False)
 
 
 @register("go_hint", "joint", "GO with a hint: the policy also sees the best list scheduler's "
-          "placement; zero-shot or fine-tuned for finetune_seconds", **_defaults("go_hint"))
+          "placement; zero-shot or fine-tuned for finetune_seconds", learned=True,
+          **_defaults("go_hint"))
 def go_hint(problem: Problem, config) -> Proposal:
   return solve_learned("go_hint", problem, config, placement_only=False)
 
 
 @register("gdp", "placement", "GDP: a pretrained graph policy places the ops (critical-path "
-          "priority); zero-shot or fine-tuned for finetune_seconds", **_defaults("gdp"))
+          "priority); zero-shot or fine-tuned for finetune_seconds", learned=True,
+          **_defaults("gdp"))
 def gdp(problem: Problem, config) -> Proposal:
   return solve_learned("gdp", problem, config, placement_only=True)
 
 
 @register("go_fusion", "fusion", "GO's fusion task: a pretrained graph policy asks per op to "
           "fuse it into its consumer, on a given placement and priority; zero-shot or "
-          "fine-tuned for finetune_seconds", **_defaults(FUSION_CHECKPOINT))
+          "fine-tuned for finetune_seconds", learned=True, **_defaults(FUSION_CHECKPOINT))
 def go_fusion(problem: Problem, config) -> Proposal:
   return solve_learned("go_fusion", problem, config, placement_only=False, task="fusion")
 
 
 @register("go_joint3", "joint", "GO's joint task: a pretrained graph policy places, orders and "
           "fuses the ops; zero-shot or fine-tuned for finetune_seconds",
-          **_defaults(FUSION_CHECKPOINT))
+          learned=True, **_defaults(FUSION_CHECKPOINT))
 def go_joint3(problem: Problem, config) -> Proposal:
   return solve_learned("go_joint3", problem, config, placement_only=False, task="joint3")

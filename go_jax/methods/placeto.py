@@ -116,7 +116,7 @@ def _stage(problem: Problem, name: str, placement, seconds: float) -> Dict[str, 
 @register("placeto", "placement", "Placeto: a pretrained policy moves op groups (coarsened) "
           "to devices one at a time, from graph embeddings of the current placement; "
           "zero-shot greedy episode or REINFORCE fine-tuning for finetune_seconds",
-          checkpoint="placeto", finetune_seconds=0.0, samples=None,
+          learned=True, checkpoint="placeto", finetune_seconds=0.0, samples=None,
           learning_rate=DEFAULT_LEARNING_RATE, max_updates=None, groups=None)
 def placeto(problem: Problem, config) -> Proposal:
   """The registered method (module docstring)."""

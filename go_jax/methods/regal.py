@@ -261,7 +261,7 @@ def _hint_settings(search: Dict[str, Any], hinted: bool,
 
 @register("regal", "joint", "REGAL: a graph policy picks per-op Beta key distributions and "
           "crossover bias for BRKGA (one forward pass + guided BRKGA, budget evaluations)",
-          checkpoint="auto", evaluations=5000, decode="mode", population=None,
+          learned=True, checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
           polish_peak=None, hint_partitions=None, hint_seeds=None, hint_consensus=None)
 def regal(problem: Problem, config) -> Proposal:
@@ -270,7 +270,7 @@ def regal(problem: Problem, config) -> Proposal:
 
 @register("gas", "joint", "GAS (REGAL's graph-agnostic search): BRKGA with learned key "
           "distributions and bias shared by all ops (same trainer as REGAL)",
-          checkpoint="auto", evaluations=5000, decode="mode", population=None,
+          learned=True, checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
           polish_peak=None, hint_partitions=None, hint_seeds=None, hint_consensus=None)
 def gas(problem: Problem, config) -> Proposal:
@@ -279,7 +279,7 @@ def gas(problem: Problem, config) -> Proposal:
 
 @register("regal_hint", "joint", "REGAL whose policy also reads a heuristic guide (GP's device "
           "and XLA's memory order per op, go_jax/regal/hints.py) and starts from it",
-          checkpoint="auto", evaluations=5000, decode="mode", population=None,
+          learned=True, checkpoint="auto", evaluations=5000, decode="mode", population=None,
           elite_frac=None, mutant_frac=None, polish=None, polish_batch=None, polish_swap=None,
           polish_peak=None, hint_partitions=None, hint_seeds=None, hint_consensus=None)
 def regal_hint(problem: Problem, config) -> Proposal:
