@@ -55,8 +55,9 @@ import simulator
 from go_jax import harness, methods, objectives, place_tasks, pretrained, results
 # The report of a result, re-exported: callers use place.verdict, place.LAUNCHER, ...
 from go_jax.place_report import (  # noqa: F401
-    BARS_NAME, CSV_NAME, JSON_NAME, LAUNCHER, MD_NAME, NPZ_NAME, header, markdown_table, to_json,
-    verdict, write_outputs, write_results_json)
+    BARS_NAME, BOUND_MARKS, CSV_NAME, JSON_NAME, LAUNCHER, MD_NAME, NPZ_NAME, bound_kind,
+    bound_lines, gap_text, header, markdown_table, to_json, verdict, write_outputs,
+    write_results_json)
 from simulator import coarsen as coarsen_lib
 from simulator import sources, topology_spec
 from simulator.graph import CompGraph
@@ -400,4 +401,5 @@ def place(graph: CompGraph, topology: Union[str, simulator.Topology], *,
 
 __all__ = ["place", "load_graph_arg", "partition_methods", "PARTITION_ALL", "load_policy", "PlaceResult", "Row",
            "markdown_table", "header", "verdict", "to_json", "write_outputs", "write_results_json",
-           "DEFAULT_GRAPH", "DEFAULT_TOPOLOGY", "DEFAULT_BASELINES", "DEFAULT_METHOD"]
+           "bound_kind", "bound_lines", "gap_text", "DEFAULT_GRAPH", "DEFAULT_TOPOLOGY",
+           "DEFAULT_BASELINES", "DEFAULT_METHOD"]

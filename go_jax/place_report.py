@@ -15,6 +15,15 @@ module only reads a finished result and formats or writes it, and it never solve
 An infeasible row never shows its penalty objective as a value: the table shows what it needs
 against the capacity, and the verdict says that no method found a feasible placement (no
 winner) when none did.
+
+"gap to LB" is each row's objective against the lower bound its own answer is held to
+(`methods.solve`, design.md section 5), and the header states every bound a row uses
+(`bound_lines`): the solved graph's for an unfused action (unmarked rows), the fusion
+relaxation's for one that fuses (marked [F]; `objectives.fusion_relaxation`: a fused answer can
+beat the unfused graph's bound) and, for a partition row (marked [P]), the bound of the
+expanded graph that partitioning answers on (design.md 4.2). A gap within float rounding of 0
+(the simulator's float32 objective against a float64 bound, `methods.GAP_ROUNDING`) reads
+0.0%; one further below the bound is printed with "BELOW LB", since it means a wrong bound.
 """
 
 from __future__ import annotations
@@ -22,11 +31,11 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 
-from go_jax import objectives, place_tasks, plotting, results
+from go_jax import methods, objectives, place_tasks, plotting, results
 from simulator import fileio
 
 if TYPE_CHECKING:  # annotations only: go_jax.place imports this module
@@ -40,6 +49,86 @@ EXECUTION_MD = "execution.md"  # written by go_jax.place_execute (its MD_NAME)
 
 def _fmt(value: float, objective: str) -> str:
   return objectives.get_objective(objective).format(value)
+
+
+# The lower bound a row's gap is taken against (`bound_kind`) -> the mark its gap carries in
+# the table ("": none) and what the header says that bound is.
+GRAPH_BOUND, FUSED_BOUND, PARTITION_BOUND = "graph", "fused", "partition"
+BOUND_MARKS = {GRAPH_BOUND: "", FUSED_BOUND: "[F]", PARTITION_BOUND: "[P]"}
+
+
+def bound_kind(row) -> str:
+  """Which lower bound a row's gap is against, as `methods.solve` chose it: a partition row's
+  expanded graph's, the fusion relaxation's for an action with a fuse mask, else the solved
+  graph's."""
+  if row.kind == "partition":
+    return PARTITION_BOUND
+  return FUSED_BOUND if row.fuse is not None else GRAPH_BOUND
+
+
+def gap_text(gap: float, feasible: bool = True, mark: str = "") -> str:
+  """A row's "gap to LB" cell: "+3.8%"; "0.0%" within rounding of the bound
+  (|gap| < methods.GAP_ROUNDING: never "-0.0%"); below the bound beyond that, the gap with
+  enough digits to show it and "BELOW LB" (a wrong bound, not a result); "-" for an infeasible
+  row or a gap that is not finite. `mark` (BOUND_MARKS) names the bound."""
+  if not feasible or gap is None or not math.isfinite(gap):
+    return "-"
+  if abs(gap) < methods.GAP_ROUNDING:
+    text = "0.0%"
+  elif gap < 0:
+    pct = 100.0 * gap
+    text = (f"{pct:+.1f}%" if pct <= -0.05 else f"{pct:+.2g}%") + " BELOW LB"
+  else:
+    text = f"{gap:+.1%}"
+  return f"{text} {mark}" if mark else text
+
+
+def bound_lines(result: PlaceResult) -> List[str]:
+  """The header's lines on the lower bounds the table's gaps are against: one line "objective:
+  X (lower bound B)" when every row uses the solved graph's bound B, else the objective and one
+  line per kind of bound a row uses (`bound_kind`), with its table mark and value (each row's
+  where the rows of one kind differ: the partition rows' expanded graphs)."""
+  obj, lb = result.settings["objective"], result.settings["lower_bound"]
+  kinds: Dict[str, List[Any]] = {}
+  for r in result.rows:
+    kinds.setdefault(bound_kind(r), []).append(r)
+  if set(kinds) <= {GRAPH_BOUND} and _values(kinds.get(GRAPH_BOUND, ()), lb) == [lb]:
+    return [f"objective: {obj} (lower bound {_fmt(lb, obj)})"]
+  lines = [f"objective: {obj}; each row's gap to LB is against its own answer's lower bound:"]
+  what = {GRAPH_BOUND: "the graph's (unmarked rows: unfused actions)",
+          FUSED_BOUND: ("the fusion relaxation's (rows that fuse; a fused answer can beat the "
+                        f"unfused graph's {_fmt(lb, obj)})"),
+          PARTITION_BOUND: ("the expanded graph's of each partition row (it answers on its own "
+                            "expanded graph and does not compete with the placements)")}
+  for kind in (GRAPH_BOUND, FUSED_BOUND, PARTITION_BOUND):
+    rows = kinds.get(kind)
+    if not rows:
+      continue
+    values = _values(rows, lb if kind == GRAPH_BOUND else None)
+    if len(values) == 1:
+      value = _bound_text(values[0], obj)
+    else:
+      value = "; ".join(f"{r.method} {_bound_text(r.data.get('lower_bound'), obj)}"
+                        for r in rows)
+    mark = BOUND_MARKS[kind]
+    lines.append(f"  lower bound{' ' + mark if mark else ''}: {value}, {what[kind]}")
+  return lines
+
+
+def _values(rows: Sequence[Any], default: Optional[float]) -> List[Optional[float]]:
+  """The distinct lower bounds of `rows` (their harness rows' "lower_bound"; `default` where a
+  row has none), in order."""
+  out: List[Optional[float]] = []
+  for r in rows:
+    value = r.data.get("lower_bound") if r.data else None
+    value = default if value is None else value
+    if value not in out:
+      out.append(value)
+  return out
+
+
+def _bound_text(value: Optional[float], objective: str) -> str:
+  return "-" if value is None or not math.isfinite(value) else _fmt(value, objective)
 
 
 def markdown_table(result: PlaceResult) -> str:
@@ -62,7 +151,7 @@ def markdown_table(result: PlaceResult) -> str:
     value = results.value_text(r.data) if r.data else _fmt(r.objective, obj)
     body.append((r.method, f"**{value}**" if r is result.winner else value,
                  plotting.format_seconds(r.makespan), mem, "yes" if r.feasible else "NO",
-                 f"{r.gap:+.1%}" if r.feasible and math.isfinite(r.gap) else "-",
+                 gap_text(r.gap, r.feasible, BOUND_MARKS[bound_kind(r)]),
                  f"{r.search_seconds:.3g}")
                 + ((str(r.groups) if r.groups is not None else "-",) if fused else ()))
   return results.markdown_table(head, body, ["l"] + ["r"] * (len(head) - 1))
@@ -82,9 +171,9 @@ def header(result: PlaceResult) -> str:
               f"{_fmt(v['objective'], obj) if v['feasible'] else 'OUT OF MEMORY'}"
               for r in {id(r): r for r in (result.best, result.go_row) if r}.values()
               for v in [result.original_scores[r.key]]]
-  lines += [f"topology: {s['topology']} ({s['devices']} devices, memory "
-            f"{results.capacity_text(result.topology)})",
-            f"objective: {obj} (lower bound {_fmt(s['lower_bound'], obj)})"]
+  lines.append(f"topology: {s['topology']} ({s['devices']} devices, memory "
+               f"{results.capacity_text(result.topology)})")
+  lines += bound_lines(result)
   lines += place_tasks.header_lines(s, lambda v: _fmt(v, obj))
   if s.get("go_skipped"):
     lines.append(f"GO skipped: {s['go_skipped']}")
@@ -239,4 +328,5 @@ def write_results_json(result: PlaceResult, out: str, files: Mapping[str, str],
 
 
 __all__ = ["markdown_table", "header", "verdict", "to_json", "write_outputs", "write_results_json",
-           "LAUNCHER", "JSON_NAME", "CSV_NAME", "MD_NAME", "NPZ_NAME", "BARS_NAME"]
+           "bound_kind", "bound_lines", "gap_text", "BOUND_MARKS", "LAUNCHER", "JSON_NAME",
+           "CSV_NAME", "MD_NAME", "NPZ_NAME", "BARS_NAME"]

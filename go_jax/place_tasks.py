@@ -175,8 +175,9 @@ class Task:
 def header_lines(settings: Dict[str, Any], fmt: Callable[[float], str]) -> List[str]:
   """The header's line on the task (none for "joint"); `fmt` formats an objective value."""
   task = settings.get("task", "joint")
-  note = ("groups: nodes of the fused graph; the lower bound is the unfused graph's (a fused "
-          "row can beat it)")
+  note = ("groups: nodes of the fused graph; a row that fuses has its gap to LB against the "
+          "fusion relaxation's lower bound [F], which a fused answer cannot beat (the unfused "
+          "graph's can be)")
   if task == "fusion":
     s = settings.get("schedule") or {}
     value = fmt(s["objective"]) if s.get("feasible") else "OUT OF MEMORY"
