@@ -293,3 +293,19 @@ def test_every_stage_placement_is_the_effective_device():
   assert len(sol.info["stages"]) == 2
   for stage in sol.info["stages"]:
     np.testing.assert_array_equal(stage["placement"], stage["placement"][root])
+
+
+@pytest.mark.parametrize("name", ["go", "gdp"])
+def test_memory_far_too_small_is_an_infeasible_solution_with_its_reason(name):
+  """Devices of 1 byte: the greedy decode's barrier once pushed every real device below the
+  padding's logit and the decode answered a padded device ("placement[0] = 2 is not a device
+  id"); now the answer is on real devices and infeasible with the registry's out-of-memory
+  reason, as heft's is."""
+  if not os.path.isdir(os.path.join(pretrained.ROOT, name)):
+    pytest.skip(f"checkpoint {name} is not shipped yet (go_jax/pretrained/{name} absent)")
+  graph, topo = load_graph("layered:n=12,width=3,seed=1"), preset("nvlink2", mem_capacity=1.0)
+  sol = methods.solve(name, graph, topo, samples=2)
+  assert not sol.feasible and "out of memory on device(s)" in sol.reason
+  assert sol.placement.min() >= 0 and sol.placement.max() < topo.num_devices
+  for stage in sol.info["stages"]:
+    assert stage["placement"].max() < topo.num_devices and not stage["feasible"]

@@ -367,3 +367,30 @@ def test_copy_to_receiver_frees_a_copy_after_its_own_receiver():
   np.testing.assert_allclose(sim[1], 6.0, rtol=1e-5)
   np.testing.assert_allclose(est[True], sim, rtol=1e-5)
   np.testing.assert_allclose(est[False][1], 7.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_padded_devices_stay_below_real_ones_however_full_memory_is(exact):
+  """Two real devices of 1e-9 bytes padded to four: the barrier's overflow (1e5 per unit in the
+  greedy decode, over a capacity floored at 1e-6 of the graph) once pushed the real devices'
+  logits below the padding's -1e9, so the greedy argmax (and sampling) chose a padded device.
+  Real logits now stop at half the padding's: every mode keeps the answer on a real device."""
+  n = 12
+  s = np.arange(n - 1)
+  g = CompGraph(cost=np.ones(n), senders=s, receivers=s + 1, out_bytes=np.ones(n),
+                param_bytes=np.ones(n), name="tiny_memory")
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.0, mem_capacity=1e-9)
+  f = features.graph_features(g, topo, max_devices=4)
+  args = (jnp.zeros((f.node_mask.size, 4)), jnp.zeros((4, 4)), jnp.zeros(4), f.node_load,
+          f.node_end, f.device_capacity, f.device_mask, f.topo_order, f.topo_position,
+          f.node_mask, f.senders, f.receivers, f.edge_mask)
+  extra = dict(leader=f.node_leader) if exact else {}
+  dec = load.LoadDecoder(hidden=4, block=2)
+  params = dec.init(jax.random.PRNGKey(0), *args, **extra)
+  for mode in ("expected", "greedy"):
+    logits = np.asarray(dec.apply(params, *args, mode=mode, **extra))[:n]
+    assert np.all(np.isfinite(logits)), mode
+    assert logits[:, 2:].max() < logits[:, :2].min(), mode  # padding below every real device
+    assert np.all(np.argmax(logits, -1) < 2), mode
+    draws = jax.random.categorical(jax.random.PRNGKey(1), jnp.asarray(logits), shape=(64, n))
+    assert int(draws.max()) < 2, mode

@@ -54,6 +54,9 @@ from go_jax.policies.types import GraphFeatures, PolicyOutput
 from simulator.ops import NUM_OP_TYPES
 
 MASKED_LOGIT = -1e9  # placement logit of an absent device (softmax gives it exactly 0)
+# the lowest placement logit of a real device: above MASKED_LOGIT, so that a padded device never
+# wins the argmax nor is sampled, however far the memory barrier pushes (policies/load.py)
+REAL_LOGIT_FLOOR = 0.5 * MASKED_LOGIT
 
 
 def masked_mean(x: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
@@ -227,7 +230,7 @@ class GOPolicy(nn.Module):
         greedy_logits = greedy_logits + scale * hint
       level = jax.nn.one_hot(self.priority_levels // 2, self.priority_levels) * self.hint_init
       prio = prio + self.param("hint_level_bias", lambda _: level)
-    logits = jnp.where(dev_mask[None, :], logits, MASKED_LOGIT)
+    logits = jnp.where(dev_mask[None, :], jnp.maximum(logits, REAL_LOGIT_FLOOR), MASKED_LOGIT)
 
     fusion_logits = None
     if self.fusion_head:
@@ -240,7 +243,8 @@ class GOPolicy(nn.Module):
     pooled = jnp.concatenate([masked_mean(h, mask), graph_emb, masked_mean(dev, dev_mask)])
     value = nn.Dense(1, name="value_out")(nn.gelu(nn.Dense(hdim, name="value_hidden")(pooled)))
     if greedy_logits is not None:
-      greedy_logits = jnp.where(dev_mask[None, :], greedy_logits, MASKED_LOGIT)
+      greedy_logits = jnp.where(dev_mask[None, :], jnp.maximum(greedy_logits, REAL_LOGIT_FLOOR),
+                                MASKED_LOGIT)
     return PolicyOutput(placement_logits=logits.astype(jnp.float32),
                         priority_logits=prio.astype(jnp.float32),
                         value=value[0].astype(jnp.float32),

@@ -225,6 +225,12 @@ class LoadDecoder(nn.Module):
     else:
       forced = jnp.zeros((n_blk, 1, 1), jnp.float32)  # unused
 
+    # A real device's logit never falls below `floor`, halfway to the padded devices'
+    # `masked_logit`: the barrier grows without bound as capacity shrinks (GREEDY_BARRIER over a
+    # capacity floored at 1e-6 reaches ~1e11), and below masked_logit a padded device would win
+    # the argmax or be sampled. Devices clipped to the floor are all overflowing thousands of
+    # times over (the placement is infeasible anyway); ties go to the lowest real device.
+    floor = jnp.float32(0.5 * self.masked_logit)
     if mode == "greedy":
       scale_b, limit = jnp.maximum(guard, GREEDY_BARRIER), 1.0 - self.greedy_margin
     else:
@@ -298,8 +304,9 @@ class LoadDecoder(nn.Module):
                                 p_all, eft)
             held = state.params + extra + sb[j, 0] + lc.peak(cs, add)
             row = row - scale_b * jnp.maximum(held / cap - limit, 0.0)
-          row = jnp.where(dev_mask, row, self.masked_logit)
-          pick = jax.nn.one_hot(jnp.argmax(row), dmax, dtype=jnp.float32)
+          row = jnp.where(dev_mask, jnp.maximum(row, floor), self.masked_logit)
+          pick = jax.nn.one_hot(jnp.argmax(jnp.where(dev_mask, row, -jnp.inf)), dmax,
+                                dtype=jnp.float32)
           local = lead[j] - b * s
           follow = jnp.where(local >= 0, picks[jnp.clip(local, 0, s - 1)],
                              state.probs[lead[j]])  # members follow their leader
@@ -324,12 +331,13 @@ class LoadDecoder(nn.Module):
         return (ls.commit(state, lay, b, picks), ts, cs), rows
       if self.guard:
         logits = logits - barrier(state, b, prof)
-        logits = jnp.where(dev_mask[None, :], logits, self.masked_logit)
+      logits = jnp.where(dev_mask[None, :], jnp.maximum(logits, floor), self.masked_logit)
       # the distribution the state counts (padded rows have zero shares: they add nothing)
       if mode == "expected":
         p = jax.nn.softmax(logits, axis=-1)
       elif mode == "greedy":
-        p = jax.nn.one_hot(jnp.argmax(logits, axis=-1), dmax, dtype=jnp.float32)
+        p = jax.nn.one_hot(jnp.argmax(jnp.where(dev_mask[None, :], logits, -jnp.inf), axis=-1),
+                           dmax, dtype=jnp.float32)
       else:
         p = fb
       p = ls.follow_leaders(state, lay, b, p)
