@@ -235,3 +235,26 @@ def test_resume_check_ignores_only_the_resumable_cloning_settings(tmp_path):
   (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
   with pytest.raises(ValueError, match="imitation"):
     loop.check_resume(str(tmp_path), cfg)
+
+
+@pytest.mark.parametrize("name", [imitation.PARAMS_NAME, imitation.PARTIAL_NAME])
+def test_cloning_files_of_another_config_are_refused_before_anything_is_built(
+    tmp_path, monkeypatch, name):
+  """A workdir whose imitation.msgpack (or partial cloning) was made with another policy: the
+  cloned parameters were reloaded unchecked, as check_resume ran only where a checkpoint
+  existed. Now train refuses at once, naming the file and the fields that differ."""
+  saved = toy_config()
+  (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(loop.config_dict(saved)))
+  (tmp_path / name).write_bytes(b"cloned elsewhere")
+  monkeypatch.setattr(loop, "build_instances",
+                      lambda *a, **k: pytest.fail("refused before the instances are built"))
+  other = toy_config()
+  other.policy.hidden = 32
+  with pytest.raises(ValueError, match=rf"{name} not reused: .*\['policy'\] differ"):
+    loop.train(other, str(tmp_path), progress=False)
+  other = toy_config(updates=40)  # resumable changes are not a mismatch: the check passes
+  loop.check_cloned(str(tmp_path), other)
+  (tmp_path / loop.CONFIG_NAME).unlink()  # files of unknown origin are refused too
+  with pytest.raises(ValueError, match=rf"{name}: cloning files without the run's config.json"):
+    loop.check_cloned(str(tmp_path), saved)
+  assert (tmp_path / name).read_bytes() == b"cloned elsewhere"  # left as found

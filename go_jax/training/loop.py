@@ -114,6 +114,26 @@ def check_resume(workdir: str, config) -> None:
                      "differ); use a new --workdir or the same config")
 
 
+def check_cloned(workdir: str, config) -> None:
+  """ValueError unless the cloning files in `workdir` (imitation.msgpack, the cloned parameters
+  a rerun reuses, and imitation_partial.msgpack, an interrupted cloning's carry) were made with
+  `config`: the workdir's config.json must exist and pass `check_resume`. `train` writes
+  config.json before it clones, so a workdir of its own always has one."""
+  found = [name for name in (imitation.PARAMS_NAME, imitation.PARTIAL_NAME)
+           if os.path.exists(os.path.join(workdir, name))]
+  if not found:
+    return
+  files = " and ".join(os.path.join(workdir, name) for name in found)
+  if not os.path.isfile(os.path.join(workdir, CONFIG_NAME)):
+    raise ValueError(f"{files}: cloning files without the run's {CONFIG_NAME}, so the config "
+                     "that made them is unknown; delete them to clone afresh or use a new "
+                     "--workdir")
+  try:
+    check_resume(workdir, config)
+  except ValueError as e:
+    raise ValueError(f"{files} not reused: {e}") from None
+
+
 @dataclasses.dataclass
 class TrainResult:
   trainer: ppo.Trainer
@@ -293,6 +313,10 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
   max_seconds = config.get("max_seconds", None)
   if max_seconds is not None and not max_seconds > 0:
     raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
+  imitation_cfg = config.get("imitation", None)
+  cloning = imitation_cfg is not None and bool(imitation_cfg.get("enabled", False))
+  if workdir is not None and cloning:  # before anything is built: the files' config must match
+    distributed.from_primary(lambda: check_cloned(workdir, config))
   graphs, topos, names = build_instances(config) if instances is None else instances
   trainer = ppo.make_train(config, graphs, topos, policy=policy, names=names)
   state = trainer.init(int(config.get("seed", 0)))
@@ -311,15 +335,15 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
         init_params = os.path.join(init_params, PARAMS_NAME)
       state = trainer.init(int(config.get("seed", 0)),
                            params=ckpt_lib.load_params(init_params, state.params))
-    imitation_cfg = config.get("imitation", None)
-    if imitation_cfg is not None and imitation_cfg.get("enabled", False) and latest is None:
+    if files is not None:  # before cloning: its files are reused only under this config
+      fileio.write_json(os.path.join(workdir, CONFIG_NAME), config_dict(config))
+    if cloning and latest is None:
       # behaviour cloning of the best baselines first (go_jax/training/imitation.py); a
-      # resumed run reloads the cloned parameters from the workdir
+      # resumed run reloads the cloned parameters from the workdir (check_cloned)
       params = imitation.warm_start(trainer, state.params, imitation_cfg, workdir,
                                     progress=progress)
       state = trainer.init(int(config.get("seed", 0)), params=params)
     if files is not None:
-      fileio.write_json(os.path.join(workdir, CONFIG_NAME), config_dict(config))
       logger = train_logging.MetricsLogger(workdir, resume_step=start,
                                            tensorboard=bool(config.get("tensorboard", True)))
     prog = train_logging.Progress(start, total, trainer.placements_per_update,
@@ -352,5 +376,5 @@ def load_pretrained(workdir: str, template) -> Any:
 
 
 __all__: Sequence[str] = ("train", "summarize", "build_instances", "load_specs",
-                          "load_pretrained", "TrainResult", "score_action", "best_action",
+                          "check_cloned", "load_pretrained", "TrainResult", "score_action", "best_action",
                           "scalar_metrics", "config_dict")
