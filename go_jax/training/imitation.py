@@ -32,7 +32,8 @@ again, so a resumed run continues bit-exactly. Cloning itself is resumable: ever
 state, PRNG key, step), the targets and the history so far are written atomically to
 `<workdir>/imitation_partial.msgpack`; a rerun continues from there (bit-exactly: the targets
 are read back, not rebuilt) and deletes the file once the cloned parameters are saved. A
-partial file of other cloning settings or other instances is refused with a ValueError.
+partial file of other cloning settings or other instances is refused with a ValueError, and
+`loop.train` reuses either file only under the workdir's own config (`loop.check_cloned`).
 `<workdir>/imitation.json` records per instance the teacher, its objective and the objective of
 the target action as the policy expresses it (quantised levels), and the final cross-entropies
 and accuracies.
