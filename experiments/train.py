@@ -35,7 +35,7 @@ from typing import Sequence
 from absl import app, flags
 
 from go_jax import distributed, pretrained
-from go_jax.training import trainers
+from go_jax.training import loop, trainers
 from experiments import cli
 
 FLAGS = flags.FLAGS
@@ -70,6 +70,10 @@ cli.define_distributed_flags()
 def _check_out() -> None:
   """--workdir (and --export_dir) can be written (process 0's)."""
   cli.check_out(FLAGS.workdir, flag="workdir")
+  try:  # a file where the checkpoints go stops now, not in orbax's save threads
+    loop.check_checkpoint_dir(FLAGS.workdir)
+  except ValueError as e:
+    raise app.UsageError(f"--workdir={FLAGS.workdir}: {e}") from e
   if FLAGS.export:
     try:  # a bad name or folder stops now, not after the training it would export
       pretrained.check_export(FLAGS.export, FLAGS.export_dir,

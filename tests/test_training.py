@@ -542,3 +542,45 @@ def test_load_params_names_the_leaf_whose_shape_differs(tmp_path):
   assert np.shape(ok["dense"]["kernel"]) == (3, 4)
   with pytest.raises(ValueError, match=r"shapes differ: \['dense'\]\['kernel'\] is \(3, 4\)"):
     ckpt_lib.load_params(path, {"dense": {"kernel": np.ones((5, 4)), "bias": np.ones(4)}})
+
+
+def test_a_file_where_the_checkpoints_go_is_refused_up_front(tmp_path, monkeypatch):
+  """<workdir>/checkpoints an existing file: orbax failed only in its save threads, after the
+  training, and the launcher then hung at exit. Now the Checkpointer and train refuse it at
+  once, naming the path; the launcher says so in one line and exits 1 (it ran the worktree's
+  code: PYTHONPATH, cwd)."""
+  ckpt = tmp_path / loop.CKPT_DIR
+  ckpt.write_text("not a folder")
+  with pytest.raises(ValueError, match=rf"{ckpt}: the checkpoint folder exists and is not a"):
+    checkpoint.Checkpointer(str(ckpt))
+  monkeypatch.setattr(loop, "build_instances",
+                      lambda *a, **k: pytest.fail("refused before the instances are built"))
+  with pytest.raises(ValueError, match=rf"{ckpt}: the checkpoint folder"):
+    loop.train(ml_collections.ConfigDict(dict(TOY_CONFIG, updates=20)), str(tmp_path),
+               progress=False)
+  out = subprocess.run([sys.executable, "-m", "experiments.train", f"--workdir={tmp_path}",
+                        "--curves=off"], capture_output=True, text=True, cwd=REPO,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO), timeout=120)
+  lines = [l for l in out.stderr.splitlines() if l.strip()]
+  assert out.returncode == 1 and len(lines) == 1, out.stderr[-3000:]
+  assert f"--workdir={tmp_path}: {ckpt}: the checkpoint folder exists" in lines[0], lines
+
+
+def test_checkpointer_close_closes_the_manager_when_a_save_failed(tmp_path):
+  """A failed save's error comes out of close, after the orbax manager is closed (left open,
+  its threads kept the launcher from exiting)."""
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"))
+  closed = []
+
+  class Failing:
+    def wait_until_finished(self):
+      raise OSError("the save failed")
+
+    def close(self):
+      closed.append(True)
+
+  real, ckpt._manager = ckpt._manager, Failing()  # pylint: disable=protected-access
+  with pytest.raises(OSError, match="the save failed"):
+    ckpt.close()
+  assert closed == [True]
+  real.close()

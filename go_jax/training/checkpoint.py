@@ -45,8 +45,12 @@ class Checkpointer:
   def __init__(self, directory: str, keep: int = 3):
     if keep < 1:
       raise ValueError(f"checkpoints to keep must be >= 1, got {keep}")
-    ocp = self._ocp = _orbax()
     self.directory = os.path.abspath(directory)
+    # orbax would fail only in its save threads, late, and leave them to hang the exit
+    if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+      raise ValueError(f"{self.directory}: the checkpoint folder exists and is not a folder; "
+                       "move it away or use another workdir")
+    ocp = self._ocp = _orbax()
     self._multi = jax.process_count() > 1
     if self._multi:  # process 0 alone saves (go_jax.distributed: process 0 writes)
       os.makedirs(self.directory, exist_ok=True)  # orbax: no create=True with active_processes
@@ -115,8 +119,12 @@ class Checkpointer:
     self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Waits for pending saves and closes the manager, also when a save failed (its error is
+    raised after the close: a manager left open keeps orbax's threads alive at exit)."""
+    try:
+      self._manager.wait_until_finished()
+    finally:
+      self._manager.close()
 
   def __enter__(self):
     return self

@@ -114,6 +114,15 @@ def check_resume(workdir: str, config) -> None:
                      "differ); use a new --workdir or the same config")
 
 
+def check_checkpoint_dir(workdir: str) -> None:
+  """ValueError naming `<workdir>/checkpoints` when it exists and is not a folder (orbax would
+  fail only in its save threads, after the training it should have kept)."""
+  path = os.path.join(workdir, CKPT_DIR)
+  if os.path.lexists(path) and not os.path.isdir(path):
+    raise ValueError(f"{path}: the checkpoint folder exists and is not a folder; move it away "
+                     "or use another workdir")
+
+
 def check_cloned(workdir: str, config) -> None:
   """ValueError unless the cloning files in `workdir` (imitation.msgpack, the cloned parameters
   a rerun reuses, and imitation_partial.msgpack, an interrupted cloning's carry) were made with
@@ -315,8 +324,10 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
     raise ValueError(f"max_seconds must be > 0, got {max_seconds}")
   imitation_cfg = config.get("imitation", None)
   cloning = imitation_cfg is not None and bool(imitation_cfg.get("enabled", False))
-  if workdir is not None and cloning:  # before anything is built: the files' config must match
-    distributed.from_primary(lambda: check_cloned(workdir, config))
+  if workdir is not None:  # before anything is built
+    distributed.from_primary(lambda: check_checkpoint_dir(workdir))
+    if cloning:  # the cloning files' config must match
+      distributed.from_primary(lambda: check_cloned(workdir, config))
   graphs, topos, names = build_instances(config) if instances is None else instances
   trainer = ppo.make_train(config, graphs, topos, policy=policy, names=names)
   state = trainer.init(int(config.get("seed", 0)))
@@ -355,10 +366,12 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
     if checkpointer is not None:
       checkpointer.wait()
   finally:
-    if logger is not None:
-      logger.close()
-    if checkpointer is not None:
-      checkpointer.close()
+    try:
+      if logger is not None:
+        logger.close()
+    finally:  # closed whatever failed: an open orbax manager's threads hang the exit
+      if checkpointer is not None:
+        checkpointer.close()
   rows = summarize(trainer, state)
   _log_summary(rows)
   if files is not None:
@@ -376,5 +389,5 @@ def load_pretrained(workdir: str, template) -> Any:
 
 
 __all__: Sequence[str] = ("train", "summarize", "build_instances", "load_specs",
-                          "check_cloned", "load_pretrained", "TrainResult", "score_action", "best_action",
+                          "check_cloned", "check_checkpoint_dir", "load_pretrained", "TrainResult", "score_action", "best_action",
                           "scalar_metrics", "config_dict")
