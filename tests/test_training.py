@@ -584,3 +584,30 @@ def test_checkpointer_close_closes_the_manager_when_a_save_failed(tmp_path):
     ckpt.close()
   assert closed == [True]
   real.close()
+
+
+def test_corrupt_metrics_lines_are_skipped_not_a_traceback(tmp_path):
+  """metrics.jsonl with lines that are not metrics rows ([1], a null or string step, garbage)
+  and a torn last line (an interrupted write): reading, resuming (truncation), the curves and
+  the seconds per step use the good rows and raise nothing."""
+  from go_jax.training import evaluation  # pylint: disable=g-import-not-at-top
+  from go_jax.training import logging as train_logging  # pylint: disable=g-import-not-at-top
+  path = tmp_path / train_logging.JSONL_NAME
+  good = [{"step": s, "time": 100.0 + s, "reward_mean": 0.1 * s} for s in (1, 2, 3, 4)]
+  lines = [json.dumps(good[0]), "[1]", json.dumps({"step": None, "time": 1.0}),
+           json.dumps(good[1]), json.dumps({"step": "3"}), json.dumps({"step": True}),
+           "\x00garbage", json.dumps({"time": 5.0}), json.dumps(good[2]),
+           json.dumps(dict(good[3], time=None, reward_mean="x")), '{"step": 5, "ti']
+  path.write_text("\n".join(lines))  # no newline after the torn line
+  rows = train_logging.read_jsonl(str(path))
+  assert [r["step"] for r in rows] == [1, 2, 3, 4]
+  assert evaluation._seconds_of_steps(str(tmp_path)) == {0: 0.0, 1: 0.0, 2: 1.0, 3: 2.0}  # pylint: disable=protected-access
+  curve = train_logging.plot_metric_curves(str(tmp_path), (("reward_mean", "mean"),), "reward",
+                                           str(tmp_path / "curve.png"))
+  assert os.path.getsize(curve) > 1000
+  logger = train_logging.MetricsLogger(str(tmp_path), tensorboard=False, resume_step=3)
+  logger.write(4, {"reward_mean": 0.5})
+  logger.close()
+  assert [(r["step"], r["reward_mean"]) for r in train_logging.read_jsonl(str(path))] == [
+      (1, 0.1), (2, 0.2), (3, 0.30000000000000004), (4, 0.5)]
+  assert len(path.read_text().splitlines()) == 4  # the bad lines are gone with the rewrite

@@ -106,6 +106,7 @@ def _seconds_of_steps(workdir: str) -> Dict[int, float]:
     with open(report) as fh:
       rep = json.load(fh)
     offset = float(rep.get("target_seconds", 0.0)) + float(rep.get("clone_seconds", 0.0))
+  rows = [r for r in rows if np.isfinite(train_logging.number(r.get("time")))]
   if not rows:
     return {0: offset}
   t0 = float(rows[0]["time"])

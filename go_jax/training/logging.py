@@ -4,7 +4,8 @@
   value, ...}), appended and flushed after every call, so a reader sees whole lines only (a
   crash can lose at most the lines of the last call). On resume from checkpoint step s, lines
   past s (written after the last checkpoint) are dropped first, with an atomic rewrite, so the
-  file never holds two values for one update.
+  file never holds two values for one update. Readers (`read_jsonl`) skip, with a warning, a
+  line that is not a JSON object with an integer step (a torn last line, a damaged line).
 * TensorBoard: scalar event files under `<workdir>/tensorboard` written with tensorboardX
   (imported lazily; a clear error says how to install it). On resume the writer is opened with
   `purge_step = s`, which tells TensorBoard to discard events of steps >= s from earlier files.
@@ -36,23 +37,43 @@ def _json_value(x) -> Optional[float]:
   return x if math.isfinite(x) else None
 
 
+def _is_step(x) -> bool:
+  return isinstance(x, int) and not isinstance(x, bool)
+
+
+def number(x) -> float:
+  """A logged metric as a float: NaN for what is not a number (null, a string)."""
+  return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+
+
 def read_jsonl(path: str) -> List[Dict[str, Any]]:
-  """Every complete line of a metrics file (a torn last line is ignored)."""
+  """The rows of a metrics file: every line that is a JSON object with an integer "step".
+  Other lines are skipped with one warning: a torn last line (an interrupted write), a line
+  that is not an object (`[1]`) or whose step is missing or not an integer (`{"step": null}`)."""
   if not os.path.exists(path):
     return []
-  rows = []
-  with open(path) as fh:
+  rows, skipped = [], 0
+  with open(path, encoding="utf-8", errors="replace") as fh:
     for line in fh:
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError:
+      if not line.strip():
         continue
+      try:
+        row = json.loads(line)
+      except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        row = None
+      if isinstance(row, dict) and _is_step(row.get("step")):
+        rows.append(row)
+      else:
+        skipped += 1
+  if skipped:
+    absl_logging.warning("%s: skipped %d line(s) that are not a metrics row (a JSON object "
+                         "with an integer step)", path, skipped)
   return rows
 
 
 def truncate_jsonl(path: str, last_step: int) -> int:
   """Keeps the lines with step <= last_step (atomic rewrite); returns how many were kept."""
-  rows = [r for r in read_jsonl(path) if int(r.get("step", 0)) <= last_step]
+  rows = [r for r in read_jsonl(path) if r["step"] <= last_step]
   if os.path.exists(path):
     with fileio.atomic_open(path, "w") as fh:
       for r in rows:
@@ -177,7 +198,7 @@ def plot_metric_curves(workdir: str, series, ylabel: str, path: str, *, scale: f
   steps = np.asarray([r["step"] for r in rows])
   fig, ax = plt.subplots(figsize=(6, 4))
   for name, label in series:
-    y = np.asarray([r.get(name) if r.get(name) is not None else np.nan for r in rows])
+    y = np.asarray([number(r.get(name)) for r in rows], np.float64)
     w = min(window, len(y))
     smooth = np.convolve(np.nan_to_num(y), np.ones(w) / w, mode="valid")
     ax.plot(steps, scale * y, alpha=0.25)
