@@ -6,7 +6,9 @@ BRKGA has population 20 and budget 48 (3 generations), and the training runs sha
 so the tests compile the guided search, the plain BRKGA and the training update once each.
 """
 
+import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -173,9 +175,35 @@ def test_training_resumes_bit_exactly(trained, tmp_path):
   assert int(first.state.step) == 10
   again = trainer.train(config(), workdir, progress=False, instances=instances())
   assert again.resumed_from == 10 and int(again.state.step) == 40
+  # the summary's recent mean reward is read from metrics.jsonl (all 40 updates): the resumed
+  # run's equals the uninterrupted one's (it once averaged the 30 updates of its own process)
+  assert again.summary == straight.summary
   for a, b in zip(jax.tree_util.tree_leaves(straight.state),
                   jax.tree_util.tree_leaves(again.state)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_rerun_of_a_finished_run_reports_its_real_recent_reward(trained, tmp_path):
+  """Rerunning a finished run trains nothing; its summary (and the launcher's line) once said
+  a fake 0.00% from an empty in-process history and wrote reward_mean_recent null."""
+  workdir, straight = trained
+  rerun_dir = tmp_path / "rerun"
+  shutil.copytree(workdir, rerun_dir)
+  rerun = trainer.train(config(), str(rerun_dir), progress=False, instances=instances())
+  assert rerun.resumed_from == 40 and int(rerun.state.step) == 40
+  assert rerun.summary == straight.summary
+  recent = straight.summary[0]["reward_mean_recent"]
+  with open(os.path.join(workdir, "metrics.jsonl")) as fh:
+    logged = [json.loads(line)["reward_mean"] for line in fh]
+  assert len(logged) == 40 and recent == pytest.approx(np.mean(logged))  # < 50: all of them
+  with open(rerun_dir / "summary.json") as fh:
+    assert json.load(fh)["summary"][0]["reward_mean_recent"] == recent
+  line, = trainer._report(rerun)  # pylint: disable=protected-access
+  assert line.endswith(f"{100 * recent:.2f}%")
+  assert trainer.recent_reward_mean([], 40) is None
+  assert trainer.recent_reward_mean([{"step": 1, "reward_mean": None}], 40) is None
+  rows = [{"step": s, "reward_mean": float(s)} for s in range(1, 101)]
+  assert trainer.recent_reward_mean(rows, 80) == pytest.approx(np.mean(np.arange(31, 81)))
 
 
 def test_solve_resimulates_exactly(trained):

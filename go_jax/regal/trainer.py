@@ -17,7 +17,9 @@ and Adam on the learning-rate schedule of go_jax.training.state.
 
 Files in the workdir (as the PPO trainer's): checkpoints/ (orbax, the whole RegalState: bitwise
 resumable), metrics.jsonl (one line per update), config.json, params.msgpack (final policy),
-summary.json, regal_curve.png (mean improvement over BRKGA vs updates).
+summary.json (reward_mean_recent: the mean reward of the last RECENT_UPDATES updates, read from
+metrics.jsonl, so a rerun of a finished run, a resumed run and an uninterrupted one report the
+same), regal_curve.png (mean improvement over BRKGA vs updates).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from go_jax import objectives
+from go_jax import distributed, objectives
 from go_jax.methods import evolution
 from go_jax.policies.features import graph_features
 from go_jax.regal import guided
@@ -310,6 +312,9 @@ def plot_curve(workdir: str) -> str:
 
 
 PROGRESS_METRICS = ("reward_mean", "reward_best_sample", "p_uniform")
+# the summary's reward_mean_recent: the mean reward of this many last updates, read from
+# metrics.jsonl (so a rerun of a finished run, a resumed run and an uninterrupted one agree)
+RECENT_UPDATES = 50
 
 
 @dataclasses.dataclass
@@ -319,6 +324,17 @@ class TrainResult:
   summary: List[Dict[str, Any]]  # one row per instance (mean reward of the last updates)
   resumed_from: int
   speed: Dict[str, float]
+
+
+def recent_reward_mean(rows, step: int, window: int = RECENT_UPDATES) -> Optional[float]:
+  """The mean `reward_mean` of the last `window` updates up to `step` among `rows` (metrics
+  rows with a "step"; a step logged twice counts its last row), over the finite values; None
+  when there is none."""
+  by_step = {int(r["step"]): r for r in rows if int(r["step"]) <= step}
+  values = [train_logging.number(by_step[s].get("reward_mean"))
+            for s in sorted(by_step)[-window:]]
+  values = [v for v in values if np.isfinite(v)]
+  return float(np.mean(values)) if values else None
 
 
 def train(config, workdir: Optional[str] = None, *, progress: bool = True,
@@ -335,10 +351,14 @@ def train(config, workdir: Optional[str] = None, *, progress: bool = True,
   trainer = make_train(config, graphs, topos, names)
 
   def summarize(state, history):
-    recent = history[-max(1, min(len(history), 50)):]
-    return [{"instances": len(names), "updates": int(state.step),
-             "reward_mean_recent": float(np.mean([r["reward_mean"] for r in recent]))
-             if recent else None}]
+    step = int(state.step)
+    if workdir is None:  # in memory: this run's updates are all there are
+      recent = recent_reward_mean(history, step)
+    else:  # every update of the run, also those of earlier (interrupted or finished) runs
+      path = os.path.join(workdir, train_logging.JSONL_NAME)
+      recent = distributed.from_primary(
+          lambda: recent_reward_mean(train_logging.read_jsonl(path), step))
+    return [{"instances": len(names), "updates": step, "reward_mean_recent": recent}]
 
   state, summary, start, speed = runner.run(
       trainer, trainer.init(int(config.seed)), config, workdir, total=total, every=every,
@@ -349,9 +369,10 @@ def train(config, workdir: Optional[str] = None, *, progress: bool = True,
 
 def _report(result: TrainResult) -> List[str]:
   row = result.summary[0]
+  recent = row["reward_mean_recent"]
   return [f"{row['instances']} training instances, {row['updates']} updates: mean improvement "
           f"over BRKGA (same seed and budget) of the last updates' samples "
-          f"{100 * (row['reward_mean_recent'] or 0.0):.2f}%"]
+          + ("n/a (no update logged)" if recent is None else f"{100 * recent:.2f}%")]
 
 
 # The go-jax-train entry of `config.algorithm = "regal"` (go_jax/training/trainers.py).
