@@ -206,6 +206,21 @@ def test_a_rerun_of_a_finished_run_reports_its_real_recent_reward(trained, tmp_p
   assert trainer.recent_reward_mean(rows, 80) == pytest.approx(np.mean(np.arange(31, 81)))
 
 
+def test_export_checks_a_regal_run_with_its_own_loader(trained, tmp_path):
+  """export validates params.msgpack with the algorithm's loader: a REGAL run exports, and its
+  params of another policy size are refused, naming the file."""
+  workdir, _ = trained
+  folder = pretrained.export(workdir, "toy", str(tmp_path / "pkg"))
+  assert os.path.isfile(os.path.join(folder, pretrained.PARAMS_NAME))
+  run = tmp_path / "mismatched"
+  run.mkdir()
+  shutil.copy(os.path.join(workdir, "config.json"), run / "config.json")
+  (run / "params.msgpack").write_bytes(b"garbage")
+  with pytest.raises(ValueError, match="params.msgpack"):
+    pretrained.export(str(run), "bad", str(tmp_path / "pkg"))
+  assert not (tmp_path / "pkg" / "bad").exists()
+
+
 def test_solve_resimulates_exactly(trained):
   workdir, _ = trained
   g = HELD_OUT[0]

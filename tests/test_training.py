@@ -484,6 +484,28 @@ def test_pretrained_export_load_round_trip(tmp_path):
     pretrained.export(str(tmp_path / "pkg"), "y", str(tmp_path / "pkg2"))
 
 
+def test_pretrained_export_refuses_a_corrupt_or_mismatched_params_file(tmp_path):
+  """export copied params.msgpack unchecked, so a corrupt file (or one of another policy)
+  failed only when the exported checkpoint was loaded; now export refuses it, naming the file,
+  and writes nothing."""
+  from experiments.configs import train_test  # pylint: disable=g-import-not-at-top
+  from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+  config = train_test.get_config()
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text(config.to_json())
+  params = run / "params.msgpack"
+  params.write_bytes(b"\x80\x04not msgpack at all")
+  with pytest.raises(ValueError, match=rf"parameters in {params} cannot be read"):
+    pretrained.export(str(run), "corrupt", str(tmp_path / "pkg"))
+  other = config.policy.copy_and_resolve_references()
+  other.hidden = 2 * int(config.policy.hidden)
+  checkpoint.save_params(str(params), pretrained.template(other))
+  with pytest.raises(ValueError, match=rf"parameters in {params} do not fit"):
+    pretrained.export(str(run), "mismatched", str(tmp_path / "pkg"))
+  assert not (tmp_path / "pkg").exists()
+
+
 def test_pretrained_export_refuses_the_package_folder(tmp_path):
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
   run = tmp_path / "run"

@@ -144,20 +144,39 @@ def check_export(name: str, export_dir: str, *, allow_package: bool = False) -> 
   return os.path.join(export_dir, name)
 
 
+def check_run(workdir: str) -> None:
+  """ValueError naming the file unless `workdir`'s config.json and params.msgpack load as the
+  checkpoint of its algorithm (PPO: `load`; REGAL / GAS and Placeto: their methods' loaders),
+  e.g. a corrupt params.msgpack or one of another policy config."""
+  folder = os.path.join(os.path.abspath(os.path.expanduser(workdir)), "")  # never a shipped name
+  algorithm = load_config(folder).get("algorithm", "ppo")
+  if algorithm == "regal":
+    from go_jax.methods import regal  # pylint: disable=g-import-not-at-top
+    regal.load_checkpoint("regal", folder)
+  elif algorithm == "placeto":
+    from go_jax.methods import placeto  # pylint: disable=g-import-not-at-top
+    placeto.load_checkpoint(folder)
+  else:
+    load(folder)
+
+
 def export(workdir: str, name: str, export_dir: str, *, allow_package: bool = False) -> str:
   """Copies a finished training run's config.json and params.msgpack to
   `<export_dir>/<name>/` (atomically per file); returns the folder, which `load` reads.
 
   Raises:
-    ValueError: a name that is not a plain folder name; a workdir without the run's files;
-      an `export_dir` inside the installed go_jax package (unless `allow_package`, which ships
-      a checkpoint from a source checkout: `export_dir=pretrained.ROOT`).
+    ValueError: a name that is not a plain folder name; a workdir without the run's files, or
+      whose files do not load as a checkpoint (`check_run`: a corrupt params.msgpack, one of
+      another policy config); an `export_dir` inside the installed go_jax package (unless
+      `allow_package`, which ships a checkpoint from a source checkout:
+      `export_dir=pretrained.ROOT`).
   """
   folder = check_export(name, export_dir, allow_package=allow_package)
   for fname in (CONFIG_NAME, PARAMS_NAME):
     src = os.path.join(workdir, fname)
     if not os.path.isfile(src):
       raise ValueError(f"{workdir} has no {fname}: export a finished training run")
+  check_run(workdir)  # nothing is copied that a load would refuse
   for fname in (CONFIG_NAME, PARAMS_NAME):
     with open(os.path.join(workdir, fname), "rb") as fh:
       data = fh.read()
@@ -166,5 +185,5 @@ def export(workdir: str, name: str, export_dir: str, *, allow_package: bool = Fa
   return folder
 
 
-__all__ = ["available", "is_path", "load", "load_config", "template", "check_export", "export",
-           "DEFAULT", "ROOT"]
+__all__ = ["available", "is_path", "load", "load_config", "template", "check_export", "check_run",
+           "export", "DEFAULT", "ROOT"]
