@@ -83,6 +83,21 @@ def _check_out() -> None:
     cli.check_out(FLAGS.export_dir, flag="export_dir")
 
 
+def _attributed(message: str, workdir: str, config_file: str) -> str:
+  """The one line of a ValueError, attributed to what it is about: as is when it starts with a
+  file of --workdir (which it names), with --workdir= when it names the workdir elsewhere (a
+  checkpoint of its checkpoints/ folder that does not restore, a run of another config), else
+  with --config= (the config's own fields)."""
+  roots = {workdir, os.path.abspath(workdir)}
+  if message.startswith(tuple(os.path.join(r, "") for r in roots) + tuple(
+      f"{r}:" for r in roots)):
+    return message
+  if any(f"{r}{sep}" in message or f"workdir {r} " in message
+         for r in roots for sep in (os.sep, ":")):
+    return f"--workdir={workdir}: {message}"
+  return f"--config={config_file}: {message}"
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
@@ -107,10 +122,8 @@ def main(argv: Sequence[str]) -> None:
       if primary:
         print(f"wrote {path}")
   except ValueError as e:
-    if str(e).startswith((os.path.join(FLAGS.workdir, ""), f"{FLAGS.workdir}:")):  # the
-      # workdir's own files, not --config
-      raise app.UsageError(str(e)) from e
-    raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
+    raise app.UsageError(_attributed(str(e), FLAGS.workdir,
+                                     FLAGS["config"].config_filename)) from e
   if FLAGS.export and primary:
     folder = pretrained.export(FLAGS.workdir, FLAGS.export, FLAGS.export_dir,
                                allow_package=FLAGS.export_to_package)

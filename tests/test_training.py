@@ -633,3 +633,20 @@ def test_corrupt_metrics_lines_are_skipped_not_a_traceback(tmp_path):
   assert [(r["step"], r["reward_mean"]) for r in train_logging.read_jsonl(str(path))] == [
       (1, 0.1), (2, 0.2), (3, 0.30000000000000004), (4, 0.5)]
   assert len(path.read_text().splitlines()) == 4  # the bad lines are gone with the rewrite
+
+
+def test_launcher_names_the_workdir_for_a_checkpoint_that_does_not_restore(tmp_path):
+  """go-jax-train over a workdir whose only checkpoint is damaged: the one line named the
+  --config file, as if the config were wrong; it names --workdir and the checkpoint folder."""
+  step = tmp_path / loop.CKPT_DIR / "10" / "state"
+  step.mkdir(parents=True)
+  (step / "data").write_bytes(b"garbage")
+  out = subprocess.run([sys.executable, "-m", "experiments.train", f"--workdir={tmp_path}",
+                        "--curves=off", "--noprogress"], capture_output=True, text=True,
+                       cwd=REPO, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO),
+                       timeout=300)
+  last = out.stderr.strip().splitlines()[-1]
+  assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  assert last.startswith(f"train.py: error: --workdir={tmp_path}: checkpoint 10 in "
+                         f"{tmp_path / loop.CKPT_DIR}"), last
+  assert "--config=" not in last
