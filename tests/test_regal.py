@@ -200,6 +200,14 @@ def test_a_rerun_of_a_finished_run_reports_its_real_recent_reward(trained, tmp_p
     assert json.load(fh)["summary"][0]["reward_mean_recent"] == recent
   line, = trainer._report(rerun)  # pylint: disable=protected-access
   assert line.endswith(f"{100 * recent:.2f}%")
+  # fewer updates than the run did: refused before config.json is rewritten to disagree with
+  # summary.json
+  before = (rerun_dir / "config.json").read_text(), (rerun_dir / "summary.json").read_text()
+  with pytest.raises(ValueError, match=r"checkpoints: the run is at update 40, past the "
+                     r"config's updates \(20\)"):
+    trainer.train(config(updates=20), str(rerun_dir), progress=False, instances=instances())
+  assert ((rerun_dir / "config.json").read_text(),
+          (rerun_dir / "summary.json").read_text()) == before
   assert trainer.recent_reward_mean([], 40) is None
   assert trainer.recent_reward_mean([{"step": 1, "reward_mean": None}], 40) is None
   rows = [{"step": s, "reward_mean": float(s)} for s in range(1, 101)]

@@ -650,3 +650,18 @@ def test_launcher_names_the_workdir_for_a_checkpoint_that_does_not_restore(tmp_p
   assert last.startswith(f"train.py: error: --workdir={tmp_path}: checkpoint 10 in "
                          f"{tmp_path / loop.CKPT_DIR}"), last
   assert "--config=" not in last
+
+
+def test_a_rerun_with_fewer_updates_than_the_run_did_is_refused(tmp_path, monkeypatch):
+  """A finished run of 40 updates rerun with updates=20 trained nothing and rewrote config.json
+  (20) beside summary.json (40); now it is refused before any file is written."""
+  def at_40(workdir, config, state, keep):
+    del workdir, config, keep
+    return None, state.replace(step=jnp.asarray(40, state.step.dtype)), 40
+  monkeypatch.setattr(loop, "open_checkpoints", at_40)
+  config = ml_collections.ConfigDict(dict(TOY_CONFIG, updates=20, tensorboard=False))
+  with pytest.raises(ValueError, match=r"checkpoints: the run is at update 40, past the "
+                     r"config's updates \(20\); rerun with updates >= 40"):
+    loop.train(config, str(tmp_path), policy=standin(), progress=False,
+               instances=([four_chains()], [TOY_TOPOLOGY], ["chains"]))
+  assert not os.path.exists(tmp_path / loop.CONFIG_NAME)

@@ -7,7 +7,9 @@ makes the trainer (`ppo.make_train`) and calls its jitted `update_chunk` until `
 updates are done. Between calls it only moves the chunk's metrics to the host and writes them
 (`logging`), reports speed and ETA, and checkpoints every `checkpoint_every` updates
 (`checkpoint`). A workdir that already holds a checkpoint is resumed from its newest step, with
-the same config (only fields in `RESUMABLE_CHANGES` may differ, e.g. a larger `updates`).
+the same config (only fields in `RESUMABLE_CHANGES` may differ, e.g. a larger `updates`; fewer
+`updates` than the checkpoint's step is refused, `check_not_past`, so that config.json never
+disagrees with the run's summary.json).
 
 At the end `<workdir>/summary.json` reports, per instance, the best action found (re-simulated
 on the host with `simulator.simulate`, so no number comes only from the training loop) and the
@@ -112,6 +114,16 @@ def check_resume(workdir: str, config) -> None:
   if differ:
     raise ValueError(f"workdir {workdir} holds a run with another config (fields {differ} "
                      "differ); use a new --workdir or the same config")
+
+
+def check_not_past(workdir: str, step: Optional[int], total: int) -> None:
+  """ValueError when the run's checkpoint (`step`) is past the config's `updates` (`total`):
+  such a rerun trains nothing, and its config.json would then disagree with the run's
+  summary.json and checkpoints, so it is refused before any file is written."""
+  if step is not None and step > total:
+    raise ValueError(f"{os.path.join(workdir, CKPT_DIR)}: the run is at update {step}, past "
+                     f"the config's updates ({total}); rerun with updates >= {step} (a "
+                     "finished run: the same updates) or use a new workdir")
 
 
 def check_checkpoint_dir(workdir: str) -> None:
@@ -339,6 +351,7 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
         os.makedirs(workdir, exist_ok=True)
       checkpointer, state, latest = open_checkpoints(
           workdir, config, state, int(config.get("keep_checkpoints", 3)))
+      check_not_past(workdir, latest, total)
       start = 0 if latest is None else int(state.step)
     init_params = config.get("init_params", None)
     if init_params and latest is None:
@@ -389,5 +402,6 @@ def load_pretrained(workdir: str, template) -> Any:
 
 
 __all__: Sequence[str] = ("train", "summarize", "build_instances", "load_specs",
-                          "check_cloned", "check_checkpoint_dir", "load_pretrained", "TrainResult", "score_action", "best_action",
+                          "check_cloned", "check_checkpoint_dir", "check_not_past",
+                          "load_pretrained", "TrainResult", "score_action", "best_action",
                           "scalar_metrics", "config_dict")

@@ -46,6 +46,7 @@ def run(trainer, state, config, workdir: Optional[str], *, total: int, every: in
     if workdir is not None:
       checkpointer, state, latest = loop.open_checkpoints(workdir, config, state,
                                                           int(config.keep_checkpoints))
+      loop.check_not_past(workdir, latest, total)
       start = 0 if latest is None else int(state.step)
     if files is not None:
       fileio.write_json(os.path.join(workdir, loop.CONFIG_NAME),
