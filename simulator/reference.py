@@ -61,11 +61,35 @@ def check_actions(graph: CompGraph, topology: Topology, placement, priority):
   bad = np.argwhere((placement < 0) | (placement >= d))
   if bad.size:
     idx = tuple(bad[0])
-    raise ValueError(f"placement{list(idx)} = {placement[idx]} is not a device id in [0, {d})")
+    raise ValueError(f"placement{_position(idx)} = {placement[idx]} is not a device id in "
+                     f"[0, {d})")
   bad = np.argwhere(np.isnan(priority))
   if bad.size:
-    raise ValueError(f"priority{list(bad[0])} is NaN")
+    raise ValueError(f"priority{_position(bad[0])} is NaN")
+  _check_priority_range(priority)
   return placement.astype(np.int64), priority.astype(np.float64)
+
+
+def _position(idx) -> str:
+  """An array position as users write it: [1] or [0, 3] (not numpy's [np.int64(1)])."""
+  return str([int(i) for i in idx])
+
+
+def _check_priority_range(priority: np.ndarray) -> None:
+  """ValueError for a finite priority beyond float32's range (|p| > 3.4e38) where the jitted
+  simulator works in float32: there it would become +-inf and tie with its neighbours, so the
+  two simulators would order the ops differently. +-inf itself is the same in both."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.config.jax_enable_x64 or not priority.size or priority.dtype.itemsize <= 4:
+    return
+  big = np.isfinite(priority) & (np.abs(priority) > np.finfo(np.float32).max)
+  bad = np.argwhere(big)
+  if bad.size:
+    idx = tuple(bad[0])
+    raise ValueError(f"priority{_position(idx)} = {priority[idx]:g} is beyond float32's range "
+                     f"(max {np.finfo(np.float32).max:.3g}) of the jitted simulator, where it "
+                     "would become inf; rescale the priorities (only their order counts) or "
+                     "enable JAX's x64 mode")
 
 
 # Event times the float32 simulator may reach: float32's largest value is 3.4e38.

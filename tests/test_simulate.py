@@ -381,6 +381,8 @@ def test_oom_flag():
     ([0, 0, 1, 0], [0, 0, 0], "must both have shape"),
     ([0, 0, 1, 0], [0, np.nan, 0, 0], "NaN"),
     ([0, 0.5, 1, 0], [0, 0, 0, 0], "integer"),
+    ([0, 0, 1, 0], [1e39, 2e39, 0, 0], r"priority\[0\] = 1e\+39 is beyond float32's range"),
+    ([0, 0, 1, 0], [0, 0, -1e39, 0], r"priority\[2\] = -1e\+39"),
 ])
 def test_bad_actions_raise(diamond, placement, priority, match):
   g, topo, _, _ = diamond
@@ -405,6 +407,17 @@ def test_rank_order_is_a_stable_sort_with_tie_keys(x64):
   vals = np.take_along_axis(x.astype(dtype) + 0.0, order, -1)
   # Neighbouring keys are equal exactly where the sorted values are equal (-0.0 == 0.0).
   np.testing.assert_array_equal(key[:, 1:] == key[:, :-1], vals[:, 1:] == vals[:, :-1])
+
+
+def test_infinite_priorities_are_ranked_alike_by_both_simulators(diamond):
+  """+-inf is a priority in float32 and float64 alike (only finite values beyond float32's
+  range are refused): both simulators run the +inf op first and the -inf op last."""
+  g, topo, _, _ = diamond
+  placement, priority = [0, 0, 0, 0], [0.0, -np.inf, np.inf, 0.0]
+  res = simulate(g, topo, placement, priority)
+  ref = reference_simulate(g, topo, placement, priority)
+  np.testing.assert_allclose(np.asarray(res.start[0]), ref.start)
+  assert ref.start[2] < ref.start[1]
 
 
 def test_signed_zero_priorities_tie():
