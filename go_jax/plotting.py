@@ -87,8 +87,21 @@ def format_bytes(nbytes: float, digits: int = 4) -> str:
 
 
 # ------------------------------------------------------------------ output
+def literal_text(fig: Figure) -> Figure:
+  """Turns matplotlib's math text off in every text of `fig`: titles and labels hold graph
+  names and file paths, and a '$' in one (`runs/m$x$.json`) was read as TeX, so the figure
+  either failed to draw (`Unknown symbol`) or showed other text than the name. No figure of
+  the project uses math text."""
+  from matplotlib.text import Text  # pylint: disable=g-import-not-at-top
+  for text in fig.findobj(Text):
+    text.set_parse_math(False)
+  return fig
+
+
 def save_figure(fig: Figure, path: str) -> str:
-  """Writes `fig` as PNG to `path` atomically (creating the folder); returns the path."""
+  """Writes `fig` as PNG to `path` atomically (creating the folder), its text literal
+  (`literal_text`); returns the path."""
+  literal_text(fig)
   with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
     fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
   return path

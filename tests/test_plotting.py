@@ -100,3 +100,23 @@ def test_unit_formatting():
   assert plotting.format_bytes(3.2e9) == "3.2 GB"
   assert plotting.format_bytes(np.inf) == "inf"
   assert plotting.format_bytes(12) == "12 B"
+
+
+@pytest.mark.parametrize("name", ["m$\\bad$", "p$_1$", "cost $5 and $"])
+def test_dollar_signs_in_names_are_literal_text(tmp_path, name):
+  """Graph names and file paths go into titles and labels; a '$' in one was read as TeX (an
+  'Unknown symbol' error, no file, or other text than the name). They are drawn as written."""
+  g = CompGraph(cost=[1.0, 2.0, 3.0, 1.0], senders=[0, 0, 1, 2], receivers=[1, 2, 3, 3],
+                out_bytes=[1.0] * 4, name=name, node_names=[name, "b", "c", "d"])
+  topo = Topology.uniform(2, bandwidth=1.0, latency=0.5, mem_capacity=3.0)
+  res = reference_simulate(g, topo, [0, 0, 1, 0], np.zeros(4))
+  path = str(tmp_path / "s.png")
+  plotting.plot_schedule(g, topo, res, path)
+  assert_png(path)
+  bars = str(tmp_path / "b.png")
+  plotting.plot_bars([name, "heft"], [1.0, 2.0], bars, title=name, ylabel=name)
+  assert_png(bars)
+  from matplotlib.text import Text
+  fig = plotting._figure()  # pylint: disable=protected-access
+  fig.suptitle(name)
+  assert not any(t.get_parse_math() for t in plotting.literal_text(fig).findobj(Text))

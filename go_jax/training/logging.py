@@ -209,6 +209,8 @@ def plot_metric_curves(workdir: str, series, ylabel: str, path: str, *, scale: f
   ax.set_ylabel(ylabel)
   ax.set_title(os.path.basename(os.path.abspath(workdir)))
   ax.legend()
+  from go_jax import plotting  # pylint: disable=g-import-not-at-top
+  plotting.literal_text(fig)  # a '$' in the workdir's name is not TeX
   fig.tight_layout()
   with fileio.atomic_open(path, "wb") as fh:
     fig.savefig(fh, format="png", dpi=100)
