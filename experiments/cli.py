@@ -135,7 +135,7 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
     fail(_DEFERRED_ERRORS[0])
   try:
     rest = FLAGS(argv)
-    _refuse_nan_flags()
+    _refuse_nan_flags(argv)
     return rest
   except flags.Error as e:
     fail(_config_traceback_error(str(e)) or one_line(e))
@@ -154,14 +154,41 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
   return []  # not reached: fail exits
 
 
-def _refuse_nan_flags() -> None:
+# Float flags for which 'inf' is a value (unbounded); every other float flag must be finite.
+INFINITE_FLAGS = frozenset({"mem_capacity"})
+
+
+def _refuse_nan_flags(argv: Sequence[str] = ()) -> None:
   """Every float flag given as nan stops the launcher (absl's bounds let NaN through: it
   compares false with either bound, so '--finetune_seconds=nan' would run with a nan
-  budget)."""
+  budget), and so does one given as inf (a budget or rate of inf ran, then failed writing its
+  results) unless 'inf' means unbounded for it (`INFINITE_FLAGS`); there a number that
+  overflows to inf ('1e400') is refused too, rather than read as unbounded."""
   for name in sorted(FLAGS):
     flag = FLAGS[name]
-    if flag.present and isinstance(flag.value, float) and math.isnan(flag.value):
+    if not (flag.present and isinstance(flag.value, float)) or math.isfinite(flag.value):
+      continue
+    if math.isnan(flag.value):
       fail(f"flag --{name}=nan: not a number; give a value")
+    text = _flag_text(argv, name)
+    if name not in INFINITE_FLAGS:
+      fail(f"flag --{name}={text or flag.value}: not a finite number; give a finite value")
+    if text is not None and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+      fail(f"flag --{name}={text}: overflows to inf (above 1.8e308); write 'inf' for "
+           "unbounded, or a finite value")
+
+
+def _flag_text(argv: Sequence[str], name: str) -> Optional[str]:
+  """The text of the last '--name=VALUE' or '--name VALUE' on the command line; None when
+  not found (e.g. given in a flagfile)."""
+  found, args = None, list(argv[1:])
+  for i, a in enumerate(args):
+    if not a.startswith("-"):
+      continue
+    key, eq, value = a.lstrip("-").partition("=")
+    if key == name:
+      found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+  return found
 
 
 def _config_argument(argv: Sequence[str], names: Sequence[str]):

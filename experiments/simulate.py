@@ -198,7 +198,9 @@ def main(argv: Sequence[str]) -> None:
   spec = _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)  # files read
   graph = _as_flag_error("graph", sources.load_graph, FLAGS.graph)
   topology, setup["preset"], setup["footprint"] = _as_flag_error(
-      "topology", load_topology, spec, graph, FLAGS.mem_capacity)
+      "topology", load_topology, spec, graph)
+  if FLAGS.mem_capacity is not None:  # its own flag at fault (e.g. above 1e30)
+    topology = _as_flag_error("mem_capacity", topology.with_memory, FLAGS.mem_capacity)
   placement = _as_flag_error("placement", placements.make_placement, FLAGS.placement, graph,
                              topology, FLAGS.seed)
   priority = _as_flag_error("priority", placements.make_priority, FLAGS.priority, graph,

@@ -147,6 +147,8 @@ def simulate_bad_inputs(tmp):
       (["--placement=bogus", out], "bogus"),
       (["--mem_capacity=-1", out], "mem_capacity"),
       (["--mem_capacity=nan", out], "flag --mem_capacity=nan: not a number"),  # any float flag
+      (["--mem_capacity=1e400", out], "flag --mem_capacity=1e400: overflows to inf"),
+      (["--mem_capacity=1e31", out], "--mem_capacity=1e+31: Topology: mem_capacity"),
       ([f"--out={f['a_file']}"], "exists and is not a folder"),
   ]
 
@@ -164,6 +166,8 @@ def _bad_inputs(tmp):
         f"--out={tmp / 'place'}"], "params.msgpack cannot be read into this policy"),
       ([script("go-jax-place"), "--finetune_seconds=nan", f"--out={tmp / 'place'}"],
        "flag --finetune_seconds=nan: not a number"),  # absl's bounds let nan through
+      ([script("go-jax-place"), "--learning_rate", "1e400", f"--out={tmp / 'place'}"],
+       "flag --learning_rate=1e400: not a finite number"),  # inf only where it means unbounded
       ([script("go-jax-place"), f"--topology={f['none.json']}", f"--out={tmp / 'place'}"],
        "none.json"),
       ([script("go-jax-train"), f"--workdir={tmp / 'tr'}", "--config.nosuch=3"],
