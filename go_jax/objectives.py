@@ -88,17 +88,25 @@ def _overflow(peak_memory, mem_capacity):
   return jnp.maximum(jnp.max(ratio, axis=-1), 0.0)
 
 
+def _penalty(peak_memory, mem_capacity, upper_bound):
+  """(B,) the objective of an infeasible action: upper_bound * (1 + overflow), and at least
+  a little above upper_bound. The bound is floored at float32's smallest normal number: a
+  bound of 0 (every op free, links free) made every infeasible action score 0, as good as
+  the feasible ones, where it must rank below all of them (design.md section 5)."""
+  ub = jnp.maximum(upper_bound, jnp.finfo(jnp.float32).tiny)
+  penalty = ub * (1.0 + _overflow(peak_memory, mem_capacity))
+  return jnp.maximum(penalty, ub * (1.0 + 1e-6))
+
+
 def makespan_objective(makespan, peak_memory, oom, mem_capacity, upper_bound):
   """(B,) makespan where feasible, else upper_bound * (1 + overflow) (worse than any feasible)."""
-  penalty = upper_bound * (1.0 + _overflow(peak_memory, mem_capacity))
-  return jnp.where(oom, jnp.maximum(penalty, upper_bound * (1.0 + 1e-6)), makespan)
+  return jnp.where(oom, _penalty(peak_memory, mem_capacity, upper_bound), makespan)
 
 
 def peak_memory_objective(makespan, peak_memory, oom, mem_capacity, upper_bound):
   """(B,) max-over-devices peak bytes where feasible, else upper_bound * (1 + overflow)."""
   del makespan
-  penalty = upper_bound * (1.0 + _overflow(peak_memory, mem_capacity))
-  return jnp.where(oom, jnp.maximum(penalty, upper_bound * (1.0 + 1e-6)),
+  return jnp.where(oom, _penalty(peak_memory, mem_capacity, upper_bound),
                    jnp.max(peak_memory, axis=-1))
 
 

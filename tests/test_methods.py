@@ -77,6 +77,23 @@ def test_lower_bounds_by_hand():
   assert lb["critical_path"] == 3.0 and lb["work"] == 2.0 and lb["bound"] == 3.0
 
 
+@pytest.mark.parametrize("objective", ["makespan", "peak_memory"])
+def test_infeasible_ranks_below_feasible_when_the_bound_is_zero(objective):
+  """Free ops on free links: the makespan bound is 0, and an infeasible action scored 0 (the
+  penalty is a multiple of the bound), as good as a feasible one; `single` then answered the
+  out-of-memory device 0."""
+  g = CompGraph(cost=[0.0, 0.0], senders=[0], receivers=[1], out_bytes=[0.0, 0.0],
+                param_bytes=[1.0, 1.0])
+  topo = Topology.create(np.ones(2), np.zeros(2), [0.5, np.inf], np.full((2, 2), np.inf),
+                         np.zeros((2, 2)))
+  oom = methods.evaluate(g, topo, [0, 0], np.ones(2), objective=objective)
+  fits = methods.evaluate(g, topo, [1, 1], np.ones(2), objective=objective)
+  assert not oom["feasible"] and fits["feasible"]
+  assert oom["objective"] > fits["objective"]
+  sol = methods.solve("single", g, topo, objective=objective)
+  assert sol.feasible and list(sol.placement) == [1, 1]
+
+
 def test_infeasible_ranks_below_every_feasible():
   g = load_graph("layered:n=40,width=6,seed=1")
   topo = preset("nvlink4")
