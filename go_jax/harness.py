@@ -18,6 +18,8 @@ number the simulator would not give. Results go to `<out>/`:
                 the memory it needs against the capacity, and a topology where no method is
                 feasible says so)
   plots/        with `plots`: a Gantt/memory chart per cell and a bar chart per graph/topology
+                (file names: `plot_file_name`, bounded and one per cell; a chart that cannot be
+                written is a warning and its row's note says so, the row is kept)
 
 Resumable: results.json is rewritten atomically after every cell, and a later run with the same
 out folder skips every cell whose key (method, graph, topology, seed, objective) already has
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -56,7 +57,8 @@ from simulator.topology_spec import (  # pylint: disable=unused-import
     TOPOLOGY_OPTIONS, TopologySpec, make_topology, parse_topology, single_device_footprint)
 # The reports (Markdown tables, pivots, comparison plots) live in go_jax.harness_reports.
 from go_jax.harness_reports import (  # pylint: disable=unused-import
-    markdown, markdown_pivots, markdown_table, plot_comparisons, summarize)
+    markdown, markdown_pivots, markdown_table, plot_comparisons, plot_file_name, summarize,
+    try_plot)
 
 LAUNCHER = "evaluate"
 DEFAULTS: Dict[str, Any] = {
@@ -347,19 +349,24 @@ def run_cell(cell: Cell, inst: Instances, plot_dir: Optional[str] = None
       path = os.path.join(plot_dir, _file_name(cell, row.get("stage")) + ".png")
       title = (f"{results.row_name(row)} on {graph.name} / {cell.topology} (seed {cell.seed}): "
                f"{cell.objective} {results.value_text(row)}")
+      what = f"{results.row_name(row)} on {cell.graph} / {cell.topology} (seed {cell.seed})"
       if ans.fuse is not None:  # one bar per fused group
-        plotting.plot_fused_schedule(graph, topo, ans.placement, ans.priority, ans.fuse, path,
-                                     title=title)
-        continue
-      ref = simulator.reference_simulate(graph, topo, ans.placement, ans.priority)
-      plotting.plot_schedule(graph, topo, ref, path, title=title)
+        failed = try_plot(what, plotting.plot_fused_schedule, graph, topo, ans.placement,
+                          ans.priority, ans.fuse, path, title=title)
+      else:
+        failed = try_plot(what, lambda: plotting.plot_schedule(
+            graph, topo, simulator.reference_simulate(graph, topo, ans.placement, ans.priority),
+            path, title=title))
+      if failed:  # the scored row stands; its note says the chart is missing
+        row["reason"] = "; ".join(t for t in (row.get("reason"), f"plot not written: {failed}")
+                                  if t)
   return rows, answers
 
 
 def _file_name(cell: Cell, stage: Optional[str] = None) -> str:
-  parts = (cell.graph, cell.topology, cell.name, f"s{cell.seed}", cell.objective) + (
-      (stage,) if stage else ())
-  return "__".join(re.sub(r"[^A-Za-z0-9_.=-]+", "_", p) for p in parts)
+  """A cell's (and stage's) plot file name: bounded and distinct per cell (`plot_file_name`)."""
+  return plot_file_name(cell.graph, cell.topology, cell.name, f"s{cell.seed}", cell.objective,
+                        *((stage,) if stage else ()))
 
 
 def error_text(exc: BaseException) -> str:

@@ -8,13 +8,52 @@ any results file.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from absl import logging
+
 from go_jax import leaderboard, objectives, plotting, results
+
+# A plot file name's parts (graph spec, topology spec, method, ...): each is kept as it is when
+# it is already a clean name of at most PART_CHARS characters, else sanitised and cut.
+PART_CHARS = 32
+_CLEAN_PART = re.compile(r"[A-Za-z0-9.=-]+(_[A-Za-z0-9.=-]+)*")
+
+
+def plot_file_name(*parts: Any) -> str:
+  """A bounded, readable file name (no extension) for the plot of `parts`, distinct for
+  distinct parts: the parts joined by "__", each a clean name (letters, digits, ".=-" and
+  single "_" inside) of at most PART_CHARS characters; where some part is not (a path, a long
+  spec, a stage with spaces), each such part is sanitised and cut and "+" and 12 hex digits of
+  the sha256 of all the parts as given are appended ("a/b.npz" and "a_b.npz" differ). Clean
+  names never hold "+" and split back into their parts, so two cells never share a file."""
+  texts = [str(p) for p in parts]
+  clean = [len(t) <= PART_CHARS and _CLEAN_PART.fullmatch(t) is not None for t in texts]
+  shown = [t if ok else (re.sub(r"[^A-Za-z0-9.=-]+", "_", t).strip("_")[-PART_CHARS:].strip("_")
+                         or "x") for t, ok in zip(texts, clean)]
+  name = "__".join(shown)
+  if all(clean):
+    return name
+  digest = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:12]
+  return f"{name}+{digest}"
+
+
+def try_plot(what: str, plot, *args, **kwargs) -> str:
+  """plot(*args, **kwargs), which writes a file: "" when it did, else the one line of why
+  not, also logged as a warning naming `what` (a failed plot never discards a result)."""
+  try:
+    plot(*args, **kwargs)
+  except Exception as e:  # pylint: disable=broad-except
+    text = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    logging.warning("plot of %s not written: %s", what, text)
+    return text
+  return ""
 
 
 def _fmt(value, kind: str) -> str:
@@ -102,7 +141,9 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def plot_comparisons(rows: Sequence[Mapping[str, Any]], plot_dir: str) -> List[str]:
-  """One bar chart per (objective, graph, topology): mean objective by method."""
+  """One bar chart per (objective, graph, topology): mean objective by method (file names:
+  `plot_file_name`); returns the paths written. A chart that cannot be written is a warning
+  (`try_plot`), not an error: the rows are already stored."""
   stats = _mean_objectives(rows)
   paths = []
   for obj, graph, topo in dict.fromkeys(k[:3] for k in stats):
@@ -110,11 +151,12 @@ def plot_comparisons(rows: Sequence[Mapping[str, Any]], plot_dir: str) -> List[s
                if k[:3] == (obj, graph, topo) and v["mean"] is not None and v["feasible"]]
     if not entries:
       continue
-    name = "__".join(re.sub(r"[^A-Za-z0-9_.=-]+", "_", p) for p in (graph, topo, obj))
-    paths.append(plotting.plot_bars(
-        [e[0] for e in entries], [e[1] for e in entries],
-        os.path.join(plot_dir, f"compare__{name}.png"), title=f"{graph} on {topo}",
-        ylabel=f"{obj} ({objectives.get_objective(obj).unit}; feasible methods)"))
+    path = os.path.join(plot_dir, f"compare__{plot_file_name(graph, topo, obj)}.png")
+    if not try_plot(f"{obj} on {graph} / {topo}", plotting.plot_bars,
+                    [e[0] for e in entries], [e[1] for e in entries], path,
+                    title=f"{graph} on {topo}",
+                    ylabel=f"{obj} ({objectives.get_objective(obj).unit}; feasible methods)"):
+      paths.append(path)
   return paths
 
 

@@ -417,3 +417,38 @@ def test_a_damaged_stored_row_is_refused(clean_run, tmp_path):
     with pytest.raises(ValueError, match=rf"results.json: a row of 'round_robin' has no field"
                                          rf"\(s\) \['{field}'\]"):
       harness.run(tiny_config(), folder, progress=False)
+
+
+def test_plot_file_names_are_bounded_and_distinct():
+  """A cell's plot name stays readable, is bounded however long its specs (a deep path), and
+  two cells never share one (a/b.npz and a_b.npz, parts that hold "__")."""
+  plain = harness.plot_file_name("chain:n=3", "nvlink2", "single", "s0", "makespan")
+  assert plain == "chain_n=3__nvlink2__single__s0__makespan+" + plain.split("+")[1]
+  assert harness.plot_file_name("chain", "nvlink2", "single", "s0") == (
+      "chain__nvlink2__single__s0")  # clean parts: as they are, no hash
+  deep = "/tmp/" + "/".join(c * 60 for c in "abc")
+  long = harness.plot_file_name(deep + "/g.npz", deep + "/t.json", "single", "s0", "makespan",
+                                "zero-shot best of 8")
+  assert len("compare__" + long + ".png") < 255 and "g.npz" in long and "t.json" in long
+  names = [harness.plot_file_name(*p) for p in (
+      ("/a/b.npz", "t"), ("/a_b.npz", "t"), ("a_b.npz", "t"), ("a__b", "t"), ("a", "b__t"),
+      ("a", "b", "t"), ("a_", "_b"), ("a", "_b"), ("a_", "b"))]
+  assert len(set(names)) == len(names)
+
+
+def test_a_plot_that_fails_keeps_its_scored_row(tmp_path, monkeypatch, caplog):
+  """A Gantt chart or bar chart that cannot be written is a warning and a note in the row;
+  the row keeps its result (it is not an error row, and a resumed run does not redo it)."""
+  def broken(*args, **kwargs):
+    raise OSError(36, "File name too long")
+  monkeypatch.setattr(plotting, "plot_schedule", broken)
+  monkeypatch.setattr(plotting, "plot_bars", broken)
+  cfg = tiny_config(methods=["single"], graphs=["chain:n=3"], topologies=["nvlink2"],
+                    plots=True)
+  (row,) = harness.run(cfg, str(tmp_path), progress=False)
+  assert not row["error"] and row["feasible"] and row["objective"] > 0
+  assert "plot not written: OSError: [Errno 36] File name too long" in row["reason"]
+  assert "plot of single on chain:n=3 / nvlink2 (seed 0) not written" in caplog.text
+  assert "plot of makespan on chain:n=3 / nvlink2 not written" in caplog.text
+  (stored,) = harness.load_rows(str(tmp_path))
+  assert stored["objective"] == row["objective"] and not stored["error"]
