@@ -296,7 +296,9 @@ def _scored_row(row, graph, topo, footprint, scores, believed=None) -> Dict[str,
              objective=finite(scores["objective"]), makespan=finite(scores["makespan"]),
              peak_memory=finite(np.max(scores["peak_memory"])),
              feasible=bool(scores["feasible"]),
-             gap=results.finite(scores["objective"] / lb - 1.0) if lb and lb > 0 else None,
+             # within rounding below the bound: 0, as methods.solve's Solution.gap
+             gap=(results.finite(methods.bound_gap(scores["objective"], lb))
+                  if lb and lb > 0 and np.isfinite(scores["objective"]) else None),
              resimulated_objective=results.finite(scores["objective"]),
              agrees=bool(believed is None or believed == scores["objective"]))
   if not row["feasible"] and not row.get("reason"):

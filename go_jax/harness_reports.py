@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
@@ -18,7 +19,7 @@ import numpy as np
 
 from absl import logging
 
-from go_jax import leaderboard, objectives, plotting, results
+from go_jax import leaderboard, methods, objectives, plotting, results
 
 # A plot file name's parts (graph spec, topology spec, method, ...): each is kept as it is when
 # it is already a clean name of at most PART_CHARS characters, else sanitised and cut.
@@ -61,6 +62,24 @@ def _fmt(value, kind: str) -> str:
   return objectives.get_objective(kind).format(value)
 
 
+def gap_text(gap: float, feasible: bool = True, mark: str = "") -> str:
+  """A row's "gap to LB" cell: "+3.8%"; "0.0%" within rounding of the bound
+  (|gap| < methods.GAP_ROUNDING: never "-0.0%"); below the bound beyond that, the gap with
+  enough digits to show it and "BELOW LB" (a wrong bound, not a result); "-" for an infeasible
+  row or a gap that is not finite. `mark` (go-jax-place's
+  `place_report.BOUND_MARKS`) names the bound."""
+  if not feasible or gap is None or not math.isfinite(gap):
+    return "-"
+  if abs(gap) < methods.GAP_ROUNDING:
+    text = "0.0%"
+  elif gap < 0:
+    pct = 100.0 * gap
+    text = (f"{pct:+.1f}%" if pct <= -0.05 else f"{pct:+.2g}%") + " BELOW LB"
+  else:
+    text = f"{gap:+.1%}"
+  return f"{text} {mark}" if mark else text
+
+
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
   """One Markdown line per row (an infeasible row shows what it needs, never its penalty)."""
   head = ("method", "graph", "N", "topology", "D", "seed", "objective", "makespan",
@@ -74,7 +93,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
         r.get("devices"), r["seed"], f"{r['objective_kind']} {results.value_text(r)}",
         _fmt(r.get("makespan"), "makespan"), _fmt(r.get("peak_memory"), "peak_memory"),
         "error" if r.get("error") else ("yes" if feasible else "NO"),
-        f"{r['gap']:.1%}" if feasible and r.get("gap") is not None else "-",
+        gap_text(r.get("gap"), feasible and not r.get("error")),
         "-" if r.get("search_seconds") is None else f"{r['search_seconds']:.3g} s",
         r.get("evaluations"), "yes" if r.get("agrees") else "NO", str(note)[:100]))
   return results.markdown_table(head, body)

@@ -23,7 +23,8 @@ relaxation's for one that fuses (marked [F]; `objectives.fusion_relaxation`: a f
 beat the unfused graph's bound) and, for a partition row (marked [P]), the bound of the
 expanded graph that partitioning answers on (design.md 4.2). A gap within float rounding of 0
 (the simulator's float32 objective against a float64 bound, `methods.GAP_ROUNDING`) reads
-0.0%; one further below the bound is printed with "BELOW LB", since it means a wrong bound.
+0.0%; one further below the bound is printed with "BELOW LB", since it means a wrong bound
+(`gap_text`, go_jax.harness_reports's: go-jax-evaluate's table prints gaps by the same rule).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 import numpy as np
 
-from go_jax import methods, objectives, place_tasks, plotting, results
+from go_jax import objectives, place_tasks, plotting, results
+# The gap cell is go-jax-evaluate's too: one rule for both tables (re-exported here).
+from go_jax.harness_reports import gap_text
 from simulator import fileio
 
 if TYPE_CHECKING:  # annotations only: go_jax.place imports this module
@@ -64,23 +67,6 @@ def bound_kind(row) -> str:
   if row.kind == "partition":
     return PARTITION_BOUND
   return FUSED_BOUND if row.fuse is not None else GRAPH_BOUND
-
-
-def gap_text(gap: float, feasible: bool = True, mark: str = "") -> str:
-  """A row's "gap to LB" cell: "+3.8%"; "0.0%" within rounding of the bound
-  (|gap| < methods.GAP_ROUNDING: never "-0.0%"); below the bound beyond that, the gap with
-  enough digits to show it and "BELOW LB" (a wrong bound, not a result); "-" for an infeasible
-  row or a gap that is not finite. `mark` (BOUND_MARKS) names the bound."""
-  if not feasible or gap is None or not math.isfinite(gap):
-    return "-"
-  if abs(gap) < methods.GAP_ROUNDING:
-    text = "0.0%"
-  elif gap < 0:
-    pct = 100.0 * gap
-    text = (f"{pct:+.1f}%" if pct <= -0.05 else f"{pct:+.2g}%") + " BELOW LB"
-  else:
-    text = f"{gap:+.1%}"
-  return f"{text} {mark}" if mark else text
 
 
 def bound_lines(result: PlaceResult) -> List[str]:

@@ -452,3 +452,23 @@ def test_a_plot_that_fails_keeps_its_scored_row(tmp_path, monkeypatch, caplog):
   assert "plot of makespan on chain:n=3 / nvlink2 not written" in caplog.text
   (stored,) = harness.load_rows(str(tmp_path))
   assert stored["objective"] == row["objective"] and not stored["error"]
+
+
+def test_a_gap_within_rounding_of_the_bound_is_stored_and_printed_as_0(monkeypatch):
+  """A float32 objective a rounding below the float64 bound (gap -1e-8) is at the bound: the
+  row stores gap 0, as methods.solve's Solution.gap, and the table prints "0.0%", never
+  "-0.0%"; a gap further below stays and reads BELOW LB (a wrong bound)."""
+  cfg = tiny_config(methods=["single"], graphs=["chain:n=3"], topologies=["nvlink2"])
+  (row,) = harness.run(cfg, None, progress=False)
+  lb = row["lower_bound"]
+  for factor, stored, text in ((1 - 1e-8, 0.0, "| 0.0% |"), (1.0, 0.0, "| 0.0% |"),
+                               (1.5, 0.5, "| +50.0% |"), (0.9, -0.1, "-10.0% BELOW LB")):
+    scores = {"objective": lb * factor, "makespan": lb * factor, "peak_memory": [1.0],
+              "feasible": True}
+    topo = harness.make_topology(harness.parse_topology("nvlink2"),
+                                 sources.load_graph("chain:n=3"))[0]
+    again = harness._scored_row(dict(row), sources.load_graph("chain:n=3"), topo, 1.0, scores)
+    assert again["gap"] == pytest.approx(stored, abs=1e-12)
+    assert text in harness.markdown_table([again])
+  assert "-0.0%" not in harness.markdown_table([dict(row, gap=-1.05e-8)])
+  assert "| - |" in harness.markdown_table([dict(row, feasible=False)])

@@ -186,7 +186,8 @@ def _check_rows(result, objective):
     assert r.makespan == again["makespan"], r.method
     assert r.feasible == again["feasible"], r.method
     np.testing.assert_array_equal(r.peak_memory, again["peak_memory"])
-    assert r.gap == pytest.approx(r.objective / lb - 1.0)
+    gap = r.objective / lb - 1.0  # a float32 objective a rounding below the bound is at it
+    assert r.gap == (0.0 if -methods.GAP_ROUNDING < gap < 0 else pytest.approx(gap))
     assert r.placement.shape == (graph.num_nodes,)
     assert r.placement.min() >= 0 and r.placement.max() < topo.num_devices
     # one row format: the harness's, whichever launcher wrote it

@@ -228,6 +228,13 @@ class Refused(ValueError):
 GAP_ROUNDING = 1e-6
 
 
+def bound_gap(objective: float, bound: float) -> float:
+  """objective / bound - 1 (bound > 0), 0.0 where that is within GAP_ROUNDING below 0: the gap
+  `solve` gives a Solution and the harness stores in a row."""
+  gap = float(objective) / float(bound) - 1.0
+  return 0.0 if -GAP_ROUNDING < gap < 0 else gap
+
+
 def integral(value) -> bool:
   """Whether an option value is an integer: an int (not a bool) or a whole float."""
   return (isinstance(value, (int, np.integer)) and not isinstance(value, bool)) or (
@@ -307,9 +314,8 @@ def solve(name: str, graph: CompGraph, topology: Topology, *, objective: str = "
   bounded = (sim_graph, topology) if fuse is None else objectives.fusion_relaxation(
       sim_graph, topology)  # a fused answer beats the unfused graph's bounds
   lb = objectives.get_objective(objective).lower_bound(*bounded)["bound"]
-  gap = scored["objective"] / lb - 1.0 if lb > 0 else float("inf")
-  if -GAP_ROUNDING < gap < 0:  # a float32 objective a rounding below the float64 bound
-    gap = 0.0
+  # a float32 objective a rounding below the float64 bound is at it (bound_gap)
+  gap = bound_gap(scored["objective"], lb) if lb > 0 else float("inf")
   reason = prop.info.get("reason", "")
   if not scored["feasible"]:
     over = np.flatnonzero(scored["peak_memory"] > topology.mem_capacity)
