@@ -172,6 +172,36 @@ def check_graph(spec: str, what: str) -> str:
     raise ValueError(f"{what}: {e}") from None
 
 
+def _graph_identity(resolved: str) -> str:
+  """What a resolved graph spec (`sources.check_spec`) names: an .npz file by its real path
+  ('/a/g.npz' and '../a/g.npz' are one graph), any other spec as it resolved."""
+  return os.path.realpath(resolved) if resolved.endswith(".npz") else resolved
+
+
+def _topology_identity(spec: TopologySpec) -> Tuple:
+  """What a parsed topology spec names: the preset (or the file's real path) and the memory
+  option's value, so that ' nvlink2' and 'nvlink2', or 'x@mem=2e9' and 'x@mem=2000000000',
+  are one topology."""
+  where = os.path.realpath(spec.preset) if spec.topology is not None else spec.preset
+  return (where, spec.mem_bytes, spec.mem_factor)
+
+
+_ONE = {"graphs": "graph", "topologies": "topology"}
+
+
+def same_instances(specs: Sequence[str], identities: Sequence[Any], field: str) -> None:
+  """ValueError naming the first two entries of a config's `field` that name the same graph
+  or topology (their `identities`): they would run every cell twice and count twice in the
+  summary."""
+  first: Dict[Any, int] = {}
+  for i, ident in enumerate(identities):
+    if ident in first:
+      j = first[ident]
+      raise ValueError(f"harness config: {field}[{j}] {specs[j]!r} and {field}[{i}] "
+                       f"{specs[i]!r} are the same {_ONE[field]}; give it once")
+    first[ident] = i
+
+
 def plan(cfg: Mapping[str, Any]) -> List[Cell]:
   """Every cell of a config, in table order. Built-in methods not available here (a missing
   optional dependency) are dropped with a warning; unknown method names and graphs that do not
@@ -197,10 +227,10 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
       if bad:
         raise ValueError(f"harness config: method_options[{m!r}]: no option(s) {bad}; "
                          f"options: {sorted(methods.get(m).defaults)}")
-  for spec in cfg["topologies"]:
-    parse_topology(spec)
-  for spec in cfg["graphs"]:
-    check_graph(spec, "harness config: graphs")
+  same_instances(cfg["graphs"], [_graph_identity(check_graph(g, "harness config: graphs"))
+                                  for g in cfg["graphs"]], "graphs")
+  same_instances(cfg["topologies"], [_topology_identity(parse_topology(t))
+                                      for t in cfg["topologies"]], "topologies")
   for obj in cfg["objective"]:
     objectives.get_objective(obj)
   sp = cfg["schedule_placement"]

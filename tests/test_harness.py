@@ -472,3 +472,25 @@ def test_a_gap_within_rounding_of_the_bound_is_stored_and_printed_as_0(monkeypat
     assert text in harness.markdown_table([again])
   assert "-0.0%" not in harness.markdown_table([dict(row, gap=-1.05e-8)])
   assert "| - |" in harness.markdown_table([dict(row, feasible=False)])
+
+
+def test_a_graph_or_topology_given_twice_in_other_words_is_refused(tmp_path):
+  """Repeats are found on what the specs name, not their text: ' nvlink2' is nvlink2, and a
+  file by two paths is one file; the message names both entries."""
+  for field, specs, match in (
+      ("topologies", ["nvlink2", " nvlink2"],
+       r"topologies\[0\] 'nvlink2' and topologies\[1\] ' nvlink2' are the same topology"),
+      ("topologies", ["nvlink2@mem=2e9", "nvlink2@mem=2000000000"], "the same topology"),
+      ("graphs", ["chain:n=3", " chain:n=3 "], r"graphs\[0\] 'chain:n=3' and graphs\[1\]")):
+    with pytest.raises(ValueError, match=match):
+      harness.plan(harness.settings(tiny_config(methods=["single"], **{field: specs})))
+  sub = tmp_path / "sub"
+  sub.mkdir()
+  graph = tmp_path / "g.npz"
+  sources.load_graph("chain:n=3").save(str(graph))
+  twice = [str(graph), os.path.join(str(sub), "..", "g.npz")]
+  with pytest.raises(ValueError, match="are the same graph"):
+    harness.plan(harness.settings(tiny_config(methods=["single"], graphs=twice)))
+  cells = harness.plan(harness.settings(tiny_config(
+      methods=["single"], graphs=twice[:1], topologies=["nvlink2", "nvlink2@mem=0.5x"])))
+  assert len(cells) == 2  # another memory option is another topology
