@@ -25,7 +25,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from go_jax import distributed, harness
+from go_jax import distributed, harness, results
 from simulator import runtime
 from experiments import cli
 
@@ -71,6 +71,8 @@ def main(argv: Sequence[str]) -> None:
     with cli.started(executor):
       rows = harness.run(_CONFIG.value, out, plots=FLAGS.plots,
                          progress=FLAGS.progress and out is not None, executor=executor)
+  except results.StoreError as e:  # the results file's fault, named in the message
+    raise app.UsageError(str(e)) from e
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   except Exception as e:  # pylint: disable=broad-except

@@ -172,12 +172,50 @@ def _writer_of(data: Mapping[str, Any]) -> str:
   return "evaluate" if "config" in data else "transfer"
 
 
+class StoreError(ValueError):
+  """A results.json that cannot be resumed from (not a results file, another launcher's, a
+  damaged row); the message starts with the file (or --out=), so that a launcher reports it
+  as it is, not as a fault of its config."""
+
+
+# Row fields that hold a number or None (JSON null: not finite), and one that holds a list of
+# them; a stored row with anything else there is damaged.
+NUMBER_FIELDS = ("nodes", "edges", "devices", "mem_capacity", "mem_reference", "seed", "budget",
+                 "budget_seconds", "objective", "makespan", "peak_memory", "lower_bound", "gap",
+                 "search_seconds", "evaluations", "updates", "resimulated_objective")
+NUMBER_LIST_FIELDS = ("mem_capacities",)
+
+
+def _is_number(value) -> bool:
+  return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def check_row_numbers(row: Mapping[str, Any], index: int, path: str) -> None:
+  """StoreError naming the file, the row (its index, label and key) and the field, for a
+  stored row whose number field holds something else (an edit, another tool)."""
+  for field in NUMBER_FIELDS + NUMBER_LIST_FIELDS:
+    value = row.get(field)
+    if field in NUMBER_LIST_FIELDS:
+      ok = value is None or (isinstance(value, list) and all(_is_number(v) for v in value))
+    else:
+      ok = _is_number(value)
+    if not ok:
+      what = row_name(row) if isinstance(row.get("label") or row.get("method"), str) else "?"
+      raise StoreError(
+          f"{path}: row {index} ({what} on {row.get('graph')!r} / {row.get('topology')!r}, "
+          f"seed {row.get('seed')!r}, {row.get('objective_kind')}): field {field!r} is "
+          f"{value!r}, not a number{' list' if field in NUMBER_LIST_FIELDS else ''}; fix or "
+          "delete that row, or give another --out folder")
+
+
 def load(out: str, launcher: str) -> Optional[Dict[str, Any]]:
   """`<out>/results.json` if `launcher` wrote it, None if there is none.
 
   Raises:
-    ValueError: the file is not a results file, or another launcher wrote it (the message
-      names the folder and that launcher).
+    StoreError (a ValueError): the file is not a results file, another launcher wrote it (the
+      message names the folder and that launcher), or a row is damaged: a key field or its
+      result missing, or a number field holding something else (the message names the file,
+      the row's index and key, and the field).
   """
   path = os.path.join(out, JSON_NAME)
   if not os.path.exists(path):
@@ -186,15 +224,17 @@ def load(out: str, launcher: str) -> Optional[Dict[str, Any]]:
     with open(path) as fh:
       data = json.load(fh)
   except (OSError, json.JSONDecodeError, RecursionError) as e:
-    raise ValueError(f"{path}: not a go-jax results file ({e})") from e
+    raise StoreError(f"{path}: not a go-jax results file ({e})") from e
   if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-    raise ValueError(f"{path}: not a go-jax results file (expected an object with 'rows')")
+    raise StoreError(f"{path}: not a go-jax results file (expected an object with 'rows')")
   writer = _writer_of(data)
   if writer != launcher:
-    raise ValueError(
+    raise StoreError(
         f"--out={out} holds results of {LAUNCHERS.get(writer, writer)} ({path}); "
         f"{LAUNCHERS.get(launcher, launcher)} cannot add to them: give another --out folder")
   data["rows"] = [_upgrade(r, path) for r in data["rows"]]
+  for i, r in enumerate(data["rows"]):
+    check_row_numbers(r, i, path)
   return data
 
 
@@ -247,7 +287,7 @@ def _upgrade(row: Mapping[str, Any], path: str) -> Dict[str, Any]:
   """A stored row in the current format: rows of go-jax-evaluate from before stages (no
   label) get label = method and no stage; other rows of an older format are refused."""
   if not isinstance(row, Mapping) or "method" not in row:
-    raise ValueError(f"{path}: rows in an older or unknown format (no 'method'); give another "
+    raise StoreError(f"{path}: rows in an older or unknown format (no 'method'); give another "
                      "--out folder (or delete this one) to start afresh")
   if "label" in row:
     # A damaged row (an edit, another tool) must not pass for a finished cell or break the
@@ -255,7 +295,7 @@ def _upgrade(row: Mapping[str, Any], path: str) -> Dict[str, Any]:
     need = KEY_FIELDS + (() if row.get("error") else ("objective", "feasible"))
     missing = [k for k in need if k not in row]
     if missing:
-      raise ValueError(f"{path}: a row of {row.get('method')!r} has no field(s) {missing}; "
+      raise StoreError(f"{path}: a row of {row.get('method')!r} has no field(s) {missing}; "
                        "give another --out folder (or delete this one) to start afresh")
     return dict(row)
   return empty_row(**{k: v for k, v in row.items() if k in COLUMNS}, label=row["method"])

@@ -494,3 +494,35 @@ def test_a_graph_or_topology_given_twice_in_other_words_is_refused(tmp_path):
   cells = harness.plan(harness.settings(tiny_config(
       methods=["single"], graphs=twice[:1], topologies=["nvlink2", "nvlink2@mem=0.5x"])))
   assert len(cells) == 2  # another memory option is another topology
+
+
+def test_a_stored_row_with_a_bad_number_is_named_by_file_row_and_field(clean_run, tmp_path):
+  """A number field of a stored row holding text (an edit): one ValueError naming the file,
+  the row (index and key) and the field; go-jax-evaluate prints it as it is (not as a fault
+  of --config) and exits non-zero without a traceback."""
+  out, _ = clean_run
+  folder = copy_results(out, tmp_path / "bad")
+  path = os.path.join(folder, "results.json")
+  data = json.loads(open(path).read())
+  data["rows"][1]["makespan"] = "abc"
+  open(path, "w").write(json.dumps(data))
+  row = data["rows"][1]
+  want = (rf"{path}: row 1 \({row['label']} on '{row['graph']}' / '{row['topology']}', seed 0, "
+          r"makespan\): field 'makespan' is 'abc', not a number")
+  with pytest.raises(results.StoreError, match=want):
+    harness.run(tiny_config(), folder, progress=False)
+  data["rows"][1]["makespan"], data["rows"][0]["mem_capacities"] = 1.0, [1.0, "x"]
+  open(path, "w").write(json.dumps(data))
+  with pytest.raises(ValueError, match="row 0 .* field 'mem_capacities' is \\[1.0, 'x'\\]"):
+    harness.load_rows(folder)
+  data["rows"][0]["mem_capacities"], data["rows"][0]["seed"] = None, True
+  open(path, "w").write(json.dumps(data))
+  with pytest.raises(ValueError, match="row 0 .* field 'seed' is True, not a number"):
+    harness.load_rows(folder)
+  data["rows"][0]["seed"] = "abc"
+  open(path, "w").write(json.dumps(data))
+  proc = subprocess.run([sys.executable, "-m", "experiments.evaluate", f"--out={folder}",
+                         "--noprogress"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert f"{path}: row 0 (" in proc.stderr and "field 'seed' is 'abc'" in proc.stderr
+  assert "--config=" not in proc.stderr
