@@ -253,13 +253,15 @@ def quiet_third_party() -> None:
 
 
 # ------------------------------------------------------------------ output check
-def check_out(path: str, *, flag: str = "out", is_file: bool = False) -> str:
+def check_out(path: str, *, flag: str = "out", is_file: bool = False,
+              files: Sequence[str] = ()) -> str:
   """Checks that an output folder (or, with is_file, an output file's folder) can be written:
   creates the folder and writes and removes a probe file in it. Call it before any work.
 
   Returns the absolute path. Raises app.UsageError naming the flag: the path is an existing
   file (a folder is wanted) or an existing folder (a file is wanted), or it cannot be created or
-  written.
+  written, or one of `files` (names the launcher writes in the folder) is a folder there (the
+  write would fail only after the work, and after the other files).
   """
   if not path:
     raise app.UsageError(f"--{flag} is empty")
@@ -279,6 +281,10 @@ def check_out(path: str, *, flag: str = "out", is_file: bool = False) -> str:
     os.remove(probe)
   except OSError as e:
     raise app.UsageError(f"--{flag}={path}: cannot write there ({e.strerror or e})") from e
+  for name in files:
+    if os.path.isdir(os.path.join(folder, name)):
+      raise app.UsageError(f"--{flag}={path}: {name} there is a folder, where this launcher "
+                           "writes a file; move it away or give another folder")
   return path
 
 
@@ -291,11 +297,12 @@ def check_zoo_models(names: Sequence[str], flag: str = "models") -> None:
                          f"{', '.join(sorted(zoo.available()))}")
 
 
-def check_results_out(path: str, launcher: str) -> None:
-  """`check_out` for a results folder, which must also not hold another launcher's results
-  (go_jax.results): both fail before any work, as app.UsageError."""
+def check_results_out(path: str, launcher: str, files: Sequence[str] = ()) -> None:
+  """`check_out` for a results folder (results.json, .csv, .md and `files`), which must also
+  not hold another launcher's results (go_jax.results): both fail before any work, as
+  app.UsageError."""
   from go_jax import results  # pylint: disable=g-import-not-at-top
-  check_out(path)
+  check_out(path, files=(results.JSON_NAME, results.CSV_NAME, results.MD_NAME, *files))
   try:
     results.load(path, launcher)
   except ValueError as e:

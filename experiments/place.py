@@ -153,7 +153,8 @@ def _as_flag_error(flag: str, fn, *args, **kwargs):
 
 def _check_out() -> None:
   """--out is a writable folder without another launcher's results (process 0's)."""
-  cli.check_results_out(FLAGS.out, place_lib.LAUNCHER)
+  cli.check_results_out(FLAGS.out, place_lib.LAUNCHER,
+                         files=(place_lib.NPZ_NAME, place_lib.BARS_NAME))
 
 
 def _execution_devices():

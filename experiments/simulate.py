@@ -192,7 +192,7 @@ def load_topology(spec, graph, mem_capacity=None):
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  cli.check_out(FLAGS.out)
+  cli.check_out(FLAGS.out, files=("schedule.png", "summary.json"))
   setup = {k: getattr(FLAGS, k) for k in ("graph", "topology", "mem_capacity", "placement",
                                            "priority", "seed", "out")}
   spec = _as_flag_error("topology", topology_spec.parse_topology, FLAGS.topology)  # files read

@@ -101,6 +101,8 @@ def bad_files(tmp):
   np.savez(files["pickled.npz"], cost=np.array([object()], dtype=object))
   files["bad.json"].write_text("{bad")
   files["a_file"].write_text("x")
+  files["summary_folder"] = tmp / "with_summary_folder"  # an output folder whose summary.json
+  (files["summary_folder"] / "summary.json").mkdir(parents=True, exist_ok=True)  # is a folder
   edge = dict(senders=np.array([0]), receivers=np.array([1]))
   np.savez(files["nan.npz"], cost=np.array([np.nan, 1.0]), **edge)
   np.savez(files["negative.npz"], cost=np.array([-1.0, 1.0]), **edge)
@@ -149,6 +151,7 @@ def simulate_bad_inputs(tmp):
       (["--mem_capacity=nan", out], "flag --mem_capacity=nan: not a number"),  # any float flag
       (["--mem_capacity=1e400", out], "flag --mem_capacity=1e400: overflows to inf"),
       (["--mem_capacity=1e31", out], "--mem_capacity=1e+31: Topology: mem_capacity"),
+      ([f"--out={f['summary_folder']}"], "summary.json there is a folder"),
       ([f"--out={f['a_file']}"], "exists and is not a folder"),
   ]
 
