@@ -317,19 +317,39 @@ def _verbose() -> bool:
     return False
 
 
-def _settle_jax() -> None:
-  """Waits for the computations JAX still runs (dispatch is asynchronous). An interrupt can
-  arrive while a fine-tuning step runs on XLA's threads; exiting then tore the interpreter
-  down under them, a segmentation fault after the one-line message (exit status 139)."""
+# How long an interrupted launcher waits for the computations still running (`_settle_jax`).
+SETTLE_SECONDS = 60.0
+
+
+def _settle_jax(timeout: Optional[float] = None) -> bool:
+  """Waits for the computations JAX still runs (dispatch is asynchronous); True when they all
+  finished. An interrupt can arrive while a fine-tuning step runs on XLA's threads; exiting
+  then tore the interpreter down under them, a segmentation fault after the one-line message
+  (exit status 139). The wait is bounded (`timeout` seconds, default SETTLE_SECONDS; a second interrupt ends it too):
+  a computation of minutes (a compile for thousands of devices) would otherwise hold the
+  interrupted run; then it returns False and the caller leaves without the teardown."""
   jax = sys.modules.get("jax")
   if jax is None:
-    return
+    return True
+  deadline = time.monotonic() + (SETTLE_SECONDS if timeout is None else timeout)
   try:
-    jax.effects_barrier()  # host callbacks and ordered effects still queued
-    for array in jax.live_arrays():
-      array.block_until_ready()
+    pending = list(jax.live_arrays())
+    while pending and time.monotonic() < deadline:
+      pending = [a for a in pending if not _is_ready(a)]
+      if pending:
+        time.sleep(0.02)
+    return not pending
+  except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM: stop waiting
+    return False
   except Exception:  # pylint: disable=broad-except  # a deleted or failed buffer: exit anyway
-    pass
+    return True
+
+
+def _is_ready(array) -> bool:
+  try:
+    return array.is_deleted() or array.is_ready()
+  except Exception:  # pylint: disable=broad-except  # a failed computation: nothing to wait for
+    return True
 
 
 def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
@@ -339,9 +359,14 @@ def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
     try:
       main(argv)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: one line, the shell's status for SIGINT
-      _settle_jax()
-      fail("interrupted (training runs and resumable sweeps keep what they finished: rerun "
-           "the command to resume)", exitcode=130)
+      settled = _settle_jax()
+      message = ("interrupted (training runs and resumable sweeps keep what they finished: "
+                 "rerun the command to resume)")
+      if not settled:  # XLA still computes: leave without tearing the interpreter down under
+        print(f"{prog_name()}: error: {message}", file=sys.stderr, flush=True)  # it
+        sys.stdout.flush()
+        os._exit(130)  # pylint: disable=protected-access
+      fail(message, exitcode=130)
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
       os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
       sys.exit(1)

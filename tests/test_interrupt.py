@@ -171,3 +171,20 @@ def test_sigterm_lost_in_a_gc_callback_is_delivered_again(tmp_path):
   assert "Exception ignored" not in out.stderr
   lines = [s for s in out.stderr.strip().splitlines() if s]
   assert len(lines) == 1 and "interrupted" in lines[0], out.stderr[-2000:]
+
+
+def test_interrupt_waits_for_jax_work_only_so_long(tmp_path):
+  """The wait for a computation in flight is bounded (cli.SETTLE_SECONDS; here 0.05 s): past it
+  the launcher leaves with its one line and 130 without tearing the interpreter down under
+  XLA's threads (os._exit), instead of holding an interrupted run for as long as it computes."""
+  script = _IN_FLIGHT.replace("from experiments import cli",
+                              "from experiments import cli\ncli.SETTLE_SECONDS = 0.05")
+  script = script.replace("global pending", "global pending\n  import atexit\n  atexit.register("
+                          "lambda: print('teardown', file=sys.stderr))")
+  script = script.replace("  cli._settle_jax = ", "  _unused = ")  # the real, bounded wait
+  out = _run_script(tmp_path, "in_flight_long.py", script)
+  assert out.returncode == 130, (out.returncode, out.stderr[-2000:])
+  lines = [s for s in out.stderr.strip().splitlines() if s]
+  assert lines[0] == "in flight True"
+  assert "interrupted" in lines[-1] and "Traceback" not in out.stderr
+  assert "teardown" not in out.stderr  # it left at once, without the interpreter's exit
