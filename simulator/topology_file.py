@@ -37,11 +37,10 @@ V100_PEAK_FLOPS = 15.7e12
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "topologies")
 
 # The most devices a file may expand to: the (D, D) link matrices and the simulator's
-# per-device state grow with D squared, and so do its compile time and memory. Measured on the
-# 2-core CPU (a 4-op graph, the first call's compile): 128 devices 24 s, 256 96 s, 512 228 s
-# and 6.3 GB resident; 4096 ran out of memory after 7 minutes. A typo such as "count": 100000
-# must be an error naming the field, not a run that never ends.
-MAX_DEVICES = 512
+# per-device state grow with D squared (4096 devices: a 4-op graph simulates in 2.2 s with its
+# compile, 1.1 GB resident, on the 2-core CPU), and a typo such as "count": 100000 must be an
+# error naming the field, not a MemoryError deep inside numpy.
+MAX_DEVICES = 4096
 
 _TOP_KEYS = ("version", "name", "description", "reference_peak_flops", "devices", "links")
 _DEVICE_KEYS = ("name", "count", "speed", "peak_flops", "memory", "overhead")
@@ -178,8 +177,8 @@ def _devices(r: _Reader, entries, reference: float):
     base = r.text(dev["name"], f"{f}.name") if "name" in dev else None
     if len(names) + (count or 1) > MAX_DEVICES:
       r.fail(f"{f}.count" if count else f, f"makes {len(names) + (count or 1)} devices, more "
-             f"than the {MAX_DEVICES} a topology may have (the simulator's compile time and "
-             "memory grow with the device count squared)")
+             f"than the {MAX_DEVICES} a topology may have (the simulator's memory grows with "
+             "the device count squared)")
     for k in range(count or 1):
       if base is None:
         name = f"d{len(names)}"

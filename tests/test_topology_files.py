@@ -201,9 +201,9 @@ MATRIX = {"devices": [{"name": n, "speed": 1, "memory": 1e9} for n in "xyz"],
     (_set(MATRIX, ["links", "latency"], "Infinity"), "links.latency", "must be finite"),
     ([1, 2], "", "must hold one JSON object, got list"),
     (_set(two_hosts(), ["devices", 0, "count"], 100000), "devices[0].count",
-     "more than the 512 a topology may have"),
-    (_set(two_hosts(), ["devices", 0, "count"], 513), "devices[0].count",
-     "more than the 512 a topology may have"),
+     "more than the 4096 a topology may have"),
+    (_set(two_hosts(), ["devices", 0, "count"], 4097), "devices[0].count",
+     "more than the 4096 a topology may have"),
 ])
 def test_bad_file_names_file_and_field(tmp_path, content, field, what):
   path = write(tmp_path, content)
