@@ -30,7 +30,9 @@ flags.DEFINE_list("sizes", ["100", "1000", "4000"], "graph sizes N (nodes)")
 flags.DEFINE_list("batches", ["1", "256", "1024"], "batch sizes B (placements per call)")
 flags.DEFINE_list("devices", ["1", "all"], "CPU device counts to shard each batch over "
                   "('all' = one per core; see simulator.runtime.configure_cpu_devices)")
-flags.DEFINE_string("topology", "nvlink8", cli.topology_help("Topology preset."))
+flags.DEFINE_string("topology", "nvlink8", cli.topology_help(
+    "Topology spec: a preset or a topology .json file (docs/topology.md), optionally "
+    "@mem=VALUE."))
 flags.DEFINE_string("graph", "layered:n={n},width={width},seed=0",
                     "graph spec template; {n} and {width} (= round(sqrt(n))) are filled in")
 flags.DEFINE_integer("ref_samples", 20, "placements timed with the reference per size",
@@ -51,10 +53,10 @@ def _worker(kind, n, batch, cfg, queue):
       os.sched_setaffinity(0, {cfg["pin_core"]})
     from simulator import runtime
     runtime.configure_cpu_devices(cfg["devices"])
-    from simulator import benchmark, preset
+    from simulator import benchmark, topology_spec
     from simulator.sources import load_graph
     graph = load_graph(graph_spec(cfg["graph"], n))
-    topo = preset(cfg["topology"])
+    topo, _ = topology_spec.make_topology(cfg["topology"], graph)
     cells = {  # what a worker measures, by cell kind
         "reference": lambda: benchmark.time_reference(graph, topo, cfg["ref_samples"]),
         "simulate": lambda: benchmark.time_simulate(graph, topo, batch, cfg["repeats"]),
@@ -150,10 +152,11 @@ def main(argv):
   if FLAGS.pin_core is not None and devices != [1]:
     raise app.UsageError(f"--pin_core runs on one core: --devices={','.join(FLAGS.devices)} "
                          "must be 1 (or all)")
-  from simulator import topology  # pylint: disable=g-import-not-at-top
-  if FLAGS.topology not in topology.available_presets():
-    raise app.UsageError(f"--topology={FLAGS.topology}: unknown preset; available: "
-                         f"{', '.join(sorted(topology.available_presets()))}")
+  from simulator import topology_spec  # pylint: disable=g-import-not-at-top
+  try:
+    topology_spec.parse_topology(FLAGS.topology)  # a bad spec or file: before any cell
+  except ValueError as e:
+    raise app.UsageError(f"--topology={FLAGS.topology}: {e}") from e
   cells = len(sizes) * (1 + len(batches) * len(devices))
   rows, t_start, done = [], time.time(), 0
   for n in sizes:
