@@ -352,6 +352,26 @@ def _is_ready(array) -> bool:
     return True
 
 
+# True in a process that `run` started as a launcher (not a test calling `wrap_main`).
+_LAUNCHED = False
+
+
+def _exit_interrupted(message: str) -> None:
+  """Prints the one line and leaves with status 130 at once (os._exit), without the
+  interpreter's teardown: XLA's threads may still compile or compute (an interrupt between
+  two cells of a sweep, a wait cut short by `_settle_jax`), and tearing the interpreter down
+  under them was a segmentation fault (status 139) after the message. Nothing is lost: results
+  files and checkpoints are written atomically and trainers have saved theirs by now (their
+  `finally`), and the streams and log handlers are flushed here."""
+  print(f"{prog_name()}: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
+  for flush in (sys.stdout.flush, sys.stderr.flush, logging.flush):
+    try:
+      flush()
+    except Exception:  # pylint: disable=broad-except  # a closed stream: leave anyway
+      pass
+  os._exit(130)  # pylint: disable=protected-access
+
+
 def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
   """`main` with its bad-input errors turned into one line and exit status 1."""
 
@@ -362,11 +382,9 @@ def wrap_main(main: Callable[[List[str]], None]) -> Callable[[List[str]], None]:
       settled = _settle_jax()
       message = ("interrupted (training runs and resumable sweeps keep what they finished: "
                  "rerun the command to resume)")
-      if not settled:  # XLA still computes: leave without tearing the interpreter down under
-        print(f"{prog_name()}: error: {message}", file=sys.stderr, flush=True)  # it
-        sys.stdout.flush()
-        os._exit(130)  # pylint: disable=protected-access
-      fail(message, exitcode=130)
+      if _LAUNCHED or not settled:
+        _exit_interrupted(message)
+      fail(message, exitcode=130)  # called in-process (tests): SystemExit, as for errors
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
       os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
       sys.exit(1)
@@ -430,6 +448,8 @@ def _redeliver_lost(previous: Callable[..., None]) -> Callable[..., None]:
 def run(main: Callable[[List[str]], None], doc: Optional[str] = None,
         argv: Optional[Sequence[str]] = None) -> None:
   """Console-script and `python -m` entry point of a launcher (module docstring)."""
+  global _LAUNCHED
+  _LAUNCHED = True  # an interrupt leaves by _exit_interrupted
   module = main.__module__ if main.__module__ != "__main__" else sys.argv[0]
   cache = define_compilation_cache_flag(module)  # before prepare: --help lists it
   prepare(module, doc)

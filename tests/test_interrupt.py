@@ -188,3 +188,26 @@ def test_interrupt_waits_for_jax_work_only_so_long(tmp_path):
   assert lines[0] == "in flight True"
   assert "interrupted" in lines[-1] and "Traceback" not in out.stderr
   assert "teardown" not in out.stderr  # it left at once, without the interpreter's exit
+
+
+_LAUNCHED = r"""
+import atexit, sys
+from experiments import cli
+
+def main(argv):
+  del argv
+  atexit.register(lambda: print("teardown", file=sys.stderr))
+  raise KeyboardInterrupt  # between two cells: XLA may still compile on its threads
+
+cli.run(main, doc="a launcher")
+"""
+
+
+def test_an_interrupted_launcher_leaves_without_the_interpreter_teardown(tmp_path):
+  """A launcher started by cli.run leaves an interrupt by os._exit(130) after its one line:
+  the interpreter's teardown under XLA's threads was a segmentation fault (139) after the
+  message in the table launchers (2 of 3 SIGTERMs of partition_table)."""
+  out = _run_script(tmp_path, "launched.py", _LAUNCHED)
+  assert out.returncode == 130, (out.returncode, out.stderr[-2000:])
+  lines = [s for s in out.stderr.strip().splitlines() if s]
+  assert len(lines) == 1 and "interrupted" in lines[0], out.stderr[-2000:]
