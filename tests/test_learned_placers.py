@@ -221,3 +221,21 @@ def test_a_learned_cell_run_with_another_budget_runs_again():
   assert not pc._pending(cfg, row(3.0), "placeto")
   assert not pc._pending(cfg, row(None), "heft")  # classic methods run to completion once
   assert pc._pending(cfg, None, "heft") and pc._pending(cfg, {"error": "x"}, "heft")
+
+
+def test_convergence_claim_counts_go_at_zero_seconds_and_plot_skips_an_empty_curve(tmp_path):
+  """GO at HDP's final objective from its first answer at 0.0 s has reached it (the ratio has
+  no bound: no speedup number, counted at least 15x); both at 0 s is a ratio of 1; a learned
+  cell with an empty curve draws nothing (was an IndexError)."""
+  cfg, cells = _cfg(), _cells()
+  k = pc.cell_key
+  cells[k("g1", "t", "go")] = _learned([[0.0, 8.0]], 8.0)
+  cells[k("g2", "t", "go")] = _learned([[0.0, 22.0]], 22.0)
+  cells[k("g2", "t", "hdp")] = _learned([[0.0, 22.0]], 22.0)
+  conv = pr.convergence_claim(cells, cfg)
+  g1, g2 = conv["per_instance"]
+  assert g1["go_seconds"] == 0.0 and g1["reached"] and g1["speedup"] is None
+  assert g2["reached"] and g2["speedup"] == 1.0
+  assert conv["reached"] == 2 and conv["at_least_15x"] == 1 and conv["gmean_speedup"] == 1.0
+  cells[k("g1", "t", "placeto")] = _learned([], 8.0)
+  assert os.path.isfile(pr.plot(cfg, cells, str(tmp_path / "c.png")))
