@@ -47,19 +47,85 @@ def model_rows(name: str, size: str, device: str, counts: Sequence[int],
   return out
 
 
+LAUNCHER = "fusion_table"
+# The keys an older, untagged fusion_table.json held beside its rows (the launcher's settings):
+# such a file is still read; any other untagged file is refused.
+_UNTAGGED_KEYS = ("size", "device", "devices", "placers", "learned", "rows")
+
+
+def _number(value) -> bool:
+  return (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value))
+
+
+def _check_entry(entry, where: str) -> None:
+  """A stored fusion answer: a positive makespan (a simulated makespan of 0 is no result a
+  model with ops has, and the table divides by it), a peak memory >= 0, a feasible flag."""
+  if not isinstance(entry, dict):
+    raise ValueError(f"{where}: not an object")
+  if not _number(entry.get("makespan")) or entry["makespan"] <= 0:
+    raise ValueError(f"{where}: field 'makespan' must be a positive number, got "
+                     f"{entry.get('makespan')!r}")
+  if not _number(entry.get("peak_memory")) or entry["peak_memory"] < 0:
+    raise ValueError(f"{where}: field 'peak_memory' must be a number >= 0, got "
+                     f"{entry.get('peak_memory')!r}")
+  if not isinstance(entry.get("feasible"), bool):
+    raise ValueError(f"{where}: field 'feasible' must be true or false, got "
+                     f"{entry.get('feasible')!r}")
+
+
+def check_row(row, where: str) -> None:
+  """Raises ValueError naming `where`, the cell and the field of a stored row the table, the
+  figures or a resumed run could not use."""
+  if not isinstance(row, dict):
+    raise ValueError(f"{where}: not an object")
+  if not isinstance(row.get("model"), str):
+    raise ValueError(f"{where}: field 'model' missing or not a string")
+  where = f"{where} ({row['model']})"
+  if not isinstance(row.get("cells"), list):
+    raise ValueError(f"{where}: field 'cells' missing or not a list")
+  for j, cell in enumerate(row["cells"]):
+    at = f"{where} cell {j}"
+    if not isinstance(cell, dict):
+      raise ValueError(f"{at}: not an object")
+    if not isinstance(cell.get("devices"), int) or isinstance(cell["devices"], bool):
+      raise ValueError(f"{at}: field 'devices' missing or not an integer")
+    if not isinstance(cell.get("placement"), str):
+      raise ValueError(f"{at}: field 'placement' missing or not a string")
+    for f in FUSIONS + (LEARNED_SINGLE, LEARNED_JOINT):
+      if f in FUSIONS or f in cell:
+        if f not in cell:
+          raise ValueError(f"{at}: field '{f}' missing")
+        _check_entry(cell[f], f"{at} field '{f}'")
+
+
 def load_rows(path: str) -> Dict[str, Dict[str, Any]]:
   """Rows of an earlier fusion_table.json by model key ({} if there is none).
 
   Raises:
-    ValueError: the file cannot be read as the fusion table's JSON.
+    ValueError: the file cannot be read as the fusion table's JSON, another launcher wrote it,
+      or a row is malformed (the message names the file, the row, the cell and the field).
   """
   if not os.path.exists(path):
     return {}
   try:
     with open(path, encoding="utf-8") as fh:
-      return {r["model"]: r for r in json.load(fh).get("rows", [])}
-  except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+      old = json.load(fh)
+  except (OSError, ValueError, RecursionError) as e:
     raise ValueError(f"cannot resume from {path}: {e}") from e
+  if not isinstance(old, dict):
+    raise ValueError(f"cannot resume from {path}: not a JSON object; move it away to start "
+                     "afresh")
+  tag = old.get("launcher")
+  if tag != LAUNCHER and (tag is not None or any(k not in old for k in _UNTAGGED_KEYS)):
+    raise ValueError(f"{path}: not written by {LAUNCHER}"
+                     + (f" (launcher {tag!r})" if tag is not None else "")
+                     + "; use another --out")
+  if not isinstance(old.get("rows"), list):
+    raise ValueError(f"cannot resume from {path}: field 'rows' is not a list")
+  for i, row in enumerate(old["rows"]):
+    check_row(row, f"{path}: row {i}")
+  return {r["model"]: r for r in old["rows"]}
 
 
 def run_models(names: Sequence[str], size: str, settings: Dict[str, Any], path: str,
@@ -86,7 +152,7 @@ def run_models(names: Sequence[str], size: str, settings: Dict[str, Any], path: 
     t0 = time.time()
     rows.append(dict(build(name), settings=made_with))
     done[key] = rows[-1]
-    fileio.write_json(path, dict(settings, rows=list(done.values())))
+    fileio.write_json(path, dict(settings, launcher=LAUNCHER, rows=list(done.values())))
     rate = (time.time() - start) / (k + 1)
     log(f"[{time.time() - start:7.1f}s] {k + 1}/{len(names)} {key} in {time.time() - t0:.1f}s"
         f", ETA {rate * (len(names) - k - 1):.0f}s")
@@ -157,6 +223,12 @@ def _ms(entry: Optional[Dict[str, Any]]) -> str:
   return f"{entry['makespan'] * 1e3:.3f}" + ("" if entry["feasible"] else " (OOM)")
 
 
+def _ratio(a: float, b: float, width: int) -> str:
+  """a / b in `width` columns; '-' where b is not positive (a stored row's makespans are
+  checked on load, so only a freshly built zero reaches here)."""
+  return f"{a / b:{width}.3f}" if b > 0 else f"{'-':>{width}s}"
+
+
 def cells_table(rows) -> str:
   """The table as text: one line per (model, D)."""
   lines = [f"{'model':26s} {'D':>2s} {'placement':>9s} {'none ms':>9s} {'all ms':>9s} "
@@ -166,13 +238,14 @@ def cells_table(rows) -> str:
     for c in r["cells"]:
       none, all_, xla = c["no_fusion"], c["fuse_all"], c["xla_fusion"]
       go = c.get(LEARNED_SINGLE) or c.get(LEARNED_JOINT)
+      go_peak = go["peak_memory"] if go else None
       lines.append(
           f"{r['model']:26s} {c['devices']:2d} {c['placement']:>9s} {_ms(none):>9s} "
           f"{_ms(all_):>9s} {_ms(xla):>9s} {_ms(go):>9s} "
-          f"{xla['makespan'] / none['makespan']:8.3f} "
-          f"{(go['makespan'] / xla['makespan']) if go else float('nan'):7.3f} "
+          f"{_ratio(xla['makespan'], none['makespan'], 8)} "
+          f"{_ratio(go['makespan'], xla['makespan'], 7) if go else '-':>7s} "
           f"{none['peak_memory'] / 1e6:12.1f} {xla['peak_memory'] / 1e6:11.1f} "
-          f"{(go['peak_memory'] / 1e6) if go else float('nan'):10.1f}")
+          f"{f'{go_peak / 1e6:10.1f}' if go_peak is not None else '-':>10s}")
   return "\n".join(lines)
 
 

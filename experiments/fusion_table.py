@@ -20,7 +20,11 @@ the families the shipped `go_fusion` checkpoint never saw (experiments/configs/p
 
 Prints the table, writes <out>/fusion_table.json atomically after every model (an interrupted
 run resumes: a finished model is not redone unless it was made with other --device,
---devices, --placers or learned settings, which recompute it).
+--devices, --placers or learned settings, which recompute it). The file is tagged
+`"launcher": "fusion_table"`; another launcher's file (or an untagged one without the fusion
+table's settings) is refused, and so is a malformed stored row, naming the row, cell and field.
+--placers are placement or joint methods; --checkpoint, --samples and --seed need
+--learned_seconds > 0.
 
   python -m experiments.fusion_table --size=small --out=results/fusion_table
   python -m experiments.fusion_table --models=heldout --learned_seconds=120 \
@@ -37,10 +41,11 @@ from absl import app, flags
 
 from experiments import cli
 from experiments.configs.pretrain_fusion import HELD_OUT
-from experiments.fusion_comparison import (cells_table, figures, figures_text, model_rows,
-                                           run_models)
+from experiments.fusion_comparison import (LAUNCHER, cells_table, figures, figures_text,
+                                           model_rows, run_models)
 
 FLAGS = flags.FLAGS
+PLACER_KINDS = ("placement", "joint")  # the methods that answer a placement on their own
 flags.DEFINE_list("models", [], "Zoo models (default: all of simulator.zoo; 'heldout': those "
                   "of families the shipped go_fusion checkpoint never saw).")
 flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setting.")
@@ -67,12 +72,37 @@ def main(argv: Sequence[str]) -> None:
     names = list(HELD_OUT)
   cli.check_zoo_models(names)
   from go_jax import methods  # pylint: disable=g-import-not-at-top
-  for name in FLAGS.placers:  # before any model is built: unknown or unavailable here
+  if not FLAGS.placers:
+    raise app.UsageError("--placers: give at least one placement method")
+  for name in FLAGS.placers:  # before any model is built: unknown, unavailable or not a placer
     try:
-      methods.get(name)
+      kind = methods.get(name).kind
     except ValueError as e:
       raise app.UsageError(f"--placers: {e}") from e
+    if kind not in PLACER_KINDS:
+      raise app.UsageError(
+          f"--placers={name}: a {kind} method, not a placement one; choose from "
+          f"{', '.join(sorted(methods.available(PLACER_KINDS)))}")
+  for flag, values in (("placers", FLAGS.placers), ("devices", FLAGS.devices)):
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+      raise app.UsageError(f"--{flag}={','.join(values)}: {', '.join(twice)} given twice")
   counts = cli.nvlink_counts(FLAGS.devices)
+  if len(set(counts)) != len(counts):  # 1 and 01
+    raise app.UsageError(f"--devices={','.join(FLAGS.devices)}: a count is given twice")
+  if FLAGS.learned_seconds == 0:
+    given = [f"--{k}" for k in ("checkpoint", "samples", "seed") if FLAGS[k].present]
+    if given:
+      raise app.UsageError(f"{given[0]}: only used with --learned_seconds > 0 (the learned "
+                           "columns); drop it or give --learned_seconds")
+  else:
+    from go_jax import pretrained  # pylint: disable=g-import-not-at-top
+    from go_jax.methods.learned import NO_CHECKPOINT  # pylint: disable=g-import-not-at-top
+    if FLAGS.checkpoint != NO_CHECKPOINT:
+      try:  # before any model is built (was reported by the first learned cell)
+        pretrained.load_config(FLAGS.checkpoint)
+      except ValueError as e:
+        raise app.UsageError(f"--checkpoint={FLAGS.checkpoint}: {cli.one_line(e)}") from e
   path = os.path.join(FLAGS.out, "fusion_table.json")
   learned = None
   if FLAGS.learned_seconds > 0:
@@ -93,9 +123,9 @@ def main(argv: Sequence[str]) -> None:
     rows, others = run_models(names, FLAGS.size, settings, path, build,
                               log=lambda s: print(s, file=sys.stderr, flush=True))
   except ValueError as e:  # an unreadable results file (build's errors are UsageErrors)
-    raise app.UsageError(str(e)) from e
+    raise app.UsageError(cli.one_line(e)) from e
   fig = figures(rows)
-  fileio.write_json(path, dict(settings, rows=rows + others, figures=fig))
+  fileio.write_json(path, dict(settings, launcher=LAUNCHER, rows=rows + others, figures=fig))
   print(cells_table(rows))
   if learned is not None:
     print(figures_text(fig))

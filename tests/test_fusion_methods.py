@@ -184,6 +184,68 @@ def test_fusion_table_resumes_and_keeps_rows_it_did_not_reach(tmp_path):
     fc.run_models(["a"], "tiny", settings, str(tmp_path / "bad.json"), build)
 
 
+def test_fusion_table_refuses_other_launchers_and_malformed_rows(tmp_path):
+  """load_rows: another launcher's file, an untagged file without the fusion table's settings
+  and a malformed row (no cells, a 0 makespan, a string cell) are one-line ValueErrors naming
+  the file, row, cell and field; an older untagged fusion_table.json still resumes."""
+  import json
+  from experiments import fusion_comparison as fc
+  path = tmp_path / "fusion_table.json"
+  settings = {"size": "tiny", "device": "v100", "devices": [1], "placers": ["heft"],
+              "learned": None}
+  good = {"model": "a/tiny", "cells": [_cell(1, 2.0, 1.0, 1.5, 1.2)]}
+
+  def load(obj):
+    path.write_text(json.dumps(obj))
+    return fc.load_rows(str(path))
+
+  assert list(load(dict(settings, rows=[good]))) == ["a/tiny"]  # untagged, older file
+  assert list(load(dict(settings, launcher="fusion_table", rows=[good]))) == ["a/tiny"]
+  with pytest.raises(ValueError, match=r"not written by fusion_table \(launcher "
+                     r"'partition_table'\); use another --out"):
+    load({"launcher": "partition_table", "settings": {}, "cells": {}, "rows": [good]})
+  with pytest.raises(ValueError, match="not written by fusion_table; use another --out"):
+    load({"rows": [good]})
+  bad_cell = _cell(1, 2.0, 1.0, 1.5, 1.2)
+  bad_cell["no_fusion"]["makespan"] = 0
+  for row, match in [
+      ({"model": "a/tiny"}, r"row 0 \(a/tiny\): field 'cells' missing"),
+      ({"model": "a/tiny", "cells": [bad_cell]},
+       r"row 0 \(a/tiny\) cell 0 field 'no_fusion': field 'makespan' must be a positive"),
+      ({"model": "a/tiny", "cells": ["x"]}, r"row 0 \(a/tiny\) cell 0: not an object"),
+      ("x", "row 0: not an object")]:
+    with pytest.raises(ValueError, match=match) as e:
+      load(dict(settings, launcher="fusion_table", rows=[row]))
+    assert str(path) in str(e.value)
+
+
+def test_fusion_table_prints_a_dash_without_learned_columns():
+  from experiments import fusion_comparison as fc
+  cell = _cell(1, 2.0, 1.0, 1.5, 1.2)
+  del cell["go_fusion"]
+  line = fc.cells_table([{"model": "a/tiny", "cells": [cell]}]).splitlines()[1]
+  assert "nan" not in line and line.split()[-1] == "-" and line.split()[-4] == "-"
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--placers=", "--devices=2"], "--placers: give at least one"),
+    (["--placers=tofu"], "--placers=tofu: a partition method, not a placement one"),
+    (["--placers=xla_fusion"], "--placers=xla_fusion: a fusion method"),
+    (["--devices=1,1"], "--devices=1,1: 1 given twice"),
+    (["--seed=3"], "--seed: only used with --learned_seconds > 0"),
+    (["--samples=2"], "--samples: only used with --learned_seconds > 0"),
+    (["--learned_seconds=1", "--checkpoint=nosuch"], "--checkpoint=nosuch: "),
+])
+def test_fusion_table_refuses_bad_flags_before_any_model(tmp_path, args, match):
+  import subprocess
+  import sys
+  proc = subprocess.run([sys.executable, "-m", "experiments.fusion_table", "--models=gnmt2",
+                         "--size=tiny", f"--out={tmp_path / 'out'}"] + args,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0 and match in proc.stderr, proc.stderr
+  assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "fusion_table.json").exists()
+
+
 def _cell(d, none, all_, xla, go, peak=1.0):
   entry = lambda m: {"makespan": m, "peak_memory": peak, "feasible": True, "groups": 1}
   key = "go_fusion" if d == 1 else "go_joint3"
