@@ -43,3 +43,24 @@ def test_resumes_only_missing_and_failed_cells(tmp_path):
   other.write_text(json.dumps({"rows": []}))
   with pytest.raises(ValueError, match="not written by zoo_table"):
     zoo_cells.run_table(["mlp"], "tiny", ["pre"], str(other), 5, cell=one, log=lambda *_: None)
+
+
+@pytest.mark.parametrize("cell,match", [
+    ({"model": "gnmt2", "stage": "pre", "edges": 1}, "cell 'gnmt2/pre': field 'nodes' missing"),
+    ("oops", "cell 'gnmt2/pre': not an object"),
+])
+def test_launcher_refuses_a_malformed_stored_cell_before_any_cell(tmp_path, cell, match):
+  """experiments/zoo_table.py: a hand-edited cell (no nodes, a string) is a one-line error
+  naming the file, the cell and the field, before any cell runs (was a KeyError / TypeError
+  in the print loop)."""
+  import subprocess
+  import sys
+  out = tmp_path / "zoo.json"
+  out.write_text(json.dumps({"launcher": "zoo_table", "settings": {"size": "tiny"},
+                             "cells": {"gnmt2/pre": cell}}))
+  proc = subprocess.run([sys.executable, "-m", "experiments.zoo_table", "--models=gnmt2",
+                         "--size=tiny", "--stages=pre", "--timeout=1", f"--out={out}"],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0 and match in proc.stderr and str(out) in proc.stderr, proc.stderr
+  assert "Traceback" not in proc.stderr
+  assert json.loads(out.read_text())["cells"]["gnmt2/pre"] == cell  # nothing ran or rewrote it
