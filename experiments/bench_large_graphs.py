@@ -36,7 +36,7 @@ import time
 
 from absl import app, flags, logging
 
-from experiments import cli
+from experiments import cli, cli_tables
 from simulator import fileio
 
 FLAGS = flags.FLAGS
@@ -133,8 +133,7 @@ def run_cell(fn, spec, cfg):
   queue = ctx.Queue()
   proc = ctx.Process(target=_worker, args=(fn, spec, cfg, queue))
   proc.start()
-  out = queue.get()
-  proc.join()
+  out = cli_tables.worker_result(proc, queue)  # a dead worker is an error, Ctrl-C ends it
   if "error" in out:  # one line from the launcher (a ValueError)
     raise ValueError(f"{fn.__name__.strip('_')} on {spec} failed: {out['error']}")
   return out

@@ -23,7 +23,7 @@ import time
 from absl import app, flags, logging
 
 from simulator import fileio
-from experiments import cli
+from experiments import cli, cli_tables
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("sizes", ["100", "1000", "4000"], "graph sizes N (nodes)")
@@ -77,8 +77,7 @@ def run_cell(kind, n, batch=0, devices=1):
          "repeats": FLAGS.repeats, "devices": devices, "pin_core": FLAGS.pin_core}
   proc = ctx.Process(target=_worker, args=(kind, n, batch, cfg, queue))
   proc.start()
-  out = queue.get()
-  proc.join()
+  out = cli_tables.worker_result(proc, queue)  # a dead worker is an error, Ctrl-C ends it
   if "error" in out:
     raise ValueError(f"{kind} cell N={n} B={batch} failed: {out['error']}")
   return out

@@ -1,7 +1,10 @@
 """The bookkeeping of go-jax's sweep and table launchers (re-exported by experiments.cli):
 results files that resume (`load_resumable`, `run_resumable_table`), what a result records
 about its machine (`machine_info`), plain JSON values, durations, the device counts of
-`nvlink<D>` flags, and the exit status of a sweep whose every cell failed."""
+`nvlink<D>` flags, and the exit status of a sweep whose every cell failed. Also (imported from
+here, not from experiments.cli): the result of a cell's worker process (`worker_result`: a
+dead worker, a timeout and Ctrl-C are not waited out) and repeated list-flag values
+(`refuse_repeats`)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,11 @@ import datetime
 import math
 import os
 import platform
+import queue as queue_lib
 import re
+import signal
 import sys
+import time
 from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from absl import app
@@ -139,3 +145,68 @@ def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_fi
   print(f"wrote {os.path.join(out, json_name)} ({result['computed']} cells run, "
         f"{result['skipped']} resumed), {os.path.join(out, md_name)}"
         + (f", {result['plot']}" if result.get("plot") else ""))
+
+
+def refuse_repeats(flag: str, values: Sequence[Any]) -> None:
+  """app.UsageError naming the list flag and its repeated value (each cell would run twice)."""
+  seen = set()
+  for v in values:
+    if v in seen:
+      raise app.UsageError(f"--{flag}={','.join(map(str, values))}: a value is given twice "
+                           f"({v})")
+    seen.add(v)
+
+
+def death_text(exitcode) -> str:
+  """How a worker process ended, for a cell's error: 'signal 9: killed, perhaps out of
+  memory', 'signal 11: Segmentation fault', 'exit status 3'."""
+  if exitcode is None:
+    return "still running"
+  if exitcode < 0:
+    num = -exitcode
+    if num == signal.SIGKILL:
+      return f"signal {num}: killed, perhaps out of memory"
+    return f"signal {num}: {signal.strsignal(num) or 'unknown signal'}"
+  return f"exit status {exitcode}"
+
+
+def stop_worker(proc, grace: float = 2.0) -> None:
+  """Ends a worker process: SIGTERM, a short wait, then SIGKILL."""
+  if proc.is_alive():
+    proc.terminate()
+    proc.join(grace)
+  if proc.is_alive():
+    proc.kill()
+    proc.join(grace)
+
+
+def worker_result(proc, queue, timeout: float | None = None, poll: float = 0.5) -> Dict[str, Any]:
+  """The dict a started worker process puts on `queue`, waiting at most `timeout` seconds
+  (None: no limit) and checking every `poll` seconds that the worker still runs. A worker that
+  died without a result (OOM-killed, a segfault) or ran past `timeout` gives {"error": ...}
+  saying so (and is ended). On KeyboardInterrupt (Ctrl-C, SIGTERM) the worker is ended at once
+  and the interrupt goes on, so that the launcher stops without waiting for the cell."""
+  deadline = None if timeout is None else time.monotonic() + timeout
+  try:
+    while True:
+      try:
+        out = queue.get(timeout=poll)
+        break
+      except queue_lib.Empty:
+        pass
+      if not proc.is_alive():
+        try:  # a result put just before the worker exited may still be in the pipe
+          out = queue.get(timeout=1.0)
+          break
+        except queue_lib.Empty:
+          out = {"error": f"worker died ({death_text(proc.exitcode)})"}
+          break
+      if deadline is not None and time.monotonic() > deadline:
+        out = {"error": f"timed out after {timeout} s"}
+        break
+  except BaseException:  # KeyboardInterrupt: do not wait for the cell to finish
+    stop_worker(proc)
+    raise
+  proc.join(5)
+  stop_worker(proc)
+  return out

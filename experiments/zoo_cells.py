@@ -8,7 +8,7 @@ import time
 
 from absl import logging
 
-from experiments import cli
+from experiments import cli, cli_tables
 from simulator import fileio
 
 
@@ -33,18 +33,17 @@ def _worker(model, size, stage, queue):
     queue.put({"model": model, "stage": stage, "error": f"{type(e).__name__}: {e}"})
 
 
-def run_cell(model, size, stage, timeout):
+def run_cell(model, size, stage, timeout, worker=_worker):
+  """The row of one cell, built by `worker` in a fresh process: an error row when the worker
+  fails, dies (the signal: SIGKILL is most often the out-of-memory killer) or runs past
+  `timeout` seconds; Ctrl-C ends the worker at once and goes on."""
   ctx = multiprocessing.get_context("spawn")
   queue = ctx.Queue()
-  proc = ctx.Process(target=_worker, args=(model, size, stage, queue))
+  proc = ctx.Process(target=worker, args=(model, size, stage, queue))
   proc.start()
-  try:
-    out = queue.get(timeout=timeout)
-  except Exception:  # queue.Empty: the cell ran past its time
-    out = {"model": model, "stage": stage, "error": f"timed out after {timeout} s"}
-  proc.join(5)
-  if proc.is_alive():
-    proc.kill()
+  out = cli_tables.worker_result(proc, queue, timeout)  # death and timeout: an error row
+  if set(out) == {"error"}:
+    out = {"model": model, "stage": stage, **out}
   return out
 
 

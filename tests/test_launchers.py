@@ -521,3 +521,32 @@ def test_bench_large_graphs_resumes_its_cells(tmp_path):
   assert json.loads(out.read_text())["cells"] == first["cells"]
   rc, _, err = finish(start([a.replace("--batch=2", "--batch=3") for a in args], REPO))
   assert rc == 1 and "differing: ['batch']" in err.strip().splitlines()[-1], err
+
+
+
+KILLED_CELL = """
+import os, signal, sys
+from experiments import bench_large_graphs
+
+def killed_cell(spec, cfg):  # a cell whose worker the OOM killer takes: SIGKILL
+  os.kill(os.getpid(), signal.SIGKILL)
+
+if __name__ == "__main__":
+  try:
+    bench_large_graphs.run_cell(killed_cell, "chain:n=3", {})
+  except ValueError as e:
+    sys.exit(str(e))
+"""
+
+
+def test_bench_large_graphs_reports_a_dead_worker_at_once(tmp_path):
+  """A cell whose worker dies stops the run with one line naming the cell and the signal,
+  instead of waiting for a result forever. (In a subprocess: the launcher's absl flags stay out
+  of the test process.)"""
+  script_path = tmp_path / "killed.py"
+  script_path.write_text(KILLED_CELL)
+  rc, _, err = finish(start([sys.executable, str(script_path)], REPO, PYTHONPATH=REPO),
+                      timeout=120)
+  assert rc == 1 and err.strip().splitlines()[-1] == (
+      "killed_cell on chain:n=3 failed: worker died (signal 9: killed, perhaps out of "
+      "memory)"), err

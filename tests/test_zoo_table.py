@@ -2,10 +2,14 @@
 builds a zoo model's HLO in a worker process)."""
 
 import json
+import os
+import signal
+import time
 
 import pytest
 
 from experiments import zoo_cells
+from experiments import cli_tables  # after zoo_cells: experiments.cli imports it first
 
 
 class FakeCell:
@@ -64,3 +68,50 @@ def test_launcher_refuses_a_malformed_stored_cell_before_any_cell(tmp_path, cell
   assert proc.returncode != 0 and match in proc.stderr and str(out) in proc.stderr, proc.stderr
   assert "Traceback" not in proc.stderr
   assert json.loads(out.read_text())["cells"]["gnmt2/pre"] == cell  # nothing ran or rewrote it
+
+
+def _killed_worker(model, size, stage, queue):  # a worker the OOM killer takes: SIGKILL
+  os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exiting_worker(model, size, stage, queue):  # a worker that leaves without a result
+  os._exit(3)  # pylint: disable=protected-access
+
+
+def _hung_worker(model, size, stage, queue):
+  time.sleep(60)
+
+
+def test_a_dead_worker_is_an_error_row_at_once():
+  """A worker killed by a signal or exiting without a result is reported as such promptly
+  (not as a timeout after the whole --timeout); a hung one times out."""
+  t0 = time.monotonic()
+  row = zoo_cells.run_cell("mlp", "tiny", "pre", 120, worker=_killed_worker)
+  assert row == {"model": "mlp", "stage": "pre",
+                 "error": "worker died (signal 9: killed, perhaps out of memory)"}
+  row = zoo_cells.run_cell("mlp", "tiny", "pre", 120, worker=_exiting_worker)
+  assert row["error"] == "worker died (exit status 3)"
+  assert time.monotonic() - t0 < 60
+  row = zoo_cells.run_cell("mlp", "tiny", "pre", 1, worker=_hung_worker)
+  assert row["error"] == "timed out after 1 s"
+
+
+class _InterruptedQueue:
+  def get(self, timeout=None):
+    raise KeyboardInterrupt
+
+
+def test_an_interrupt_ends_the_worker_and_goes_on():
+  """Ctrl-C / SIGTERM while a cell runs: the worker is ended at once, the interrupt raised."""
+  import multiprocessing
+  proc = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+  proc.start()
+  t0 = time.monotonic()
+  with pytest.raises(KeyboardInterrupt):
+    cli_tables.worker_result(proc, _InterruptedQueue())
+  assert not proc.is_alive() and time.monotonic() - t0 < 10
+
+
+def test_death_text():
+  assert cli_tables.death_text(-signal.SIGSEGV) == "signal 11: Segmentation fault"
+  assert cli_tables.death_text(2) == "exit status 2"
