@@ -139,6 +139,9 @@ def run_cell(fn, spec, cfg):
   return out
 
 
+# The options the solve cell passes to --method: a learned method (MethodSpec.learned) taking
+# them all (go_jax.methods.learned's) is what this benchmark measures.
+COARSENING_OPTIONS = ("finetune_seconds", "samples", "max_nodes", "coarse_nodes")
 PHASE_COLUMNS = ("coarsen", "memory", "load", "setup", "compile", "search", "expand", "verify",
                  "resolve")
 
@@ -174,6 +177,7 @@ def main(argv):
   from go_jax import harness, methods  # pylint: disable=g-import-not-at-top
   from simulator import topology_spec  # pylint: disable=g-import-not-at-top
   specs = [g.strip() for g in FLAGS.graphs.split(";") if g.strip()]
+  cli_tables.refuse_repeats("graphs", specs, sep=";")
   if not specs and not FLAGS.simulate_graph:
     raise app.UsageError("--graphs and --simulate_graph are both empty: nothing to measure")
   if FLAGS.coarse_nodes > FLAGS.max_nodes:
@@ -182,9 +186,14 @@ def main(argv):
   try:  # every name and spec before the first (minutes-long) cell
     if specs:
       try:
-        methods.get(FLAGS.method)
+        spec = methods.get(FLAGS.method)
       except ValueError as e:
         raise ValueError(f"--method: {e}") from None
+      if not spec.learned or not set(COARSENING_OPTIONS) <= set(spec.defaults):
+        meant = [m for m in methods.learned_methods()  # the phases are a coarsening learned
+                 if set(COARSENING_OPTIONS) <= set(methods.get(m).defaults)]  # method's
+        raise ValueError(f"--method={FLAGS.method}: not a learned method that coarsens large "
+                         f"graphs; use one of {', '.join(meant)}")
       methods.usable(FLAGS.baselines, "--baselines")
     for flag, spec in [("graphs", s) for s in specs] + (
         [("simulate_graph", FLAGS.simulate_graph)] if FLAGS.simulate_graph else []):

@@ -14,6 +14,7 @@ With --pin_core every cell (the reference and `simulate` alike) runs pinned to t
 column is the single-core ratio of the two, measured in one run.
 """
 
+import json
 import multiprocessing
 import os
 import platform
@@ -43,7 +44,28 @@ flags.DEFINE_bool("profile", False, "also print the top XLA ops of the largest c
 flags.DEFINE_integer("pin_core", None, "run every cell pinned to this one CPU core (as "
                      "`taskset -c`), so that the speedup is a single-core ratio; needs "
                      "--devices=1")
-flags.DEFINE_string("out", "results/bench_simulator.json", "JSON output path")
+flags.DEFINE_string("out", "results/bench_simulator.json", "JSON output path (an existing "
+                    "file there must be an earlier bench_simulator result: it is replaced)")
+LAUNCHER = "bench_simulator"
+
+
+def check_own_out(path: str) -> None:
+  """UsageError naming --out when `path` holds something other than a bench_simulator result
+  (another launcher's results, any other file), which the run would overwrite. A file of an
+  earlier version (no "launcher" field, but this launcher's "graph_template" and "rows") is
+  one of its own."""
+  if not os.path.exists(path):
+    return
+  try:
+    with open(path, encoding="utf-8") as fh:
+      old = json.load(fh)
+  except (OSError, ValueError, RecursionError) as e:
+    raise app.UsageError(f"--out={path}: exists and is not a readable results JSON "
+                         f"({type(e).__name__}); move it away or use another --out") from e
+  ours = isinstance(old, dict) and (old.get("launcher") == LAUNCHER or (
+      "launcher" not in old and "graph_template" in old and "rows" in old))
+  if not ours:
+    raise app.UsageError(f"--out={path}: not written by {LAUNCHER}; use another --out")
 
 
 def _worker(kind, n, batch, cfg, queue):
@@ -137,8 +159,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   cli.check_out(FLAGS.out, is_file=True)
+  check_own_out(FLAGS.out)
   sizes = _positive_ints("sizes", FLAGS.sizes)
   batches = _positive_ints("batches", FLAGS.batches)
+  cli_tables.refuse_repeats("sizes", sizes)
+  cli_tables.refuse_repeats("batches", batches)
   check_template(FLAGS.graph, sizes)
   cores = os.cpu_count() or 1
   if FLAGS.pin_core is not None:
@@ -177,7 +202,7 @@ def main(argv):
                      elapsed / done * (cells - done))
   import jax
   payload = {
-      "command": " ".join(sys.argv),
+      "launcher": LAUNCHER, "command": " ".join(sys.argv),
       "machine": {"platform": platform.platform(), "processor": platform.processor(),
                   "cpu_count": os.cpu_count(), "jax": jax.__version__,
                   "devices": [str(d) for d in jax.devices()],

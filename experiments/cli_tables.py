@@ -147,12 +147,12 @@ def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_fi
         + (f", {result['plot']}" if result.get("plot") else ""))
 
 
-def refuse_repeats(flag: str, values: Sequence[Any]) -> None:
+def refuse_repeats(flag: str, values: Sequence[Any], sep: str = ",") -> None:
   """app.UsageError naming the list flag and its repeated value (each cell would run twice)."""
   seen = set()
   for v in values:
     if v in seen:
-      raise app.UsageError(f"--{flag}={','.join(map(str, values))}: a value is given twice "
+      raise app.UsageError(f"--{flag}={sep.join(map(str, values))}: a value is given twice "
                            f"({v})")
     seen.add(v)
 

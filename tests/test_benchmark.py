@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -81,3 +83,63 @@ def test_launcher_refuses_a_bad_graph_template(tmp_path):
         timeout=120, check=False)
     assert proc.returncode != 0 and words in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "b.json").exists()
+
+
+def _bench(args, tmp_path, timeout=120):
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return subprocess.run([sys.executable, "-m", "experiments.bench_simulator", *args],
+                        cwd=repo, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_launcher_refuses_another_launchers_out_and_repeated_values(tmp_path):
+  """--out holding another launcher's results (or any non-result file) is refused naming
+  --out, before any cell, and the file is kept; a value given twice in --sizes or --batches
+  (each cell would run twice) is refused naming the flag."""
+  other = tmp_path / "zoo.json"
+  other.write_text('{"launcher": "zoo_table", "cells": {"mlp/pre": {}}}')
+  for path in (other, tmp_path / "notes.txt"):
+    if path.suffix == ".txt":
+      path.write_text("my notes")
+    before = path.read_text()
+    proc = _bench(["--sizes=10", "--batches=1", f"--out={path}"], tmp_path)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and f"--out={path}" in last, proc.stderr[-2000:]
+    assert path.read_text() == before
+  for flag, value in (("--sizes=10,10", "(10)"), ("--batches=1,2,1", "(1)")):
+    proc = _bench([flag, f"--out={tmp_path / 'b.json'}"], tmp_path)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and f"{flag}: a value is given twice {value}" in last, last
+
+
+def test_launcher_sigterm_ends_the_running_cell_at_once(tmp_path):
+  """SIGTERM while a cell's worker runs: the worker is ended and the launcher exits 130
+  promptly, instead of waiting for the cell."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "experiments.bench_simulator", "--sizes=4000", "--batches=1",
+       "--devices=1", "--ref_samples=100000", f"--out={tmp_path / 'b.json'}"],
+      cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  children = f"/proc/{proc.pid}/task/{proc.pid}/children"
+  deadline = time.monotonic() + 120
+  workers = []
+  while time.monotonic() < deadline and proc.poll() is None:
+    with open(children, encoding="utf-8") as fh:
+      workers = [int(p) for p in fh.read().split()]
+    if workers:  # the cell's worker (and spawn's resource tracker) started
+      break
+    time.sleep(0.2)
+  assert workers and proc.poll() is None, proc.communicate()
+  time.sleep(3)  # the worker is in its cell
+  t0 = time.monotonic()
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+  assert time.monotonic() - t0 < 30
+  time.sleep(1)
+  for pid in workers:  # gone (or a zombie awaiting its reaper)
+    try:
+      with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+        assert fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+      pass

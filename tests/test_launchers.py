@@ -550,3 +550,17 @@ def test_bench_large_graphs_reports_a_dead_worker_at_once(tmp_path):
   assert rc == 1 and err.strip().splitlines()[-1] == (
       "killed_cell on chain:n=3 failed: worker died (signal 9: killed, perhaps out of "
       "memory)"), err
+
+
+def test_bench_large_graphs_refuses_a_non_learned_method_and_repeated_graphs(tmp_path):
+  """--method=heft (no learned method) and a graph given twice are refused with one line
+  naming the flag, before any graph is loaded."""
+  base = [sys.executable, "-m", "experiments.bench_large_graphs", "--simulate_graph=",
+          f"--out={tmp_path / 'large.json'}"]
+  for extra, words in (
+      (["--graphs=chain:n=5", "--method=heft"], "--method=heft: not a learned method"),
+      (["--graphs=chain:n=5;chain:n=5"],
+       "--graphs=chain:n=5;chain:n=5: a value is given twice (chain:n=5)")):
+    rc, _, err = finish(start(base + extra, REPO), timeout=120)
+    assert rc == 1 and words in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "large.json").exists()
