@@ -35,13 +35,19 @@ CONFIDENCE = 0.95
 RESAMPLES = 10_000
 
 
+ROW_KINDS = ("placement", "joint")  # methods that place the graph themselves
+
+
 def row_label(method: str, budget: int) -> str:
   return f"{method}@{int(budget)}"
 
 
 def parse_rows(text: str) -> List[Tuple[str, int]]:
   """"brkga@5000,brkga@100000,regal_hint@5000" -> [(method, budget), ...]; ValueError naming
-  the bad entry (no budget, a budget below 1, an unknown method, a repeated row)."""
+  the bad entry (no budget, a budget below 1, an unknown method, a repeated row, or a method
+  that does not place the graph itself: a schedule or fusion method needs a fixed placement,
+  and a partition method's objective is on its own expanded graph, not comparable). Checked
+  before any cell runs, so a bad row never leaves a results file behind."""
   from go_jax import methods  # pylint: disable=g-import-not-at-top
   rows = []
   for item in [s.strip() for s in str(text).split(",") if s.strip()]:
@@ -49,7 +55,12 @@ def parse_rows(text: str) -> List[Tuple[str, int]]:
     if not sep or not budget.isdigit() or int(budget) < 1:
       raise ValueError(f"row {item!r}: write METHOD@BUDGET with a budget >= 1 (e.g. "
                        "brkga@100000)")
-    methods.get(name)  # ValueError naming the unknown method and listing the known ones
+    kind = methods.get(name).kind  # ValueError naming the unknown method, listing the known
+    if kind not in ROW_KINDS:
+      raise ValueError(f"row {item!r}: method {name!r} is a {kind} method (" +
+                       ("it needs a fixed placement" if kind in ("schedule", "fusion") else
+                        "its objective is on its own expanded graph") +
+                       f"); rows take placement or joint methods only")
     rows.append((name, int(budget)))
   if not rows:
     raise ValueError("no rows given")
@@ -61,7 +72,10 @@ def parse_rows(text: str) -> List[Tuple[str, int]]:
 def check_seeds(seeds: Sequence[int]) -> List[int]:
   """The seeds as a list; ValueError unless they are distinct integers >= 0, at least one
   (a repeated seed would count its instances twice)."""
-  seeds = [int(s) for s in seeds]
+  try:
+    seeds = [int(s) for s in seeds]
+  except (TypeError, ValueError):
+    raise ValueError(f"seeds must be integers, got {list(seeds)}") from None
   if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
     raise ValueError(f"seeds must be distinct integers >= 0 and at least one, got {seeds}")
   return seeds

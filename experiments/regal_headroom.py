@@ -29,7 +29,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("data", "regal_data:test,limit=100", "data spec or graph specs "
                     "separated by ';'")
 flags.DEFINE_string("rows", "brkga@5000,brkga@20000,brkga@100000,regal_hint@5000",
-                    "METHOD@BUDGET rows, the first being the reference (REGAL's BRKGA 5K)")
+                    "METHOD@BUDGET rows, the first being the reference (REGAL's BRKGA 5K); "
+                    "placement or joint methods only")
 flags.DEFINE_string("topology", "nvlink2", cli.topology_help("topology spec (REGAL: 2 devices)."))
 flags.DEFINE_string("objective", "peak_memory", "objective (peak_memory or makespan)")
 flags.DEFINE_list("seeds", ["0"], "search seeds per graph")
@@ -46,8 +47,14 @@ def main(argv: Sequence[str]) -> None:
   out = cli.check_out(FLAGS.out)
   try:
     objectives.get_objective(FLAGS.objective)
-    seeds = headroom.check_seeds(FLAGS.seeds)  # before the dataset is loaded
-    rows = headroom.parse_rows(FLAGS.rows)
+    try:
+      seeds = headroom.check_seeds(FLAGS.seeds)  # before the dataset is loaded
+    except ValueError as e:
+      raise ValueError(f"--seeds: {e}") from None
+    try:
+      rows = headroom.parse_rows(FLAGS.rows)
+    except ValueError as e:
+      raise ValueError(f"--rows: {e}") from None
     names, graphs = load_dataset("data", FLAGS.data)
   except ValueError as e:
     raise app.UsageError(cli.one_line(e)) from None

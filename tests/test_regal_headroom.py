@@ -89,9 +89,29 @@ def test_parse_rows():
   assert headroom.parse_rows("brkga@5000, regal_hint@5000") == [("brkga", 5000),
                                                                 ("regal_hint", 5000)]
   for bad, what in (("brkga", "METHOD@BUDGET"), ("brkga@0", "METHOD@BUDGET"),
-                    ("nope@10", "nope"), ("brkga@10,brkga@10", "twice"), ("", "no rows")):
+                    ("nope@10", "nope"), ("brkga@10,brkga@10", "twice"), ("", "no rows"),
+                    ("brkga@100,xla_memory@100", "'xla_memory@100'.*fixed placement"),
+                    ("brkga@100,tofu@100", "'tofu@100'.*expanded graph"),
+                    ("go_fusion@100", "fusion method")):
     with pytest.raises(ValueError, match=what):
       headroom.parse_rows(bad)
+
+
+def test_check_seeds_refuses_non_integers():
+  assert headroom.check_seeds(["0", "2"]) == [0, 2]
+  with pytest.raises(ValueError, match="integers.*abc"):
+    headroom.check_seeds(["0", "abc"])
+
+
+def test_launcher_bad_rows_and_seeds_name_the_flag(tmp_path):
+  for flag, want in (("--rows=brkga@100,xla_memory@100", "--rows: row 'xla_memory@100'"),
+                     ("--seeds=0,abc", "--seeds: seeds must be integers")):
+    proc = subprocess.run([sys.executable, "-m", "experiments.regal_headroom",
+                           "--data=regal:n=20,seed=1", flag, f"--out={tmp_path}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert want in proc.stderr and "Traceback" not in proc.stderr
+    assert not os.path.exists(os.path.join(tmp_path, headroom.JSON_NAME))
 
 
 def test_launcher_bad_input_is_one_line(tmp_path):
