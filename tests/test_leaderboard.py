@@ -42,3 +42,28 @@ def test_rows_of_stages_rank_separately_and_objectives_know_their_units():
   assert results.capacity_text([32e9, 32e9, 16e9, 16e9]) == "2 x 32 GB, 2 x 16 GB"
   assert results.capacity_text([float("inf")] * 4) == "unbounded"
   assert results.finite(float("nan")) is None and results.finite(2) == 2.0
+
+
+def test_non_finite_objectives_are_left_out_and_never_win():
+  nan, inf = float("nan"), float("inf")
+  rows = [row("a", "g1", "t", nan), row("b", "g1", "t", 2.0), row("c", "g1", "t", 4.0),
+          row("d", "g1", "t", inf)]
+  board = {s["method"]: s for s in leaderboard(rows)}
+  assert board["b"]["wins"] == 1 and board["b"]["ratio_to_best"] == pytest.approx(1.0)
+  assert board["c"]["ratio_to_best"] == pytest.approx(2.0) and board["c"]["wins"] == 0
+  assert board["a"]["non_finite"] == 1 and board["a"]["ratio_to_best"] is None
+  assert board["d"]["non_finite"] == 1 and board["d"]["ratio_to_best"] is None
+  text = markdown_leaderboard(rows)
+  assert "inf |" not in text and "nan" not in text.lower().replace("non-finite", "")
+  assert "a (makespan): 1 row(s) with a non-finite objective left out" in text
+
+
+def test_a_best_of_zero_gives_no_ratio_unless_equal():
+  rows = [row("a", "g1", "t", 0.0), row("b", "g1", "t", 3.0), row("a", "g2", "t", 2.0),
+          row("b", "g2", "t", 1.0), row("c", "g3", "t", -1.0), row("a", "g3", "t", 5.0)]
+  board = {s["method"]: s for s in leaderboard(rows)}
+  assert board["a"]["ratio_to_best"] == pytest.approx(2.0 ** 0.5)  # 1 (g1), 2 (g2); g3 none
+  assert board["a"]["no_ratio"] == 1 and board["a"]["wins"] == 1
+  assert board["b"]["ratio_to_best"] == pytest.approx(1.0) and board["b"]["no_ratio"] == 1
+  assert board["c"]["ratio_to_best"] == pytest.approx(1.0) and board["c"]["wins"] == 1
+  assert "b (makespan): no ratio on 1 setting(s)" in markdown_leaderboard(rows)
