@@ -101,7 +101,8 @@ def load_resumable(path: str, launcher: str, settings: Mapping[str, Any]) -> Dic
   except (OSError, json.JSONDecodeError, RecursionError) as e:
     raise ValueError(f"{path}: not a readable results JSON ({e}); move it away to start "
                      "afresh") from e
-  if old.get("launcher") != launcher or not isinstance(old.get("cells"), dict):
+  if (not isinstance(old, dict) or old.get("launcher") != launcher
+      or not isinstance(old.get("cells"), dict)):
     raise ValueError(f"{path}: not written by {launcher}; use another --out")
   prev = old.get("settings", {})
   diff = sorted(k for k in settings if prev.get(k) != settings.get(k))

@@ -1,8 +1,8 @@
 r"""The partitioning table (issue 15): Tofu, data parallelism and Megatron against placement.
 
 For every zoo model (training step before XLA's passes, costed on --device, with its HLO
-strategy space; --batch overrides the batch knob so that it divides the device counts) and
-device count D (the `nvlink<D>` preset) with every device's memory --mem_factor times the
+strategy space; --batch overrides the batch knob and must divide every device count, else
+the launcher refuses) and device count D >= 2 (the `nvlink<D>` preset) with every device's memory --mem_factor times the
 step's single-device footprint: the placement methods (--placers; the best by makespan,
 feasible first) and the partitioning methods (--partitioners, k = D workers; docs/design.md
 section 4.2), each re-simulated: makespan (or OOM and peak / capacity), the placements that fit,
@@ -32,9 +32,11 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["gpt2_small", "bert_base", "transformer_nmt", "wavenet_2x18",
                              "resnet50"], "Zoo models.")
 flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setting.")
-flags.DEFINE_integer("batch", 8, "Batch knob of every model (0: the size's own).", lower_bound=0)
+flags.DEFINE_integer("batch", 8, "Batch knob of every model (0: the size's own, unchecked); "
+                     "must divide every --devices count (data parallelism splits it).",
+                     lower_bound=0)
 flags.DEFINE_string("device", "v100", "Cost model device of the graphs (simulator.costmodel).")
-flags.DEFINE_list("devices", ["4", "8"], "Device counts (the nvlink<D> preset).")
+flags.DEFINE_list("devices", ["4", "8"], "Device counts (the nvlink<D> preset), at least 2.")
 flags.DEFINE_float("mem_factor", 0.5, "Device memory as a multiple of the single-device "
                    "footprint (> 0).", lower_bound=0.0)
 flags.DEFINE_list("placers", ["heft", "m_etf", "m_sct", "metis", "expert"],
@@ -43,6 +45,32 @@ flags.DEFINE_list("partitioners", ["tofu", "data_parallel", "megatron"],
                   "Partitioning methods.")
 flags.DEFINE_bool("optimality", True, "Also check Tofu's DP against brute force.")
 flags.DEFINE_string("out", "results/partition_table", "Folder for partition_table.json.")
+
+def check_lists(models: Sequence[str], counts: Sequence[int], placers: Sequence[str],
+                partitioners: Sequence[str], batch: int) -> None:
+  """app.UsageError naming the flag: an empty --models (a table with no rows), no method at
+  all, an entry given twice (it would run twice or make two columns), a device count below 2
+  (a partition over one worker is the single-device step, out of memory by construction at a
+  --mem_factor below 1) or a --batch that does not divide a device count (data parallelism
+  would silently fall back to replicating every op)."""
+  if not models:
+    raise app.UsageError("--models: empty; give at least one zoo model")
+  if not placers and not partitioners:
+    raise app.UsageError("--placers and --partitioners: both empty; give at least one method")
+  for flag, values in (("models", models), ("devices", counts), ("placers", placers),
+                       ("partitioners", partitioners)):
+    twice = sorted({str(v) for v in values if list(values).count(v) > 1})
+    if twice:
+      raise app.UsageError(f"--{flag}: given twice: {', '.join(twice)}")
+  small = [d for d in counts if d < 2]
+  if small:
+    raise app.UsageError(f"--devices: {small[0]} is below 2 (partitioning over one worker is "
+                         "the single-device step, out of memory by construction)")
+  bad = [d for d in counts if batch and batch % d]
+  if bad:
+    raise app.UsageError(f"--batch={batch} does not divide --devices count(s) {bad} (data "
+                         "parallelism would replicate every op instead of splitting the batch)")
+
 
 LAUNCHER = "partition_table"
 OPTIMALITY = "optimality"  # the cell of Tofu's DP against brute force
@@ -54,6 +82,8 @@ def main(argv: Sequence[str]) -> None:
   cli.check_out(FLAGS.out)
   from go_jax import methods, partition_table
   from simulator import fileio
+  if not FLAGS.models:
+    raise app.UsageError("--models: empty; give at least one zoo model")
   cli.check_zoo_models(FLAGS.models)
   try:
     methods.usable(FLAGS.placers, "--placers")  # a typo stops here; metis without pymetis is
@@ -72,11 +102,13 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "
                          f"{sorted(methods.available(('partition',)))}")
   counts = cli.nvlink_counts(FLAGS.devices)
+  check_lists(FLAGS.models, counts, FLAGS.placers, FLAGS.partitioners, FLAGS.batch)
   os.makedirs(FLAGS.out, exist_ok=True)
   path = os.path.join(FLAGS.out, "partition_table.json")
   settings = {k: FLAGS[k].value for k in ("size", "batch", "device", "mem_factor")}
   try:
     cells = dict(cli.load_resumable(path, LAUNCHER, settings).get("cells", {}))
+    partition_table.check_cells(cells, path, OPTIMALITY)
   except ValueError as e:
     raise app.UsageError(cli.one_line(e)) from None
   t0 = time.perf_counter()

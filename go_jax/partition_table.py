@@ -77,6 +77,49 @@ def model_rows(model: str, size: str, devices: Sequence[int], mem_factor: float,
   return rows
 
 
+_ROW_NUMBERS = ("devices", "nodes", "footprint", "capacity", "makespan", "peak_memory")
+_ROW_TEXTS = ("model", "method", "kind")
+_OPT_FIELDS = ("program", "k", "ops", "assignments", "brute_bytes", "tofu_bytes", "ratio",
+               "brute_seconds", "tofu_seconds")
+
+
+def check_cells(cells: Mapping[str, Any], path: str, optimality_key: str = "optimality") -> None:
+  """ValueError naming `path`, the cell and the field for a results file's cell the tables
+  could not read (hand-edited or corrupted): a row that is not an object, lacks a field or has
+  one of the wrong type (a NaN number included); the optimality cell, a list of such rows."""
+  def number(x, nan_ok=False):
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)
+            and (nan_ok or x == x))
+  for key, cell in cells.items():
+    if key == optimality_key:
+      if not isinstance(cell, list):
+        raise ValueError(f"{path}: cell {key!r} is not a list")
+      for i, r in enumerate(cell):
+        if not isinstance(r, dict):
+          raise ValueError(f"{path}: cell {key!r} row {i} is not an object")
+        for f in _OPT_FIELDS:
+          if f not in r:
+            raise ValueError(f"{path}: cell {key!r} row {i} has no field {f!r}")
+      continue
+    if not isinstance(cell, dict):
+      raise ValueError(f"{path}: cell {key!r} is not an object")
+    for f in _ROW_NUMBERS + _ROW_TEXTS + ("feasible", "comm_bytes"):
+      if f not in cell:
+        raise ValueError(f"{path}: cell {key!r} has no field {f!r}")
+    for f in _ROW_NUMBERS:
+      if not number(cell[f]):
+        raise ValueError(f"{path}: cell {key!r} field {f!r} is not a number: {cell[f]!r}")
+    for f in _ROW_TEXTS:
+      if not isinstance(cell[f], str):
+        raise ValueError(f"{path}: cell {key!r} field {f!r} is not a string: {cell[f]!r}")
+    if not isinstance(cell["feasible"], bool):
+      raise ValueError(f"{path}: cell {key!r} field 'feasible' is not true/false: "
+                       f"{cell['feasible']!r}")
+    if cell["comm_bytes"] is not None and not number(cell["comm_bytes"]):
+      raise ValueError(f"{path}: cell {key!r} field 'comm_bytes' is not a number: "
+                       f"{cell['comm_bytes']!r}")
+
+
 def summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
   """Per (model, devices): each partitioner's row and the best placement (feasible first)."""
   out = []
@@ -96,13 +139,19 @@ def summary(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
   return out
 
 
+def _times(x: float) -> str:
+  """A ratio for the table: 2 decimals in [0.01, 1000), else 3 significant digits (a capacity
+  of 1e-300 footprints must not print as 0.00 beside a 300-digit ratio)."""
+  return f"{x:.2f}" if 0.01 <= abs(x) < 1000 else f"{x:.3g}"
+
+
 def _ms(r) -> str:
   if r is None:
     return "-"
   text = f"{r['makespan'] * 1e3:.3g} ms"
   if r["feasible"]:
     return text
-  return (f"OOM ({r['peak_memory'] / r['capacity']:.2f}x cap)" if r["capacity"] > 0 else
+  return (f"OOM ({_times(r['peak_memory'] / r['capacity'])}x cap)" if r["capacity"] > 0 else
           f"OOM ({r['peak_memory']:.3g} B, no memory)")
 
 
@@ -115,7 +164,7 @@ def table_text(rows: Sequence[Dict[str, Any]], partitioners=PARTITIONERS) -> str
   for e in summary(rows):
     best = e["best_placement"]
     cells = [e["model"], str(e["devices"]), str(e["nodes"]),
-             f"{e['capacity'] / e['footprint']:.2f}",
+             _times(e['capacity'] / e['footprint']),
              f"{e['placements_feasible']} / {e['placements']}",
              (f"{best['method']} {_ms(best)}" if best else "-")]
     cells += [_ms(e.get(p)) for p in partitioners]

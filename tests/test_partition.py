@@ -166,6 +166,73 @@ def test_partition_table_rows_resume(monkeypatch):
   assert rerun[1]["makespan"] == rows[1]["makespan"]
 
 
+def test_partition_table_launcher_refuses_bad_lists():
+  from absl import app
+  from experiments import partition_table as launcher
+  ok = (["gpt2_small"], [2, 4], ["heft"], ["tofu"], 8)
+  launcher.check_lists(*ok)
+  for i, value, want in (
+      (0, [], "--models: empty"), (2, [], None), (1, [2, 2], "--devices: given twice: 2"),
+      (2, ["heft", "heft"], "--placers: given twice: heft"),
+      (3, ["tofu", "tofu"], "--partitioners: given twice: tofu"),
+      (1, [1, 2], "--devices: 1 is below 2"),
+      (4, 3, r"--batch=3 does not divide --devices count\(s\) \[2, 4\]"),
+      (4, 6, r"--batch=6 does not divide --devices count\(s\) \[4\]")):
+    args = list(ok)
+    args[i] = value
+    if want is None:  # placers empty alone is fine; both empty is not
+      launcher.check_lists(*args)
+      args[3] = []
+      want = "--placers and --partitioners: both empty"
+    with pytest.raises(app.UsageError, match=want):
+      launcher.check_lists(*args)
+  launcher.check_lists(["gpt2_small"], [2], ["heft"], [], 0)  # 0: the size's own batch
+
+
+def test_partition_table_cells_are_checked_on_load_and_ratios_stay_short():
+  from go_jax import partition_table
+  good = {"model": "m", "method": "tofu", "kind": "partition", "devices": 2, "nodes": 5,
+          "footprint": 1e9, "capacity": 1e-291, "makespan": 0.01, "feasible": False,
+          "peak_memory": 1e9, "comm_bytes": 3e6}
+  partition_table.check_cells({"m D=2 tofu": good, "optimality": []}, "f.json")
+  for cell, want in (("text", "cell 'k' is not an object"),
+                     ({k: v for k, v in good.items() if k != "feasible"},
+                      "cell 'k' has no field 'feasible'"),
+                     (dict(good, makespan=float("nan")), "field 'makespan' is not a number"),
+                     (dict(good, feasible="yes"), "field 'feasible' is not true/false"),
+                     (dict(good, comm_bytes="3"), "field 'comm_bytes'")):
+    with pytest.raises(ValueError, match="f.json: .*" + want):
+      partition_table.check_cells({"k": cell}, "f.json")
+  with pytest.raises(ValueError, match="f.json: cell 'optimality' row 0 has no field 'k'"):
+    partition_table.check_cells({"optimality": [{"program": "mlp"}]}, "f.json")
+  text = partition_table.table_text([good], ["tofu"])
+  assert "| 1e-300 |" in text and "OOM (1e+300x cap)" in text
+  assert max(len(c) for c in text.split("|")) < 40
+
+
+def test_partition_table_launcher_checks_batch_before_any_row(tmp_path):
+  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-m", "experiments.partition_table",
+                         "--models=gpt2_small", "--devices=2", "--size=tiny", "--batch=3",
+                         "--placers=heft", "--partitioners=data_parallel", "--nooptimality",
+                         f"--out={tmp_path}"], cwd=repo, capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr
+  assert "--batch=3 does not divide --devices count(s) [2]" in proc.stderr
+  assert not os.path.exists(tmp_path / "partition_table.json")
+  (tmp_path / "partition_table.json").write_text(
+      '{"launcher": "partition_table", "settings": {"size": "tiny", "batch": 2, '
+      '"device": "v100", "mem_factor": 0.5}, "cells": {"gpt2_small D=2 heft": {"model": 1}}}')
+  proc = subprocess.run([sys.executable, "-m", "experiments.partition_table",
+                         "--models=gpt2_small", "--devices=2", "--size=tiny", "--batch=2",
+                         "--placers=heft", "--partitioners=", "--nooptimality",
+                         f"--out={tmp_path}"], cwd=repo, capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr
+  assert "cell 'gpt2_small D=2 heft' has no field" in proc.stderr
+
+
 def test_piper_mode_takes_the_profiles_tensor_parallel_options():
   from simulator.sources.piper import load_piper
   g = programs.piper_graph("bert32a100", degrees=(2,))
