@@ -141,6 +141,8 @@ def run_resumable_table(run_fn: Callable[..., Dict[str, Any]], config, config_fi
       result = run_fn(config, out, log=lambda s: print(s, file=sys.stderr, flush=True),
                       executor=executor)
   except ValueError as e:
+    if getattr(e, "names_the_file", False):  # a results file's fault, not the config's
+      raise app.UsageError(one_line(e)) from e
     raise app.UsageError(f"--config={config_file}: {one_line(e)}") from e
   print(result["markdown"])
   print(f"wrote {os.path.join(out, json_name)} ({result['computed']} cells run, "

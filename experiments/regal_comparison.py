@@ -22,7 +22,11 @@ priority, the table, the per-graph figures, the settings and the machine), `<out
 box per method, one panel per dataset and device count). Resumable: a later run with the same
 --out skips every cell already in the JSON (cells that recorded an error are run again); a JSON
 made with another objective, budget, topology, reference, schedule placement or method options
-is refused. Bad input (unknown method, missing dataset, bad field) is a one-line error, exit 1.
+is refused, and so is a cell the table could not read (not an object, no finite `objective`
+or `seconds`), naming the file, cell and field. Bad input (unknown method, a fusion or partition
+method, a budget below one generation of a BRKGA method, missing dataset, bad field) is a
+one-line error, exit 1, before any cell; a run whose reference errors on every cell writes its
+files and then fails (ReferenceFailed, exit 1): the table would have no improvement to show.
 """
 
 from __future__ import annotations
@@ -70,6 +74,11 @@ def as_settings(config) -> Dict[str, Any]:
     methods.get(name)  # ValueError: unknown method (the message lists the available ones)
   if cfg["reference"] not in names:
     raise ValueError(f"config.reference={cfg['reference']!r} is not in config.methods {names}")
+  for name in names:  # a schedule method runs on config.schedule_placement's placement
+    kind = methods.get(name).kind
+    if kind not in ("placement", "joint", "schedule"):
+      raise ValueError(f"config.methods: {name!r} is a {kind} method; the table takes "
+                       "placement, joint and schedule methods")
   if methods.get(cfg["schedule_placement"]).kind == "schedule":
     raise ValueError(f"config.schedule_placement={cfg['schedule_placement']!r} is a schedule "
                      f"method; give a placement or joint method")
@@ -108,6 +117,7 @@ def as_settings(config) -> Dict[str, Any]:
     raise ValueError(f"config.seeds: give distinct seeds >= 0, got {seeds}")
   if cfg["budget"] is not None and int(cfg["budget"]) < 1:
     raise ValueError(f"config.budget must be >= 1, got {cfg['budget']}")
+  _check_generation_budget(cfg, names)
   if not isinstance(cfg["datasets"], Mapping) or not cfg["datasets"]:
     raise ValueError(f"config.datasets must map a name to a data spec or graph specs, got "
                      f"{cfg['datasets']!r}")
@@ -179,6 +189,53 @@ def solve_cell(cfg, method: str, graph, topo, seed: int) -> Dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the table
+_BRKGA_FIELDS = ("population", "elite_frac", "mutant_frac", "elite_bias")
+
+
+def _check_generation_budget(cfg, names: Sequence[str]) -> None:
+  """ValueError naming config.budget (or the method's evaluations option) when a BRKGA
+  method's budget is below one of its generations: `solve` would refuse every cell."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  from go_jax.methods import evolution  # pylint: disable=g-import-not-at-top
+  for name in names:
+    opts = dict(methods.get(name).defaults, **cfg["method_options"].get(name, {}))
+    if not all(opts.get(k) is not None for k in _BRKGA_FIELDS):
+      continue  # not a BRKGA (regal's population is its checkpoint's)
+    per_gen = evolution.generation_evaluations(opts, f"config.method_options.{name}")
+    if cfg["budget"] is not None and int(cfg["budget"]) < per_gen:
+      raise ValueError(f"config.budget={cfg['budget']} is below one generation of {name} "
+                       f"({per_gen} evaluations: population - elites)")
+    if cfg["budget"] is None and int(opts["evaluations"]) < per_gen:
+      raise ValueError(f"config.method_options.{name}.evaluations={opts['evaluations']} is "
+                       f"below one generation ({per_gen} evaluations: population - elites)")
+
+
+class ResultsFileError(ValueError):
+  """A results file's cell that cannot be read: the file's fault, not the config's (the
+  launcher does not put the config file before its message)."""
+  names_the_file = True
+
+
+def check_cells(cells: Mapping[str, Any], path: str) -> None:
+  """ResultsFileError naming `path`, the cell and the field for a cell an earlier run could
+  not have written (hand-edited or corrupted): not an object, an error that is not text, or
+  an answer without a finite number `objective` and `seconds` or a true/false `feasible`."""
+  for key, cell in cells.items():
+    if not isinstance(cell, Mapping):
+      raise ResultsFileError(f"{path}: cell {key!r} is not an object")
+    if "error" in cell:
+      if not isinstance(cell["error"], str):
+        raise ResultsFileError(f"{path}: cell {key!r} field 'error' is not text")
+      continue
+    for f in ("objective", "seconds"):
+      x = cell.get(f)
+      if isinstance(x, bool) or not isinstance(x, (int, float)) or not np.isfinite(x):
+        raise ResultsFileError(f"{path}: cell {key!r} field {f!r} is "
+                               + ("missing" if f not in cell else f"not a finite number: {x!r}"))
+    if not isinstance(cell.get("feasible", True), bool):
+      raise ResultsFileError(f"{path}: cell {key!r} field 'feasible' is not true/false")
+
+
 def _mean(xs: Sequence[float]) -> Optional[float]:
   return float(np.mean(xs)) if len(xs) else None
 
@@ -381,6 +438,7 @@ def run_table(config, out: str, log: Callable[[str], None] = print,
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
   old = cli.load_resumable(path, LAUNCHER, settings)
+  check_cells(old.get("cells", {}), path)
   data = {name: load_dataset(name, spec) for name, spec in cfg["datasets"].items()}
   cells: Dict[str, Any] = dict(old.get("cells", {}))
   machine = cli.machine_info()
@@ -449,4 +507,15 @@ def run_table(config, out: str, log: Callable[[str], None] = print,
   save()
   with fileio.atomic_open(os.path.join(out, MD_NAME), "w", make_dirs=True) as fh:
     fh.write(result["markdown"])
+  ref_rows = [cells.get(cell_key(p[0], p[1], data[p[0]][0][p[2]], p[3], p[4])) for p in plan
+              if p[4] == cfg["reference"]]
+  if ref_rows and all(r is None or "error" in r for r in ref_rows):
+    first = next((r["error"] for r in ref_rows if r), "no cell ran")
+    raise ReferenceFailed(f"config.reference={cfg['reference']!r} has no answer on any of its "
+                          f"{len(ref_rows)} cells (the table has no improvement to show; "
+                          f"written to {path}); the first error: {first}")
   return dict(result, computed=done, skipped=len(plan) - len(todo))
+
+
+class ReferenceFailed(ValueError):
+  """The reference method errored on every cell: the table is written but shows nothing."""

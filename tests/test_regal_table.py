@@ -137,3 +137,70 @@ def test_bad_input_is_one_line(tmp_path):
   err = proc.stderr.strip().splitlines()
   assert len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
   assert "error:" in err[0] and "no_such_method" in err[0]
+
+
+def test_config_refuses_other_kinds_and_a_budget_below_one_generation():
+  for field, value, match in (
+      ("methods", ("brkga", "tofu"), "config.methods: 'tofu' is a partition method"),
+      ("methods", ("brkga", "go_fusion"), "config.methods: 'go_fusion' is a fusion method"),
+      ("method_options", {}, r"config.budget=50 is below one generation of brkga \(80"),
+      ("budget", None, None)):
+    config = tiny_config()
+    setattr(config, field, ml_collections.ConfigDict(value) if isinstance(value, dict)
+            else value)
+    if match is None:  # no budget: brkga's evaluations option must hold a generation
+      config.method_options.brkga.evaluations = 10
+      match = r"config.method_options.brkga.evaluations=10 is below one generation \(13"
+    with pytest.raises(ValueError, match=match):
+      regal_table.as_settings(config)
+  regal_table.as_settings(tiny_config())  # population 16: 13 per generation, budget 50 holds
+
+
+def _fake_cells(monkeypatch, fail):
+  def solve(cfg, method, graph, topo, seed):
+    if method in fail:
+      raise ValueError(f"{method} failed")
+    return {"objective": 2.0 + seed, "seconds": 0.01, "feasible": True, "evaluations": 1}
+  monkeypatch.setattr(regal_table, "solve_cell", solve)
+  config = tiny_config()
+  config.methods = ("brkga", "gp_dfs")
+  config.datasets = ml_collections.ConfigDict({"one": "regal:n=20,seed=1"})
+  config.plots = False
+  return config
+
+
+def test_a_reference_with_no_answer_fails_the_run(monkeypatch, tmp_path):
+  config = _fake_cells(monkeypatch, fail=("brkga",))
+  with pytest.raises(regal_table.ReferenceFailed,
+                     match="config.reference='brkga' has no answer on any of its 1 cells.*"
+                           "brkga failed"):
+    regal_table.run_table(config, str(tmp_path), log=lambda s: None)
+  assert os.path.exists(tmp_path / regal_table.JSON_NAME)  # the cells are kept
+  config = _fake_cells(monkeypatch, fail=())  # the resume reruns the reference's cell only
+  result = regal_table.run_table(config, str(tmp_path), log=lambda s: None)
+  assert result["computed"] == 1 and result["skipped"] == 1
+
+
+def test_bad_cells_are_refused_on_load_naming_file_cell_and_field(monkeypatch, tmp_path):
+  config = _fake_cells(monkeypatch, fail=())
+  regal_table.run_table(config, str(tmp_path), log=lambda s: None)
+  path = tmp_path / regal_table.JSON_NAME
+  good = json.loads(path.read_text())
+  key = next(iter(good["cells"]))
+  for cell, want in (("text", "is not an object"), ({"seconds": 1.0}, "'objective' is missing"),
+                     (dict(good["cells"][key], objective=float("nan")),
+                      "'objective' is not a finite number: nan"),
+                     (dict(good["cells"][key], feasible="yes"), "'feasible' is not true/false"),
+                     ({"error": 3}, "'error' is not text")):
+    path.write_text(json.dumps(dict(good, cells=dict(good["cells"], **{key: cell}))))
+    with pytest.raises(regal_table.ResultsFileError,
+                       match=f"{path}: cell '{key}' .*{want}"):
+      regal_table.run_table(config, str(tmp_path), log=lambda s: None)
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from experiments import cli  # pylint: disable=g-import-not-at-top
+
+  def run_fn(*args, **kwargs):
+    raise regal_table.ResultsFileError(f"{path}: cell 'k' field 'objective' is missing")
+  with pytest.raises(app.UsageError) as e:  # not blamed on the config
+    cli.run_resumable_table(run_fn, None, "cfg.py", str(tmp_path), "a.json", "a.md")
+  assert "cfg.py" not in str(e.value) and str(e.value).startswith(str(path))
