@@ -36,6 +36,7 @@ RESAMPLES = 10_000
 
 
 ROW_KINDS = ("placement", "joint")  # methods that place the graph themselves
+BRKGA_FIELDS = ("population", "elite_frac", "mutant_frac", "elite_bias")
 
 
 def row_label(method: str, budget: int) -> str:
@@ -44,7 +45,8 @@ def row_label(method: str, budget: int) -> str:
 
 def parse_rows(text: str) -> List[Tuple[str, int]]:
   """"brkga@5000,brkga@100000,regal_hint@5000" -> [(method, budget), ...]; ValueError naming
-  the bad entry (no budget, a budget below 1, an unknown method, a repeated row, or a method
+  the bad entry (no budget, a budget below 1 or below one generation of a BRKGA method, an
+  unknown method, a repeated row, or a method
   that does not place the graph itself: a schedule or fusion method needs a fixed placement,
   and a partition method's objective is on its own expanded graph, not comparable). Checked
   before any cell runs, so a bad row never leaves a results file behind."""
@@ -61,6 +63,13 @@ def parse_rows(text: str) -> List[Tuple[str, int]]:
                        ("it needs a fixed placement" if kind in ("schedule", "fusion") else
                         "its objective is on its own expanded graph") +
                        f"); rows take placement or joint methods only")
+    spec = methods.get(name)
+    if all(spec.defaults.get(k) is not None for k in BRKGA_FIELDS):
+      from go_jax.methods import evolution  # pylint: disable=g-import-not-at-top
+      per_gen = evolution.generation_evaluations(spec.defaults, name)
+      if int(budget) < per_gen:
+        raise ValueError(f"row {item!r}: budget {budget} is below one generation of {name} "
+                         f"({per_gen} evaluations)")
     rows.append((name, int(budget)))
   if not rows:
     raise ValueError("no rows given")

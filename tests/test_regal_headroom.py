@@ -89,10 +89,11 @@ def test_parse_rows():
   assert headroom.parse_rows("brkga@5000, regal_hint@5000") == [("brkga", 5000),
                                                                 ("regal_hint", 5000)]
   for bad, what in (("brkga", "METHOD@BUDGET"), ("brkga@0", "METHOD@BUDGET"),
-                    ("nope@10", "nope"), ("brkga@10,brkga@10", "twice"), ("", "no rows"),
+                    ("nope@10", "nope"), ("brkga@100,brkga@100", "twice"), ("", "no rows"),
                     ("brkga@100,xla_memory@100", "'xla_memory@100'.*fixed placement"),
                     ("brkga@100,tofu@100", "'tofu@100'.*expanded graph"),
-                    ("go_fusion@100", "fusion method")):
+                    ("go_fusion@100", "fusion method"),
+                    ("brkga@100,brkga@50", "'brkga@50': budget 50 is below one generation")):
     with pytest.raises(ValueError, match=what):
       headroom.parse_rows(bad)
 
