@@ -62,7 +62,7 @@ def parse_rows(text: str) -> List[Tuple[str, int]]:
       raise ValueError(f"row {item!r}: method {name!r} is a {kind} method (" +
                        ("it needs a fixed placement" if kind in ("schedule", "fusion") else
                         "its objective is on its own expanded graph") +
-                       f"); rows take placement or joint methods only")
+                       "); rows take placement or joint methods only")
     spec = methods.get(name)
     if all(spec.defaults.get(k) is not None for k in BRKGA_FIELDS):
       from go_jax.methods import evolution  # pylint: disable=g-import-not-at-top
