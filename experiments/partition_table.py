@@ -46,32 +46,6 @@ flags.DEFINE_list("partitioners", ["tofu", "data_parallel", "megatron"],
 flags.DEFINE_bool("optimality", True, "Also check Tofu's DP against brute force.")
 flags.DEFINE_string("out", "results/partition_table", "Folder for partition_table.json.")
 
-def check_lists(models: Sequence[str], counts: Sequence[int], placers: Sequence[str],
-                partitioners: Sequence[str], batch: int) -> None:
-  """app.UsageError naming the flag: an empty --models (a table with no rows), no method at
-  all, an entry given twice (it would run twice or make two columns), a device count below 2
-  (a partition over one worker is the single-device step, out of memory by construction at a
-  --mem_factor below 1) or a --batch that does not divide a device count (data parallelism
-  would silently fall back to replicating every op)."""
-  if not models:
-    raise app.UsageError("--models: empty; give at least one zoo model")
-  if not placers and not partitioners:
-    raise app.UsageError("--placers and --partitioners: both empty; give at least one method")
-  for flag, values in (("models", models), ("devices", counts), ("placers", placers),
-                       ("partitioners", partitioners)):
-    twice = sorted({str(v) for v in values if list(values).count(v) > 1})
-    if twice:
-      raise app.UsageError(f"--{flag}: given twice: {', '.join(twice)}")
-  small = [d for d in counts if d < 2]
-  if small:
-    raise app.UsageError(f"--devices: {small[0]} is below 2 (partitioning over one worker is "
-                         "the single-device step, out of memory by construction)")
-  bad = [d for d in counts if batch and batch % d]
-  if bad:
-    raise app.UsageError(f"--batch={batch} does not divide --devices count(s) {bad} (data "
-                         "parallelism would replicate every op instead of splitting the batch)")
-
-
 LAUNCHER = "partition_table"
 OPTIMALITY = "optimality"  # the cell of Tofu's DP against brute force
 
@@ -102,7 +76,11 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"--partitioners: not partition methods: {bad}; choose from "
                          f"{sorted(methods.available(('partition',)))}")
   counts = cli.nvlink_counts(FLAGS.devices)
-  check_lists(FLAGS.models, counts, FLAGS.placers, FLAGS.partitioners, FLAGS.batch)
+  try:
+    partition_table.check_lists(FLAGS.models, counts, FLAGS.placers, FLAGS.partitioners,
+                                FLAGS.batch)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   os.makedirs(FLAGS.out, exist_ok=True)
   path = os.path.join(FLAGS.out, "partition_table.json")
   settings = {k: FLAGS[k].value for k in ("size", "batch", "device", "mem_factor")}

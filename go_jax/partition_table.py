@@ -27,6 +27,32 @@ PLACERS = ("heft", "m_etf", "m_sct", "metis", "expert")
 PARTITIONERS = ("tofu", "data_parallel", "megatron")
 
 
+def check_lists(models: Sequence[str], counts: Sequence[int], placers: Sequence[str],
+                partitioners: Sequence[str], batch: int) -> None:
+  """ValueError naming the launcher's flag: an empty --models (a table with no rows), no
+  method at all, an entry given twice (it would run twice or make two columns), a device count below 2
+  (a partition over one worker is the single-device step, out of memory by construction at a
+  --mem_factor below 1) or a --batch that does not divide a device count (data parallelism
+  would silently fall back to replicating every op)."""
+  if not models:
+    raise ValueError("--models: empty; give at least one zoo model")
+  if not placers and not partitioners:
+    raise ValueError("--placers and --partitioners: both empty; give at least one method")
+  for flag, values in (("models", models), ("devices", counts), ("placers", placers),
+                       ("partitioners", partitioners)):
+    twice = sorted({str(v) for v in values if list(values).count(v) > 1})
+    if twice:
+      raise ValueError(f"--{flag}: given twice: {', '.join(twice)}")
+  small = [d for d in counts if d < 2]
+  if small:
+    raise ValueError(f"--devices: {small[0]} is below 2 (partitioning over one worker is "
+                     "the single-device step, out of memory by construction)")
+  bad = [d for d in counts if batch and batch % d]
+  if bad:
+    raise ValueError(f"--batch={batch} does not divide --devices count(s) {bad} (data "
+                     "parallelism would replicate every op instead of splitting the batch)")
+
+
 def cell_key(model: str, devices: int, method: str) -> str:
   """The key of one row in a resumable results file."""
   return f"{model} D={devices} {method}"
