@@ -50,6 +50,30 @@ def run_cell(model, size, stage, timeout, worker=_worker):
 LAUNCHER = "zoo_table"
 
 
+# The numbers of a cell that built (zoo_table prints them).
+NUMBERS = ("nodes", "edges", "params", "gflops", "build_s", "lower_s", "parse_s")
+
+
+def check_cells(cells, path) -> None:
+  """Raises ValueError naming `path`, the cell and the field where a stored cell (one the run
+  resumes, or prints) is not the table's: an object with model and stage, and either an error
+  or every number of the table (a hand-edited or truncated file)."""
+  for key, c in cells.items():
+    where = f"{path}: cell {key!r}"
+    if not isinstance(c, dict):
+      raise ValueError(f"{where}: not an object (a {type(c).__name__})")
+    for field in ("model", "stage") + (("error",) if "error" in c else ()):
+      if not isinstance(c.get(field), str):
+        raise ValueError(f"{where}: field {field!r} missing or not a string")
+    if "error" in c:
+      continue
+    for field in NUMBERS:
+      v = c.get(field)
+      if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where}: field {field!r} missing or not a number; move the file "
+                         "away or delete the cell to rebuild it")
+
+
 def run_table(models, size, stages, out, timeout, cell=run_cell, log=logging.info):
   """Every (model, stage) cell not already in `out` without an error, in a fresh worker each
   (`cell`; its row under "cells" as "model/stage"); `out` is rewritten atomically after each
@@ -57,11 +81,13 @@ def run_table(models, size, stages, out, timeout, cell=run_cell, log=logging.inf
   the file keeps other models' rows.
 
   Raises:
-    ValueError: `out` is not this launcher's, or was made at another --size.
+    ValueError: `out` is not this launcher's, or was made at another --size, or a stored
+      cell is not the table's (`check_cells`).
   """
   settings = {"size": size}
   store = cli.load_resumable(out, LAUNCHER, settings)
   cells = dict(store.get("cells", {}))
+  check_cells(cells, out)
   finished = lambda m, s: f"{m}/{s}" in cells and "error" not in cells[f"{m}/{s}"]
   todo = [(m, s) for m in models for s in stages if not finished(m, s)]
   done_before = len(models) * len(stages) - len(todo)

@@ -26,28 +26,6 @@ flags.DEFINE_integer("timeout", 900, "seconds allowed per cell", lower_bound=1)
 flags.DEFINE_string("out", "results/zoo_table.json", "JSON output path")
 
 
-NUMBERS = ("nodes", "edges", "params", "gflops", "build_s", "lower_s", "parse_s")
-
-
-def check_stored_cells(path, size):
-  """Raises ValueError naming `path`, the cell and the field where a stored cell (one the run
-  resumes, or prints) is not the table's: an object with model and stage, and either an error
-  or every number of the table (a hand-edited or truncated file)."""
-  store = cli.load_resumable(path, zoo_cells.LAUNCHER, {"size": size})
-  for key, c in store.get("cells", {}).items():
-    where = f"{path}: cell {key!r}"
-    if not isinstance(c, dict):
-      raise ValueError(f"{where}: not an object (a {type(c).__name__})")
-    for field in ("model", "stage") + (("error",) if "error" in c else ()):
-      if not isinstance(c.get(field), str):
-        raise ValueError(f"{where}: field {field!r} missing or not a string")
-    if "error" in c:
-      continue
-    for field in NUMBERS:
-      v = c.get(field)
-      if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{where}: field {field!r} missing or not a number; move the file "
-                         "away or delete the cell to rebuild it")
 
 
 def main(argv):
@@ -63,8 +41,7 @@ def main(argv):
   for flag, values in (("models", models), ("stages", FLAGS.stages)):
     if len(set(values)) != len(values):
       raise app.UsageError(f"--{flag}={','.join(values)}: a value is given twice")
-  try:  # before any cell runs
-    check_stored_cells(FLAGS.out, FLAGS.size)
+  try:  # its stored cells are checked before any cell runs
     rows = zoo_cells.run_table(models, FLAGS.size, FLAGS.stages, FLAGS.out, FLAGS.timeout)
   except ValueError as e:
     raise app.UsageError(cli.one_line(e)) from e
