@@ -155,6 +155,17 @@ def check_cloned(workdir: str, config) -> None:
     raise ValueError(f"{files} not reused: {e}") from None
 
 
+def close_outputs(logger, checkpointer) -> None:
+  """Closes a run's metrics logger and checkpointer (either may be None); the checkpointer
+  whatever the logger's close raised: an open orbax manager's threads hang the exit."""
+  try:
+    if logger is not None:
+      logger.close()
+  finally:
+    if checkpointer is not None:
+      checkpointer.close()
+
+
 @dataclasses.dataclass
 class TrainResult:
   trainer: ppo.Trainer
@@ -379,12 +390,7 @@ def train(config, workdir: Optional[str] = None, *, policy: Optional[ppo.Policy]
     if checkpointer is not None:
       checkpointer.wait()
   finally:
-    try:
-      if logger is not None:
-        logger.close()
-    finally:  # closed whatever failed: an open orbax manager's threads hang the exit
-      if checkpointer is not None:
-        checkpointer.close()
+    close_outputs(logger, checkpointer)
   rows = summarize(trainer, state)
   _log_summary(rows)
   if files is not None:
@@ -403,5 +409,5 @@ def load_pretrained(workdir: str, template) -> Any:
 
 __all__: Sequence[str] = ("train", "summarize", "build_instances", "load_specs",
                           "check_cloned", "check_checkpoint_dir", "check_not_past",
-                          "load_pretrained", "TrainResult", "score_action", "best_action",
+                          "close_outputs", "load_pretrained", "TrainResult", "score_action", "best_action",
                           "scalar_metrics", "config_dict")

@@ -63,12 +63,7 @@ def run(trainer, state, config, workdir: Optional[str], *, total: int, every: in
     if checkpointer is not None:
       checkpointer.wait()
   finally:
-    try:
-      if logger is not None:
-        logger.close()
-    finally:  # closed whatever failed: an open orbax manager's threads hang the exit
-      if checkpointer is not None:
-        checkpointer.close()
+    loop.close_outputs(logger, checkpointer)
   summary = summarize(state, history)
   if files is not None:
     fileio.write_json(os.path.join(workdir, loop.SUMMARY_NAME),
