@@ -178,30 +178,29 @@ def _refuse_nan_flags(argv: Sequence[str] = ()) -> None:
            "unbounded, or a finite value")
 
 
+def _flag_items(argv: Sequence[str]):
+  """(name, text) of every '--name=VALUE' or '--name VALUE' on the command line, in order
+  (text None for a trailing '--name')."""
+  args = list(argv[1:])
+  for i, a in enumerate(args):
+    if a.startswith("-"):
+      key, eq, value = a.lstrip("-").partition("=")
+      yield key, value if eq else (args[i + 1] if i + 1 < len(args) else None)
+
+
 def _flag_text(argv: Sequence[str], name: str) -> Optional[str]:
   """The text of the last '--name=VALUE' or '--name VALUE' on the command line; None when
   not found (e.g. given in a flagfile)."""
-  found, args = None, list(argv[1:])
-  for i, a in enumerate(args):
-    if not a.startswith("-"):
-      continue
-    key, eq, value = a.lstrip("-").partition("=")
-    if key == name:
-      found = value if eq else (args[i + 1] if i + 1 < len(args) else None)
-  return found
+  texts = [text for key, text in _flag_items(argv) if key == name]
+  return texts[-1] if texts else None
 
 
 def _config_argument(argv: Sequence[str], names: Sequence[str]):
   """(flag, value) of the config-file flag on the command line ('--config=F' or '--config F');
   (the first config flag, '?') where none is given."""
-  args = list(argv[1:])
-  for i, a in enumerate(args):
-    key, eq, value = a.lstrip("-").partition("=")
-    if key in names and a.startswith("-"):
-      if eq:
-        return key, value
-      if i + 1 < len(args):
-        return key, args[i + 1]
+  for key, text in _flag_items(argv):
+    if key in names and text is not None:
+      return key, text
   return (names[0] if names else "config"), "?"
 
 
