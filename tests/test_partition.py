@@ -212,22 +212,21 @@ def test_partition_table_cells_are_checked_on_load_and_ratios_stay_short():
 def test_partition_table_launcher_checks_batch_before_any_row(tmp_path):
   import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  proc = subprocess.run([sys.executable, "-m", "experiments.partition_table",
-                         "--models=gpt2_small", "--devices=2", "--size=tiny", "--batch=3",
-                         "--placers=heft", "--partitioners=data_parallel", "--nooptimality",
-                         f"--out={tmp_path}"], cwd=repo, capture_output=True, text=True,
-                        timeout=300, check=False)
+
+  def launch(*args):
+    return subprocess.run([sys.executable, "-m", "experiments.partition_table",
+                           "--models=gpt2_small", "--devices=2", "--size=tiny",
+                           "--placers=heft", "--nooptimality", f"--out={tmp_path}", *args],
+                          cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+
+  proc = launch("--batch=3", "--partitioners=data_parallel")
   assert proc.returncode == 1 and "Traceback" not in proc.stderr
   assert "--batch=3 does not divide --devices count(s) [2]" in proc.stderr
   assert not os.path.exists(tmp_path / "partition_table.json")
   (tmp_path / "partition_table.json").write_text(
       '{"launcher": "partition_table", "settings": {"size": "tiny", "batch": 2, '
       '"device": "v100", "mem_factor": 0.5}, "cells": {"gpt2_small D=2 heft": {"model": 1}}}')
-  proc = subprocess.run([sys.executable, "-m", "experiments.partition_table",
-                         "--models=gpt2_small", "--devices=2", "--size=tiny", "--batch=2",
-                         "--placers=heft", "--partitioners=", "--nooptimality",
-                         f"--out={tmp_path}"], cwd=repo, capture_output=True, text=True,
-                        timeout=300, check=False)
+  proc = launch("--batch=2", "--partitioners=")
   assert proc.returncode == 1 and "Traceback" not in proc.stderr
   assert "cell 'gpt2_small D=2 heft' has no field" in proc.stderr
 
