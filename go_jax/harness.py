@@ -172,13 +172,7 @@ def check_graph(spec: str, what: str) -> str:
     raise ValueError(f"{what}: {e}") from None
 
 
-def _graph_identity(resolved: str) -> str:
-  """What a resolved graph spec (`sources.check_spec`) names: an .npz file by its real path
-  ('/a/g.npz' and '../a/g.npz' are one graph), any other spec as it resolved."""
-  return os.path.realpath(resolved) if resolved.endswith(".npz") else resolved
-
-
-def _topology_identity(spec: TopologySpec) -> Tuple:
+def topology_identity(spec: TopologySpec) -> Tuple:
   """What a parsed topology spec names: the preset (or the file's real path) and the memory
   option's value, so that ' nvlink2' and 'nvlink2', or 'x@mem=2e9' and 'x@mem=2000000000',
   are one topology."""
@@ -189,15 +183,16 @@ def _topology_identity(spec: TopologySpec) -> Tuple:
 _ONE = {"graphs": "graph", "topologies": "topology"}
 
 
-def same_instances(specs: Sequence[str], identities: Sequence[Any], field: str) -> None:
+def same_instances(specs: Sequence[str], identities: Sequence[Any], field: str,
+                   what: str = "harness config") -> None:
   """ValueError naming the first two entries of a config's `field` that name the same graph
-  or topology (their `identities`): they would run every cell twice and count twice in the
-  summary."""
+  or topology (their `identities`: `sources.spec_identity`, `topology_identity`): they would
+  run every cell twice and count twice in the summary. `what` names the config."""
   first: Dict[Any, int] = {}
   for i, ident in enumerate(identities):
     if ident in first:
       j = first[ident]
-      raise ValueError(f"harness config: {field}[{j}] {specs[j]!r} and {field}[{i}] "
+      raise ValueError(f"{what}: {field}[{j}] {specs[j]!r} and {field}[{i}] "
                        f"{specs[i]!r} are the same {_ONE[field]}; give it once")
     first[ident] = i
 
@@ -227,9 +222,9 @@ def plan(cfg: Mapping[str, Any]) -> List[Cell]:
       if bad:
         raise ValueError(f"harness config: method_options[{m!r}]: no option(s) {bad}; "
                          f"options: {sorted(methods.get(m).defaults)}")
-  same_instances(cfg["graphs"], [_graph_identity(check_graph(g, "harness config: graphs"))
+  same_instances(cfg["graphs"], [sources.spec_identity(check_graph(g, "harness config: graphs"))
                                   for g in cfg["graphs"]], "graphs")
-  same_instances(cfg["topologies"], [_topology_identity(parse_topology(t))
+  same_instances(cfg["topologies"], [topology_identity(parse_topology(t))
                                       for t in cfg["topologies"]], "topologies")
   for obj in cfg["objective"]:
     objectives.get_objective(obj)

@@ -34,7 +34,7 @@ from absl import logging
 
 from go_jax import harness, methods, objectives, pretrained, results, training
 from go_jax.place import BRKGA_METHODS
-from simulator import topology_spec
+from simulator import sources, topology_spec
 
 LAUNCHER = "transfer"
 JSON_NAME, CSV_NAME, MD_NAME = results.JSON_NAME, results.CSV_NAME, results.MD_NAME
@@ -162,10 +162,12 @@ def settings(config) -> Dict[str, Any]:
                        f">= 0, got {secs!r}")
   _check_lists(cfg)
   _check_finetune_options(cfg)
-  for spec in cfg["topologies"]:
-    topology_spec.parse_topology(spec)
-  for spec in cfg["graphs"]:
-    harness.check_graph(spec, "transfer config: graphs")
+  harness.same_instances(cfg["topologies"], [
+      harness.topology_identity(topology_spec.parse_topology(t)) for t in cfg["topologies"]],
+                         "topologies", "transfer config")
+  harness.same_instances(cfg["graphs"], [
+      sources.spec_identity(harness.check_graph(g, "transfer config: graphs"))
+      for g in cfg["graphs"]], "graphs", "transfer config")
   objectives.get_objective(cfg["objective"])
   for r in cfg["rows"]:
     try:

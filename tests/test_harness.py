@@ -481,7 +481,11 @@ def test_a_graph_or_topology_given_twice_in_other_words_is_refused(tmp_path):
       ("topologies", ["nvlink2", " nvlink2"],
        r"topologies\[0\] 'nvlink2' and topologies\[1\] ' nvlink2' are the same topology"),
       ("topologies", ["nvlink2@mem=2e9", "nvlink2@mem=2000000000"], "the same topology"),
-      ("graphs", ["chain:n=3", " chain:n=3 "], r"graphs\[0\] 'chain:n=3' and graphs\[1\]")):
+      ("graphs", ["chain:n=3", " chain:n=3 "], r"graphs\[0\] 'chain:n=3' and graphs\[1\]"),
+      # keys in another order, an alias, a default written out: one graph
+      ("graphs", ["layered:n=8,width=2", "layered:width=2, num_nodes=8,seed=0"],
+       r"graphs\[0\] 'layered:n=8,width=2' and graphs\[1\] 'layered:width=2, num_nodes=8"),
+      ("graphs", ["chain:n=3,coarsen=2", "chain:coarsen=2,n=3"], "the same graph")):
     with pytest.raises(ValueError, match=match):
       harness.plan(harness.settings(tiny_config(methods=["single"], **{field: specs})))
   sub = tmp_path / "sub"
@@ -494,6 +498,10 @@ def test_a_graph_or_topology_given_twice_in_other_words_is_refused(tmp_path):
   cells = harness.plan(harness.settings(tiny_config(
       methods=["single"], graphs=twice[:1], topologies=["nvlink2", "nvlink2@mem=0.5x"])))
   assert len(cells) == 2  # another memory option is another topology
+  cells = harness.plan(harness.settings(tiny_config(
+      methods=["single"], graphs=["layered:n=8,width=2", "layered:n=8,width=2,seed=1",
+                                  "chain:n=3", "chain:n=3,coarsen=2"])))
+  assert len({c.graph for c in cells}) == 4  # another seed, another coarsening: other graphs
 
 
 def test_a_stored_row_with_a_bad_number_is_named_by_file_row_and_field(clean_run, tmp_path):

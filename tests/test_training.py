@@ -383,6 +383,22 @@ def test_bad_config_raises_clear_errors(field, value, match):
     toy_trainer(**{field: value})
 
 
+def test_an_instance_given_twice_in_other_words_is_refused():
+  """config.graphs / config.topologies naming one instance twice (keys in another order, a
+  memory option written another way) would train it twice and report it twice: a ValueError
+  naming both entries, before any graph is built."""
+  for graphs, topos, match in (
+      (("chain:n=4,seed=0", "chain:seed=0, n=4"), ("nvlink2",),
+       r"config: graphs\[0\] 'chain:n=4,seed=0' and graphs\[1\] 'chain:seed=0, n=4' are the "
+       "same graph"),
+      (("chain:n=4",), ("nvlink2@mem=2e9", "nvlink2@mem=2000000000"), "are the same topology")):
+    with pytest.raises(ValueError, match=match):
+      loop.build_instances(ml_collections.ConfigDict(dict(graphs=graphs, topologies=topos)))
+  graphs, _, _ = loop.build_instances(ml_collections.ConfigDict(dict(
+      graphs=("chain:n=4", "chain:n=4,seed=1"), topologies=("nvlink2",))))
+  assert len(graphs) == 2
+
+
 def test_too_many_devices_for_the_policy():
   with pytest.raises(ValueError, match="max_devices"):
     ppo.make_train(TOY_CONFIG, [four_chains()], [Topology.uniform(8, bandwidth=1.0)],

@@ -187,6 +187,9 @@ def test_config_errors(tmp_path):
   for bad, match in (  # each would fail every learned cell alike, or mislabel the table
       ({"graphs": (GRAPH, GRAPH)}, "graphs gives .* twice"),
       ({"rows": ("go_hint", "go_hint")}, "rows gives 'go_hint' twice"),
+      ({"graphs": (GRAPH, "layered:seed=1, width=4,n=24")},  # one graph in other words
+       r"transfer config: graphs\[0\] .* and graphs\[1\] .* are the same graph"),
+      ({"topologies": (TOPO, " nvlink2@mem=0.80x")}, "are the same topology"),
       ({"baselines": (), "rows": ()}, "nothing to run"),
       ({"topologies": ()}, "topologies is empty"),
       ({"baselines": ("heft", "go_hint")}, "both a baseline and a learned row"),

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from go_jax import distributed, methods
+from go_jax import distributed, harness, methods
 from go_jax.datasets import store
 from go_jax.training import checkpoint as ckpt_lib
 from go_jax.training import imitation
@@ -65,6 +65,17 @@ def load_specs(spec: str) -> List[Tuple[str, CompGraph]]:
     raise ValueError(f"config.graphs: {spec!r}: {e}") from e
 
 
+def _graph_identity(spec: str):
+  """`sources.spec_identity` of a graph spec; a data spec (or a spec `load_specs` will refuse
+  with its own message) as its text."""
+  if str(spec).partition(":")[0] in store.DATA_KINDS:
+    return spec
+  try:
+    return sources.spec_identity(sources.check_spec(spec))
+  except ValueError:
+    return spec
+
+
 def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]:
   """(graphs, topologies, names) of every (graph, topology spec) pair of the config; an entry
   of config.graphs is a graph spec or a dataset split's data spec (`load_specs`)."""
@@ -76,6 +87,12 @@ def build_instances(config) -> Tuple[List[CompGraph], List[Topology], List[str]]
     if repeats:  # trained as two instances and reported twice
       raise ValueError(f"config.{field} gives {repeats[0]!r} twice")
   parsed = [topology_spec.parse_topology(t) for t in topo_specs]
+  # The same instance in other words ('nvlink2@mem=2e9' and 'nvlink2@mem=2000000000', graph
+  # keys in another order) is refused too; a data spec is compared by its text.
+  harness.same_instances(topo_specs, [harness.topology_identity(t) for t in parsed],
+                         "topologies", "config")
+  harness.same_instances(graph_specs, [_graph_identity(g) for g in graph_specs], "graphs",
+                         "config")
   graphs, topos, names = [], [], []
   for spec in graph_specs:
     for name, graph in load_specs(spec):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from simulator.graph import CompGraph
 from simulator.sources import costgraph, jax_program, pipedream, piper, synthetic
@@ -382,6 +382,24 @@ def _parse(spec: str):
     raise ValueError(f"graph spec {spec!r}: {kind_name} requires {', '.join(missing)} "
                      f"(n = num_nodes); valid keys: {', '.join(sorted(keys))}")
   return kind_name, kwargs
+
+
+def spec_identity(resolved: str) -> Tuple:
+  """What a resolved graph spec (`check_spec`'s answer) names, as a hashable value: an .npz
+  file by its real path; any other spec by its kind, its parsed arguments with the function's
+  defaults filled in (a file argument by its real path) and its `coarsen` limit. So
+  'layered:n=100,width=10' and 'layered:width=10, n=100,seed=0' are one graph."""
+  base, limit = split_coarsen(str(resolved).strip())
+  if base.endswith(".npz"):
+    return ("npz", os.path.realpath(base), limit)
+  kind_name, kwargs = _parse(base)
+  kind = REGISTRY[kind_name]
+  full = {p.name: p.default for p in inspect.signature(kind.fn).parameters.values()
+          if p.default is not inspect.Parameter.empty}
+  full.update(kwargs)
+  if kind.positional is not None and os.path.exists(str(full[kind.positional])):
+    full[kind.positional] = os.path.realpath(str(full[kind.positional]))
+  return (kind_name, tuple(sorted((k, repr(v)) for k, v in full.items())), limit)
 
 
 def available_graphs() -> Dict[str, List[str]]:
