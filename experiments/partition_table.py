@@ -1,8 +1,8 @@
 r"""The partitioning table (issue 15): Tofu, data parallelism and Megatron against placement.
 
 For every zoo model (training step before XLA's passes, costed on --device, with its HLO
-strategy space; --batch overrides the batch knob and must divide every device count, else
-the launcher refuses) and device count D >= 2 (the `nvlink<D>` preset) with every device's memory --mem_factor times the
+strategy space; --batch overrides the batch knob, or 0 keeps each model's own at --size;
+either way the batch must divide every device count, else the launcher refuses) and device count D >= 2 (the `nvlink<D>` preset) with every device's memory --mem_factor times the
 step's single-device footprint: the placement methods (--placers; the best by makespan,
 feasible first) and the partitioning methods (--partitioners, k = D workers; docs/design.md
 section 4.2), each re-simulated: makespan (or OOM and peak / capacity), the placements that fit,
@@ -32,8 +32,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["gpt2_small", "bert_base", "transformer_nmt", "wavenet_2x18",
                              "resnet50"], "Zoo models.")
 flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setting.")
-flags.DEFINE_integer("batch", 8, "Batch knob of every model (0: the size's own, unchecked); "
-                     "must divide every --devices count (data parallelism splits it).",
+flags.DEFINE_integer("batch", 8, "Batch knob of every model (0: each model's own at --size); "
+                     "the batch must divide every --devices count (data parallelism splits it).",
                      lower_bound=0)
 flags.DEFINE_string("device", "v100", "Cost model device of the graphs (simulator.costmodel).")
 flags.DEFINE_list("devices", ["4", "8"], "Device counts (the nvlink<D> preset), at least 2.")
@@ -78,7 +78,7 @@ def main(argv: Sequence[str]) -> None:
   counts = cli.nvlink_counts(FLAGS.devices)
   try:
     partition_table.check_lists(FLAGS.models, counts, FLAGS.placers, FLAGS.partitioners,
-                                FLAGS.batch)
+                                FLAGS.batch, FLAGS.size)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   os.makedirs(FLAGS.out, exist_ok=True)

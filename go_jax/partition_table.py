@@ -28,12 +28,13 @@ PARTITIONERS = ("tofu", "data_parallel", "megatron")
 
 
 def check_lists(models: Sequence[str], counts: Sequence[int], placers: Sequence[str],
-                partitioners: Sequence[str], batch: int) -> None:
+                partitioners: Sequence[str], batch: int, size: Optional[str] = None) -> None:
   """ValueError naming the launcher's flag: an empty --models (a table with no rows), no
   method at all, an entry given twice (it would run twice or make two columns), a device count below 2
   (a partition over one worker is the single-device step, out of memory by construction at a
   --mem_factor below 1) or a --batch that does not divide a device count (data parallelism
-  would silently fall back to replicating every op)."""
+  would silently fall back to replicating every op). With --batch=0 each model's own batch
+  at `size` (`zoo.check`) must divide the counts, so the check names the model."""
   if not models:
     raise ValueError("--models: empty; give at least one zoo model")
   if not placers and not partitioners:
@@ -47,10 +48,19 @@ def check_lists(models: Sequence[str], counts: Sequence[int], placers: Sequence[
   if small:
     raise ValueError(f"--devices: {small[0]} is below 2 (partitioning over one worker is "
                      "the single-device step, out of memory by construction)")
+  why = "data parallelism would replicate every op instead of splitting the batch"
   bad = [d for d in counts if batch and batch % d]
   if bad:
-    raise ValueError(f"--batch={batch} does not divide --devices count(s) {bad} (data "
-                     "parallelism would replicate every op instead of splitting the batch)")
+    raise ValueError(f"--batch={batch} does not divide --devices count(s) {bad} ({why})")
+  if batch or size is None:
+    return
+  from simulator import zoo  # pylint: disable=g-import-not-at-top  # loads the zoo's modules
+  for model in models:
+    own = zoo.check(model, size).get("batch")
+    bad = [d for d in counts if own and own % d]
+    if bad:
+      raise ValueError(f"--batch=0: {model}'s own batch at --size={size} is {own}, which does "
+                       f"not divide --devices count(s) {bad} ({why}); give --batch")
 
 
 def cell_key(model: str, devices: int, method: str) -> str:

@@ -186,6 +186,12 @@ def test_partition_table_launcher_refuses_bad_lists():
     with pytest.raises(ValueError, match=want):
       launcher.check_lists(*args)
   launcher.check_lists(["gpt2_small"], [2], ["heft"], [], 0)  # 0: the size's own batch
+  launcher.check_lists(["gpt2_small"], [2, 4], ["heft"], [], 0, "default")  # batch 8
+  with pytest.raises(ValueError, match=r"--batch=0: wavenet_2x18's own batch at --size=tiny "
+                     r"is 1, which does not divide --devices count\(s\) \[2\]"):
+    launcher.check_lists(["gpt2_small", "wavenet_2x18"], [2], ["heft"], [], 0, "tiny")
+  with pytest.raises(ValueError, match="unknown zoo model 'nope'"):
+    launcher.check_lists(["nope"], [2], ["heft"], [], 0, "tiny")
 
 
 def test_partition_table_cells_are_checked_on_load_and_ratios_stay_short():
