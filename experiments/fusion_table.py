@@ -23,7 +23,7 @@ run resumes: a finished model is not redone unless it was made with other --devi
 --devices, --placers or learned settings, which recompute it). The file is tagged
 `"launcher": "fusion_table"`; another launcher's file (or an untagged one without the fusion
 table's settings) is refused, and so is a malformed stored row, naming the row, cell and field.
---placers are placement or joint methods; --checkpoint, --samples and --seed need
+--placers are non-learned placement or joint methods; --checkpoint, --samples and --seed need
 --learned_seconds > 0.
 
   python -m experiments.fusion_table --size=small --out=results/fusion_table
@@ -79,10 +79,16 @@ def main(argv: Sequence[str]) -> None:
       kind = methods.get(name).kind
     except ValueError as e:
       raise app.UsageError(f"--placers: {e}") from e
+    choices = ", ".join(sorted(n for n in methods.available(PLACER_KINDS)
+                               if not methods.get(n).learned))
     if kind not in PLACER_KINDS:
       raise app.UsageError(
-          f"--placers={name}: a {kind} method, not a placement one; choose from "
-          f"{', '.join(sorted(methods.available(PLACER_KINDS)))}")
+          f"--placers={name}: a {kind} method, not a placement one; choose from {choices}")
+    if methods.get(name).learned:  # the pipeline is the baseline the learned columns must beat
+      raise app.UsageError(
+          f"--placers={name}: a learned method; the placers make the non-learned sequential "
+          f"pipeline that the learned columns (--learned_seconds) are compared with; choose "
+          f"from {choices}")
   for flag, values in (("placers", FLAGS.placers), ("devices", FLAGS.devices)):
     twice = sorted({v for v in values if values.count(v) > 1})
     if twice:

@@ -231,6 +231,7 @@ def test_fusion_table_prints_a_dash_without_learned_columns():
     (["--placers=", "--devices=2"], "--placers: give at least one"),
     (["--placers=tofu"], "--placers=tofu: a partition method, not a placement one"),
     (["--placers=xla_fusion"], "--placers=xla_fusion: a fusion method"),
+    (["--placers=heft,go_joint3"], "--placers=go_joint3: a learned method; the placers make"),
     (["--devices=1,1"], "--devices=1,1: 1 given twice"),
     (["--seed=3"], "--seed: only used with --learned_seconds > 0"),
     (["--samples=2"], "--samples: only used with --learned_seconds > 0"),
