@@ -74,8 +74,16 @@ def as_settings(config) -> Dict[str, Any]:
   names = classic + learned
   if not names or len(set(names)) != len(names):
     raise ValueError(f"config.classic + config.learned: give distinct method names, got {names}")
-  for name in names:
-    methods.get(name)  # ValueError: unknown method (the message lists the available ones)
+  # A built-in method missing an optional dependency (metis without pymetis) is skipped with
+  # a warning, as every sweep does (docs/design.md section 8); a typo stops the run.
+  usable = {}
+  for field, given in (("classic", classic), ("learned", learned)):
+    usable[field], skipped = methods.usable(given, f"config.{field}")
+    for name, why in skipped.items():
+      if name == cfg["reference"]:
+        raise ValueError(f"config.reference={name!r} is not available here: {why}")
+      print(f"placer_comparison: skipping method {name}: {why}", file=sys.stderr, flush=True)
+  classic, learned = usable["classic"], usable["learned"]
   for name in learned:
     if time_option(name) is None:
       raise ValueError(f"config.learned: method {name!r} has no time option "
@@ -86,6 +94,10 @@ def as_settings(config) -> Dict[str, Any]:
     if not isinstance(cfg[field], Mapping):
       raise ValueError(f"config.{field} must be a mapping, got {cfg[field]!r}")
   for name, opts in cfg["method_options"].items():
+    if name not in classic + learned:
+      if name in names:  # a skipped method's options
+        continue
+      raise ValueError(f"config.method_options: {name!r} is not a method of the config")
     bad = sorted(set(opts) - set(methods.get(name).defaults))
     if bad:
       raise ValueError(f"config.method_options.{name}: no option(s) {bad}; options: "
@@ -108,13 +120,16 @@ def as_settings(config) -> Dict[str, Any]:
   if not cfg["graphs"] or not cfg["topologies"]:
     raise ValueError("config.graphs and config.topologies must not be empty")
   from go_jax import harness  # pylint: disable=g-import-not-at-top
-  for spec in cfg["graphs"]:
-    harness.check_graph(spec, "config.graphs")
+  from simulator import sources  # pylint: disable=g-import-not-at-top
+  harness.same_instances(cfg["graphs"], [sources.spec_identity(harness.check_graph(
+      g, "config.graphs")) for g in cfg["graphs"]], "graphs", "config")
+  topologies = []
   for spec in cfg["topologies"]:
     try:
-      harness.parse_topology(spec)
+      topologies.append(harness.topology_identity(harness.parse_topology(spec)))
     except ValueError as e:
       raise ValueError(f"config.topologies: {e}") from None
+  harness.same_instances(cfg["topologies"], topologies, "topologies", "config")
   shard_index(cfg["shard"])
   cfg["classic"], cfg["learned"] = classic, learned
   return cfg

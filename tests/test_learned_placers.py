@@ -143,11 +143,35 @@ def test_ratios_fall_back_to_the_best_feasible_classic_where_the_reference_is_oo
     ("shard", "2/2", "config.shard"),
     ("seconds", (0.0,), "search times > 0"),
     ("budgets", {"nope": 3}, "not a method of the config"),
+    ("method_options", {"heft": {}, "sa": {}}, "method_options: 'sa' is not a method of the"),
+    ("classic", ("heft", "nope"), r"config.classic: unknown method\(s\) \['nope'\]"),
+    ("graphs", ("chain:n=6", "chain: n=6"), r"config: graphs\[0\] .* are the same graph"),
+    ("topologies", ("nvlink2", "nvlink2@mem=1.0x", " nvlink2 "), "are the same topology"),
 ])
 def test_bad_config_fields_are_named(field, value, match):
   cfg = learned_placers.get_config("tiny")
   cfg[field] = value
   with pytest.raises(ValueError, match=match):
+    pc.as_settings(cfg)
+
+
+def test_a_classic_method_missing_its_extra_is_skipped_unless_it_is_the_reference(
+    monkeypatch, capsys):
+  """As every sweep does (docs/design.md section 8): metis without pymetis is dropped with a
+  warning, its options and budget kept aside; as the reference it stops the run."""
+  from go_jax import methods  # pylint: disable=g-import-not-at-top
+  real = methods.usable
+  def without_metis(names, what="methods"):
+    got, skipped = real([n for n in names if n != "metis"], what)
+    return got, dict(skipped, **({"metis": "pip install pymetis"} if "metis" in names else {}))
+  monkeypatch.setattr(methods, "usable", without_metis)
+  cfg = learned_placers.get_config("tiny")
+  cfg.classic = ("heft", "metis", "random")
+  cfg.method_options = {"metis": {}}
+  got = pc.as_settings(cfg)
+  assert got["classic"] == ["heft", "random"] and "skipping method metis" in capsys.readouterr().err
+  cfg.reference = "metis"
+  with pytest.raises(ValueError, match="config.reference='metis' is not available here: pip"):
     pc.as_settings(cfg)
 
 
