@@ -56,8 +56,11 @@ def check_actions(graph: CompGraph, topology: Topology, placement, priority):
     raise ValueError(f"placement {placement.shape} and priority {priority.shape} must both "
                      f"have shape (N,) or (B, N) with N = {n} for graph '{graph.name}'")
   if placement.size and not np.issubdtype(placement.dtype, np.integer):
-    if np.any(placement != np.round(placement)):
-      raise ValueError("placement must hold integer device ids")
+    bad = np.argwhere(placement != np.round(placement))  # a fraction, NaN or inf
+    if bad.size:
+      idx = tuple(bad[0])
+      raise ValueError(f"placement{_position(idx)} = {placement[idx]} is not an integer "
+                       "device id")
   bad = np.argwhere((placement < 0) | (placement >= d))
   if bad.size:
     idx = tuple(bad[0])

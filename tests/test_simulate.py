@@ -408,7 +408,8 @@ def test_oom_flag():
     ([0, 0, 1], [0, 0, 0], "must both have shape"),
     ([0, 0, 1, 0], [0, 0, 0], "must both have shape"),
     ([0, 0, 1, 0], [0, np.nan, 0, 0], "NaN"),
-    ([0, 0.5, 1, 0], [0, 0, 0, 0], "integer"),
+    ([0, 0.5, 1, 0], [0, 0, 0, 0], r"placement\[1\] = 0.5 is not an integer device id"),
+    ([0, 0, np.nan, 0], [0, 0, 0, 0], r"placement\[2\] = nan is not an integer"),
     ([0, 0, 1, 0], [1e39, 2e39, 0, 0], r"priority\[0\] = 1e\+39 is beyond float32's range"),
     ([0, 0, 1, 0], [0, 0, -1e39, 0], r"priority\[2\] = -1e\+39"),
 ])
