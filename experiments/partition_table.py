@@ -2,8 +2,9 @@ r"""The partitioning table (issue 15): Tofu, data parallelism and Megatron again
 
 For every zoo model (training step before XLA's passes, costed on --device, with its HLO
 strategy space; --batch overrides the batch knob, or 0 keeps each model's own at --size;
-either way the batch must divide every device count, else the launcher refuses) and device count D >= 2 (the `nvlink<D>` preset) with every device's memory --mem_factor times the
-step's single-device footprint: the placement methods (--placers; the best by makespan,
+either way the batch must divide every device count, else the launcher refuses) and device
+count D >= 2 (the `nvlink<D>` preset) with every device's memory --mem_factor times the step's
+single-device footprint: the placement methods (--placers; the best by makespan,
 feasible first) and the partitioning methods (--partitioners, k = D workers; docs/design.md
 section 4.2), each re-simulated: makespan (or OOM and peak / capacity), the placements that fit,
 and each strategy's communication bytes. Then Tofu's DP against brute force on programs small
