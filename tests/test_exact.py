@@ -236,6 +236,20 @@ def test_cpsat_memory_multi_device_placement_keeps_other_devices():
   assert np.all(np.isfinite(sol.priority))
 
 
+@pytest.mark.parametrize("name,option", [
+    ("cpsat", {"time_limit_s": float("nan")}), ("cpsat_memory", {"time_limit_s": float("nan")}),
+    ("cpsat", {"time_limit_s": 0.0}), ("cpsat_memory", {"device": 1.5}),
+    ("cpsat_memory", {"device": True}), ("cpsat_memory", {"device": "0"})])
+def test_cpsat_bad_options_are_value_errors(name, option):
+  """A NaN time limit passed the `<= 0` check and CP-SAT rejected the model (reported as a bug
+  of the model, with the fallback returned); a fractional, bool or string device was truncated
+  by int() (or read as device 1) instead of refused."""
+  g, topo = diamond()
+  place = np.zeros(4, int) if name == "cpsat_memory" else None
+  with pytest.raises(ValueError, match=f"{name}: {next(iter(option))} must be"):
+    solve(name, g, topo, placement=place, **option)
+
+
 # ------------------------------------------------------------------ metis
 def two_cliques(k=4):
   pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]

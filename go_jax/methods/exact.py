@@ -69,10 +69,13 @@ def cp_model_module():
 
 
 def check_common(name: str, n: int, config) -> None:
+  """ValueError for more than `max_ops` ops, a time limit that is not > 0 (NaN included: CP-SAT
+  rejects such a model as invalid, which would read as a bug of the model) and fewer than one
+  worker."""
   if n > int(config["max_ops"]):
     raise ValueError(f"{name}: {n} ops exceed max_ops={config['max_ops']}; the exact model is "
                      f"meant for small graphs (raise max_ops to try anyway)")
-  if float(config["time_limit_s"]) <= 0:
+  if not float(config["time_limit_s"]) > 0:
     raise ValueError(f"{name}: time_limit_s must be > 0, got {config['time_limit_s']}")
   if int(config["num_workers"]) < 1:
     raise ValueError(f"{name}: num_workers must be >= 1, got {config['num_workers']}")

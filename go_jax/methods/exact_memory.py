@@ -13,7 +13,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from go_jax.methods import Problem, Proposal, register, simple
+from go_jax.methods import Problem, Proposal, integral, register, simple
 # exact.py checks that ortools is installed (ModuleNotFoundError, so that only the CP-SAT
 # methods are missing without it) and imports CP-SAT on first use.
 from go_jax.methods.exact import byte_unit, check_common, cp_model_module, make_solver, \
@@ -199,6 +199,9 @@ def cpsat_memory(problem: Problem, config) -> Proposal:
   g = problem.graph
   place = np.asarray(problem.placement, np.int64)[g.colocation_root()]  # rule 1
   used = np.unique(place)
+  if config["device"] is not None and not integral(config["device"]):  # int() would truncate
+    raise ValueError(f"cpsat_memory: device must be an integer device id or None, got "
+                     f"{config['device']!r}")
   device = (int(used[0]) if len(used) == 1 else 0) if config["device"] is None else int(
       config["device"])
   if not 0 <= device < problem.topology.num_devices:
