@@ -64,18 +64,28 @@ def makespan_lower_bound(graph: CompGraph, topology: Topology) -> Dict[str, floa
   return {"critical_path": cp, "work": work, "bound": max(cp, work)}
 
 
+# Shortest duration, relative to the makespan's upper bound (no event comes later), that the
+# float32 simulator is sure to tell from an instant (float32's relative precision is 6e-8).
+VISIBLE_DURATION = 1e-6
+
+
 def memory_lower_bound(graph: CompGraph, topology: Topology) -> Dict[str, float]:
   """Lower bounds on the peak memory (max over devices) of any action.
 
-  params: parameter bytes spread perfectly evenly. op: while an op of non-zero duration runs,
-  its device holds its output, its scratch and a copy of every input (each live at least
-  until the op finishes), plus the op's own parameters.
+  params: parameter bytes spread perfectly evenly. op: while an op that takes visibly long
+  runs, its device holds its output, its scratch and a copy of every input (each live at least
+  until the op finishes), plus the op's own parameters. "Visibly long" is at least
+  VISIBLE_DURATION of the makespan's upper bound on every device (as in cpsat's necessary
+  memory conditions, methods/exact.py): the jitted simulator adds times in float32, where a
+  shorter op (1e-9 s after a 1 s op) can start and finish at the same instant and so hold no
+  memory; counting it made the bound exceed such an action's peak (a gap of -1).
   """
   d = topology.num_devices
   params = float(graph.param_bytes.sum() / d)
   ins = np.zeros(graph.num_nodes)
   np.add.at(ins, graph.receivers, graph.out_bytes[graph.senders])
-  runs = durations(graph, topology).min(axis=1) > 0
+  shortest = durations(graph, topology).min(axis=1)
+  runs = (shortest > 0) & (shortest >= VISIBLE_DURATION * makespan_upper_bound(graph, topology))
   per_op = graph.out_bytes + graph.temp_bytes + ins + graph.param_bytes
   op = float(per_op[runs].max()) if runs.any() else 0.0
   return {"params": params, "op": op, "bound": max(params, op)}

@@ -69,6 +69,19 @@ def test_bounds_hold_on_random_actions():
     assert np.all(peak >= mem_lo * (1 - 1e-6)) and np.all(peak <= mem_hi * (1 + 1e-6))
 
 
+def test_memory_bound_skips_ops_too_short_for_float32():
+  """A 1e-9 s op after a 1 s one starts and finishes at the same float32 instant, so its
+  100-byte scratch is never live in `simulate`; the peak-memory bound counted it (100 B over a
+  simulated peak of 0: a gap of -1)."""
+  g = CompGraph(cost=[1.0, 1e-9], senders=[0], receivers=[1], temp_bytes=[0.0, 100.0])
+  topo = Topology.uniform(1, bandwidth=1.0)
+  assert objectives.memory_lower_bound(g, topo)["op"] == 0.0
+  sol = methods.solve("single", g, topo, objective="peak_memory")
+  assert sol.objective == 0.0 and sol.lower_bound <= sol.objective
+  visible = CompGraph(cost=[1.0, 1e-5], senders=[0], receivers=[1], temp_bytes=[0.0, 100.0])
+  assert objectives.memory_lower_bound(visible, topo)["op"] == 100.0
+
+
 def test_lower_bounds_by_hand():
   # chain a->b->c of costs 1, 2, 3 on 2 devices of speed 1 and 2
   g = CompGraph(cost=[1.0, 2.0, 3.0], senders=[0, 1], receivers=[1, 2])
