@@ -164,8 +164,9 @@ def go_config(config, *, objective: str, learning_rate: float = DEFAULT_LEARNING
   exploration floor and its gate `explore_below` given (None: the config's)."""
   cfg = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict")
                                   else dict(config))
-  if not learning_rate > 0:
-    raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+  if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or \
+      not 0 < learning_rate < math.inf:  # None or a string: a ValueError, not a TypeError
+    raise ValueError(f"learning_rate must be a finite number > 0, got {learning_rate!r}")
   cfg.update(objective=objective, graphs_per_update=1, updates=FINETUNE_MAX_UPDATES,
              updates_per_call=FINETUNE_UPDATES_PER_CALL, learning_rate=float(learning_rate),
              lr_schedule="constant", warmup_updates=0)
