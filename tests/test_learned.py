@@ -184,6 +184,8 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(polish_relabel=2), r"polish_relabel must be a share of the moves in \[0, 1\]"),
     (dict(checkpoint="no_such_checkpoint"), "no pretrained checkpoint 'no_such_checkpoint'"),
     (dict(checkpoint="none"), "only fine-tuning uses"),
+    (dict(checkpoint="placeto"), "go_hint: checkpoint 'placeto' is not a GO \\(PPO\\) run .*"
+     "algorithm 'placeto'"),
     (dict(max_nodes=1), "max_nodes must be an integer >= 2 or None"),
     (dict(max_nodes=8, coarse_nodes=16), r"coarse_nodes must be an integer in \[2, max_nodes=8\]"),
     (dict(coarse_max_group_weight=1.5), r"coarse_max_group_weight must be a fraction in \(0, 1\]"),

@@ -207,6 +207,11 @@ def _load(method: str, checkpoint: str, shipped: str):
     config = pretrained.load_config(checkpoint)
   except ValueError as e:
     raise ValueError(f"{method}: {e}") from e
+  algorithm = config.get("algorithm", "ppo")
+  if algorithm != "ppo":  # a REGAL / Placeto run: its policy config is not a GO policy's
+    raise ValueError(f"{method}: checkpoint {checkpoint!r} is not a GO (PPO) run (its "
+                     f"config.json has algorithm {algorithm!r}; train one with "
+                     "experiments/configs/pretrain.py)")
   return config, checkpoint, checkpoint
 
 
