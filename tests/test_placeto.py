@@ -180,7 +180,8 @@ def test_impossible_memory_is_reported_not_raised():
 
 
 @pytest.mark.parametrize("option,value", [
-    ("samples", 1), ("finetune_seconds", -1.0), ("checkpoint", ""), ("groups", 0),
+    ("samples", 1), ("finetune_seconds", -1.0), ("finetune_seconds", float("inf")),
+    ("finetune_seconds", float("nan")), ("checkpoint", ""), ("groups", 0),
     ("learning_rate", 0.0), ("max_updates", 0), ("checkpoint", "go"),
     ("checkpoint", "no/such/folder")])
 def test_bad_options_name_the_option(option, value):

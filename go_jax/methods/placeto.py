@@ -87,8 +87,10 @@ def _check_options(config: Dict[str, Any]) -> None:
     raise ValueError(f"placeto: option checkpoint must be a shipped name, a folder or "
                      f"'{NO_CHECKPOINT}', got {ckpt!r}")
   sec = config["finetune_seconds"]
-  if isinstance(sec, bool) or not isinstance(sec, (int, float)) or not sec >= 0:
-    raise ValueError(f"placeto: option finetune_seconds must be a number >= 0, got {sec!r}")
+  if isinstance(sec, bool) or not isinstance(sec, (int, float)) or not 0 <= sec < float("inf"):
+    # inf: without max_updates the fine-tuning loop would never end
+    raise ValueError(f"placeto: option finetune_seconds must be a finite number >= 0 (bound "
+                     f"the updates with max_updates), got {sec!r}")
   if config["samples"] is not None and not _is_count(config["samples"], 2):
     raise ValueError(f"placeto: option samples must be an integer >= 2 (the baseline averages "
                      f"the other episodes) or None, got {config['samples']!r}")
