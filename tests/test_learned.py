@@ -251,8 +251,10 @@ def test_a_graph_above_max_nodes_is_solved_coarse_and_scored_on_the_original(ins
   re-simulated there."""
   _, topo = instance
   graph = load_graph("series_parallel:n=2000,seed=0")
+  # a budget of one update and the 6 simulations scoring its stages on the original graph
   sol = methods.solve("go_hint", graph, topo, samples=K, seed=3, max_updates=1,
-                      max_nodes=1000, coarse_nodes=16)
+                      max_nodes=1000, coarse_nodes=16, budget=K + 1 + 6)
+  assert sol.evaluations == K + 1 + 6
   info = sol.info
   assert info["coarsened"]["nodes"] == 2000 and info["coarsened"]["coarse_nodes"] <= 16
   assert set(info["phases"]) == set(learned.PHASES)
@@ -271,6 +273,23 @@ def test_a_graph_above_max_nodes_is_solved_coarse_and_scored_on_the_original(ins
   assert names[len(names) // 2:] == [n + learned.CRITICAL_SUFFIX for n in names[:len(names) // 2]]
   assert info["coarsened"]["options"]["temp_bound"] == learned.COARSE_TEMP_BOUND
   assert 0 < info["coarsened"]["memory_scale"] < np.inf
+
+
+@pytest.mark.parametrize("options,reserved", [(dict(max_updates=1), 6), ({}, 4)])
+def test_a_budget_on_a_coarsened_graph_leaves_room_for_scoring_the_stages(instance, options,
+                                                                         reserved):
+  """The coarsened path scores every stage on the original graph twice (its own order and the
+  critical-path one): 6 simulations after fine-tuning, 4 zero-shot. The budget set aside 3, so
+  one more than that left one update of K + 1 and `Solution.evaluations` came out above the
+  budget; now such a budget is refused naming the whole budget (before anything compiles:
+  unbounded memory, no calibration)."""
+  graph, topo = instance
+  budget = K + reserved  # one short of an update plus the stages' simulations
+  with pytest.raises(ValueError, match=f"go_hint: budget {budget} less the {reserved} "
+                     f"simulations that score the coarse stages on the original graph "
+                     rf"\({K}\) is below one update"):
+    methods.solve("go_hint", graph, topo.with_memory(np.inf), samples=K, budget=budget,
+                  max_nodes=8, coarse_nodes=4, **options)
 
 
 def test_expand_priority_keeps_the_coarse_order_and_breaks_ties():

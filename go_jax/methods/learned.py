@@ -66,7 +66,9 @@ its "coarse_objective" and "coarse_feasible") and "phases" (seconds of coarsen, 
 two footprints), load, setup, compile, search, expand, verify); "curve" is over the stages'
 original objectives. The fusing tasks (go_fusion, go_joint3) never coarsen: fused groups are
 costed from the original ops. A problem budget (simulator evaluations) caps fine-tuning at
-budget // (K + 1) updates: each update simulates K sampled actions and the greedy one.
+budget // (K + 1) updates: each update simulates K sampled actions and the greedy one; on the
+coarsened path, after the simulations that score the stages on the original graph (one per
+stage, two per stage for go and go_hint with `coarse_critical_order`).
 """
 
 from __future__ import annotations
@@ -287,14 +289,20 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
                      f"got {coarse_nodes!r}")
   coarse_options(method, config)
   if task is None and limit is not None and problem.graph.num_nodes > limit:
+    # `_solve`'s stages: the two zero-shot ones from a checkpoint, then the fine-tuned one (a
+    # bad finetune_seconds counts as fine-tuning here; `_solve` refuses it)
+    stages = 2 * (config["checkpoint"] != NO_CHECKPOINT) + (
+        config["finetune_seconds"] != 0 or config["max_updates"] is not None)
     return learned_large.solve_coarsened(method, problem, config, placement_only,
-                                         int(coarse_nodes), _solve)
+                                         int(coarse_nodes), _solve, stages)
   return _solve(method, problem, config, placement_only, task)
 
 
 def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only: bool,
-           task: Optional[str] = None) -> Proposal:
-  """`solve_learned` on the graph as given."""
+           task: Optional[str] = None, reserved: int = 0) -> Proposal:
+  """`solve_learned` on the graph as given. `reserved`: evaluations of the caller's budget
+  already set aside (the large-graph path's re-simulation of the stages on the original graph),
+  so that `problem.budget` is what is left; the error below names the whole budget."""
   from go_jax import pretrained, training  # pylint: disable=g-import-not-at-top  (heavy)
   seconds = config["finetune_seconds"]
   if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0
@@ -339,8 +347,11 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   k = int(cfg.samples)
   if problem.budget is not None:
     if problem.budget < k + 1:
-      raise ValueError(f"{method}: budget {problem.budget} is below one update ({k} samples + "
-                       f"the greedy action = {k + 1} evaluations); raise it or lower samples")
+      given = (f"budget {problem.budget}" if not reserved else
+               f"budget {problem.budget + reserved} less the {reserved} simulations that score "
+               f"the coarse stages on the original graph ({problem.budget})")
+      raise ValueError(f"{method}: {given} is below one update ({k} samples + the greedy "
+                       f"action = {k + 1} evaluations); raise it or lower samples")
     cap = int(problem.budget) // (k + 1)
     max_updates = cap if max_updates is None else min(int(max_updates), cap)
   if source is None and not tune:

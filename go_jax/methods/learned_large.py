@@ -103,11 +103,12 @@ def memory_scale(graph: CompGraph, coarse: coarsen_lib.Coarsened, topology, how:
 
 
 def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
-                    placement_only: bool, coarse_nodes: int, solve: Callable) -> Proposal:
+                    placement_only: bool, coarse_nodes: int, solve: Callable,
+                    stages: int) -> Proposal:
   """A learned method on a graph too large for it: coarsen to `coarse_nodes`, solve there,
   expand every stage to the original ops and re-simulate them there (learned.py's module
-  docstring). `solve(method, problem, config, placement_only)` solves the coarse problem:
-  learned._solve."""
+  docstring). `solve(method, problem, config, placement_only, reserved=...)` solves the coarse
+  problem: learned._solve, which returns `stages` stages."""
   graph = problem.graph
   t0 = time.perf_counter()
   opts = coarse_options(method, config)
@@ -123,11 +124,13 @@ def solve_coarsened(method: str, problem: Problem, config: Dict[str, Any],
     scale = memory_scale(graph, coarse, topo, opts["memory_scale"], critical)
     topo = topo.with_memory(caps * scale)
   tm = time.perf_counter()
-  budget = problem.budget
-  if budget is not None:  # the stages' re-simulation on the original graph counts too
-    budget = max(int(budget) - 3, 1)
+  # The stages' re-simulation on the original graph counts in the budget too: every stage once,
+  # and for the joint methods once more with the critical-path order.
+  reserved = stages * (2 if not placement_only and opts["critical_order"] else 1)
+  budget = None if problem.budget is None else int(problem.budget) - reserved
   prop = solve(method, dataclasses.replace(problem, graph=coarse.graph, topology=topo,
-                                            budget=budget), config, placement_only)
+                                            budget=budget), config, placement_only,
+               reserved=reserved)
   t2 = time.perf_counter()
   stages = prop.info["stages"]
   places = np.stack([coarse.expand(s["placement"]) for s in stages])
