@@ -190,11 +190,11 @@ def test_bad_options_name_the_option(option, value):
 
 
 def test_fresh_parameters_need_finetuning_and_unknown_options_are_refused():
-  with pytest.raises(ValueError, match="finetune_seconds"):
+  with pytest.raises(methods.Refused, match="finetune_seconds"):  # as GO's
     methods.solve("placeto", chains(), TOPO, checkpoint="none")
   with pytest.raises(ValueError, match="no option"):
     methods.solve("placeto", chains(), TOPO, epochs=2)
-  with pytest.raises(ValueError, match="devices"):
+  with pytest.raises(methods.Refused, match="devices"):
     methods.solve("placeto", chains(), Topology.uniform(9, bandwidth=1e9))
 
 

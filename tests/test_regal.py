@@ -291,7 +291,8 @@ def test_shipped_checkpoints_load():
       "regal", "regal", "regal_d4", "regal_d4", "regal_d8", "regal_d8"]
   assert [regal_method.shipped_checkpoint("gas", d) for d in (2, 3, 4, 8)] == [
       "gas", "gas_d4", "gas_d4", "gas_d8"]
-  with pytest.raises(ValueError, match="no shipped checkpoint serves 9 devices.*gas,devices=9"):
+  with pytest.raises(methods.Refused,
+                     match="no shipped checkpoint serves 9 devices.*gas,devices=9"):
     regal_method.shipped_checkpoint("gas", 9)
   with pytest.raises(ValueError, match="serves 9 devices .*regal_d8 \\(8\\)"):
     regal_method.shipped_checkpoint("regal", 9)
@@ -500,6 +501,6 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
   for name, slots in (("regal_hint_d4", 4), ("regal_hint_d8", 8)):
     _, module, _ = regal_method.load_checkpoint("regal_hint", name)
     assert module.hints and module.max_devices == slots
-  with pytest.raises(ValueError, match="regal_hint: no shipped checkpoint serves 9 devices"):
+  with pytest.raises(methods.Refused, match="regal_hint: no shipped checkpoint serves 9 devices"):
     methods.solve("regal_hint", g, Topology.uniform(9, bandwidth=1e9), objective="peak_memory",
                   budget=160)

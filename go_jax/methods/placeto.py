@@ -130,7 +130,7 @@ def placeto(problem: Problem, config) -> Proposal:
   tune = seconds > 0 or max_updates is not None
   if config["checkpoint"] == NO_CHECKPOINT:
     if not tune:
-      raise ValueError(f"placeto: option checkpoint='{NO_CHECKPOINT}' starts from fresh "
+      raise Refused(f"placeto: option checkpoint='{NO_CHECKPOINT}' starts from fresh "
                        "parameters, which only fine-tuning uses: give finetune_seconds > 0 "
                        "or max_updates")
     train_config, params, label = trainer_lib.default_config(), None, "none (fresh parameters)"

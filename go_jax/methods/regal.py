@@ -138,7 +138,8 @@ def load_checkpoint(method: str, checkpoint: str):
 def shipped_checkpoint(method: str, devices: int) -> str:
   """The shipped checkpoint of `method` with the fewest device slots >= `devices`: `regal`
   (2 devices), `regal_d4` (4) or `regal_d8` (8); `gas`, `gas_d4` or `gas_d8`; `regal_hint`,
-  `regal_hint_d4` or `regal_hint_d8`. The 8-device `regal` and `gas` are runs at a tenth of the
+  `regal_hint_d4` or `regal_hint_d8`; none for more devices: `methods.Refused`, as for a
+  checkpoint given by name. The 8-device `regal` and `gas` are runs at a tenth of the
   learning rate: at 3e-3 `regal`'s mode decode was 31% worse than BRKGA 5K and `gas`'s 1.8%
   (docs/regal.md section 3)."""
   from go_jax import pretrained  # pylint: disable=g-import-not-at-top
@@ -148,7 +149,7 @@ def shipped_checkpoint(method: str, devices: int) -> str:
   for dmax, name in slots:
     if dmax >= devices:
       return name
-  raise ValueError(f"{method}: no shipped checkpoint serves {devices} devices (shipped: "
+  raise Refused(f"{method}: no shipped checkpoint serves {devices} devices (shipped: "
                    f"{', '.join(f'{n} ({d})' for d, n in slots) or 'none'}); train one with "
                    f"experiments/configs/regal.py:{method},devices={devices} and pass its "
                    "workdir as checkpoint")
