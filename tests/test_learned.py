@@ -169,6 +169,7 @@ def test_more_devices_than_the_policy_serves(instance):
     (dict(finetune_seconds=-1.0), "finetune_seconds must be a finite number >= 0"),
     (dict(finetune_seconds=float("inf"), max_updates=1), "finetune_seconds must be a finite"),
     (dict(samples=0), "samples must be an integer >= 1"),
+    (dict(samples=1), "go_hint: advantage 'leave_one_out' compares samples: samples must be >= 2"),
     (dict(max_updates=1.5), "max_updates must be an integer >= 1"),
     (dict(learning_rate=0.0), "learning_rate must be a finite number > 0"),
     (dict(learning_rate=None, max_updates=1), "learning_rate must be a finite number > 0"),

@@ -304,6 +304,7 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
   already set aside (the large-graph path's re-simulation of the stages on the original graph),
   so that `problem.budget` is what is left; the error below names the whole budget."""
   from go_jax import pretrained, training  # pylint: disable=g-import-not-at-top  (heavy)
+  from go_jax.training import state as state_lib  # pylint: disable=g-import-not-at-top
   seconds = config["finetune_seconds"]
   if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0
       or not math.isfinite(seconds)):  # inf: the polish's timed climb would never end
@@ -339,6 +340,9 @@ def _solve(method: str, problem: Problem, config: Dict[str, Any], placement_only
                     self_imitation=config["self_imitation"],
                     explore=explore if tune else None,
                     explore_below=config["explore_below"])
+    # what PPO refuses of this config, e.g. samples=1 with an advantage that compares samples:
+    # here, named by the method, rather than from inside training.finetune
+    state_lib.check_hparams(state_lib.hparams_from_config(cfg), 1)
   except ValueError as e:
     raise ValueError(f"{method}: {e}") from e
   if task is not None and not train_config.policy.get("fusion_head", False):
