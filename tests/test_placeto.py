@@ -179,6 +179,20 @@ def test_impossible_memory_is_reported_not_raised():
   assert "out of memory" in sol.reason
 
 
+def test_devices_of_zero_bytes_give_finite_features():
+  """A topology of 0-byte devices is valid (only a graph without bytes fits). The features
+  divided the bytes by the smallest capacity: inf, and NaN for a group of 0 bytes, as the
+  policy's inputs. A capacity now counts as at least 1 byte (host side only)."""
+  from go_jax.placeto import env  # pylint: disable=g-import-not-at-top
+  graph = chains().replace(out_bytes=np.r_[np.zeros(4), np.ones(4)])
+  _, zero = env.build([graph], [TOPO.with_memory(0.0)], 2, "makespan")
+  _, one = env.build([graph], [TOPO.with_memory(1.0)], 2, "makespan")
+  for field in ("feats", "memory"):
+    got = np.asarray(getattr(zero.net, field))
+    assert np.all(np.isfinite(got)), field
+    np.testing.assert_array_equal(got, np.asarray(getattr(one.net, field)))
+
+
 @pytest.mark.parametrize("option,value", [
     ("samples", 1), ("finetune_seconds", -1.0), ("finetune_seconds", float("inf")),
     ("finetune_seconds", float("nan")), ("checkpoint", ""), ("groups", 0),

@@ -141,6 +141,13 @@ def _downward(graph: CompGraph) -> np.ndarray:
   return down
 
 
+def _finite_capacities(topology: Topology) -> np.ndarray:
+  """The finite device capacities, each at least 1 byte: the features divide bytes by them, and
+  a device of 0 bytes (a valid topology) made them inf or, for 0 bytes held, NaN."""
+  cap = np.asarray(topology.mem_capacity, np.float64)
+  return np.maximum(cap[np.isfinite(cap)], 1.0)
+
+
 def static_features(coarse: CompGraph, topology: Topology) -> np.ndarray:
   """(M, F) the per-group attributes of STATIC_FEATURES on `topology` (unpadded)."""
   speed, overhead = float(np.mean(topology.speed)), float(np.mean(topology.overhead))
@@ -154,7 +161,7 @@ def static_features(coarse: CompGraph, topology: Topology) -> np.ndarray:
     comm = latency + coarse.out_bytes * per_byte
   else:
     comm = np.zeros(coarse.num_nodes)
-  cap = topology.mem_capacity[np.isfinite(topology.mem_capacity)]
+  cap = _finite_capacities(topology)
   held = coarse.param_bytes + coarse.out_bytes + coarse.temp_bytes
   memory = held / float(cap.min()) if cap.size else np.zeros(coarse.num_nodes)
   pressure = ((coarse.param_bytes.sum() + coarse.out_bytes.sum()) / float(cap.sum())
@@ -240,7 +247,7 @@ def stack(instances: Sequence[Instance], objective: str, max_devices: int,
     anc[:m, :m] = ancestors(cg)
     weight, memory = np.zeros(mp, np.float32), np.zeros(mp, np.float32)
     weight[:m] = cg.cost / max(float(cg.cost.sum()), 1e-30)
-    cap = inst.topology.mem_capacity[np.isfinite(inst.topology.mem_capacity)]
+    cap = _finite_capacities(inst.topology)
     if cap.size:
       memory[:m] = (cg.param_bytes + cg.out_bytes + cg.temp_bytes) / float(cap.min())
     es, er = np.zeros(eg, np.int32), np.zeros(eg, np.int32)
