@@ -489,6 +489,11 @@ def test_regal_hint_shipped_checkpoint_solves_and_resimulates():
                      ({"hint_consensus": -1}, "hint_consensus must be >= 0")):
     with pytest.raises(ValueError, match=match):
       methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=368, **bad)
+  # too little for one generation: the message quotes the budget given and what took the rest
+  with pytest.raises(ValueError, match=r"regal_hint: budget 300 leaves 126 evaluations for the "
+                     r"BRKGA after 48 for the hint and 126 for the polish \(polish=0.5\), below "
+                     r"one generation \(128 = population - elites\)"):
+    methods.solve("regal_hint", g, TOPO, objective="peak_memory", budget=300, polish=0.5)
   # the options override it: the checkpoint's training search (80 evaluations a generation)
   sol = methods.solve("regal_hint", g, TOPO, objective="peak_memory", seed=1, budget=208,
                       population=100, elite_frac=0.2, mutant_frac=0.1, polish=0)

@@ -231,7 +231,8 @@ def solve_regal(method: str, problem: Problem, config: Dict[str, Any]) -> Propos
     raise ValueError(f"{method}: a budget of {budget} evaluations leaves none after the "
                      f"hint's {hint_evaluations} (hint_partitions)")
   prop = guided.search(dataclasses.replace(problem, budget=budget - hint_evaluations), guide,
-                       brkga, name=method, seed_actions=seeds, seed_slots=seed_slots)
+                       brkga, name=method, seed_actions=seeds, seed_slots=seed_slots,
+                       spent=hint_evaluations)
   info = dict(prop.info, checkpoint=checkpoint, forward_seconds=forward_seconds,
               uniform_share=float(np.mean(kc == pol.UNIFORM)) if kc.size else 1.0,
               decode=config["decode"], hint_evaluations=hint_evaluations,

@@ -94,8 +94,8 @@ def search(config, graph: CompGraph, topology: Topology, params: Any = None, *,
   cap = MAX_UPDATES if max_updates is None else int(max_updates)
   if budget is not None:
     if budget < per_episode:
-      raise ValueError(f"budget {budget} is below one greedy episode ({per_episode} simulated "
-                       f"placements: {trainer.steps} steps + the initial state)")
+      raise ValueError(f"placeto: budget {budget} is below one greedy episode ({per_episode} "
+                       f"simulated placements: {trainer.steps} steps + the initial state)")
     cap = min(cap, (int(budget) - 2 * per_episode) // per_update)
   state = trainer.init(int(seed), params=params)
   setup = time.perf_counter() - t0 - (clock() - compiled_before)

@@ -160,7 +160,8 @@ def _polish_settings(config: Dict[str, Any], budget: int, name: str):
 
 
 def search(problem: Problem, guide: Guide, config: Dict[str, Any],
-           name: str = "guided_brkga", seed_actions=(), seed_slots: int = 0) -> Proposal:
+           name: str = "guided_brkga", seed_actions=(), seed_slots: int = 0,
+           spent: int = 0) -> Proposal:
   """The guided BRKGA on one problem, with brkga's config fields (population, elite_frac,
   mutant_frac, elite_bias, evaluations) and budget semantics; `seed_heuristics` is not used
   (REGAL's populations are drawn from the guide). With `uniform_guide` and no polish its answer
@@ -169,9 +170,19 @@ def search(problem: Problem, guide: Guide, config: Dict[str, Any],
   brkga_objective, polish_evaluations and polish_improvements. `seed_actions` [(placement (N,),
   priority (N,))] become the first generation's first chromosomes (`evolution.encode_action`;
   info `seeded`), in max(seed_slots, len(seed_actions), 3) slots, so a fixed `seed_slots` keeps
-  one compile whatever the number of actions."""
+  one compile whatever the number of actions. `spent`: evaluations the caller already took
+  from the method's budget (regal's hint), named with the polish's share when too little is
+  left for one generation, so that the message quotes the budget the user gave."""
   budget = evolution.search_budget(problem, config)
   polish, batch, swap, peak = _polish_settings(config, budget, name)
+  per_gen = evolution.generation_evaluations(config, name)
+  if (spent or polish) and budget - polish < per_gen:
+    taken = ([f"{spent} for the hint"] if spent else []) + (
+        [f"{polish} for the polish (polish={config['polish']:g})"] if polish else [])
+    raise ValueError(f"{name}: budget {budget + spent} leaves {budget - polish} evaluations "
+                     f"for the BRKGA after {' and '.join(taken)}, below one generation "
+                     f"({per_gen} = population - elites); raise the budget"
+                     + (" or lower polish" if polish else ""))
   if polish:
     problem = dataclasses.replace(problem, budget=budget - polish)
   p, e, mu, bias, gens = evolution._brkga_generations(  # pylint: disable=protected-access
