@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulator import ops
-from simulator.graph import CompGraph
+from simulator.graph import MAX_VALUE, CompGraph
 
 # Op types that never join a fusion group (forward names; backward ids follow their forward).
 UNFUSIBLE_TYPES = ("unknown", "input", "parameter", "while", "conditional", "custom_call",
@@ -106,7 +106,7 @@ def node_tables(graph: CompGraph) -> NodeTables:
   mem_only = np.asarray(ref.memory_only)[cls]
   order = {c: k for k, c in enumerate(ANCHOR_ORDER)}
   rank = np.array([order.get(ref.classes[c], len(ANCHOR_ORDER)) for c in cls], np.int64)
-  return NodeTables(
+  t = NodeTables(
       consumer=consumer, single=one, fusible=fusible(graph.op_type),
       heavy=heavy(graph.op_type).astype(np.int64),
       flops=np.where(mem_only, 0.0, graph.flops),
@@ -114,6 +114,53 @@ def node_tables(graph: CompGraph) -> NodeTables:
       anchor_rank=rank,
       rate_bytes=np.asarray(ref.bytes_eff)[cls] * ref.mem_bandwidth,
       overhead=np.asarray(ref.overhead_ratio)[cls] * ref.launch_overhead)
+  _check_group_range(graph, t)
+  return t
+
+
+def group_cost_bound(flops, nbytes, rate_flops, rate_bytes, overhead) -> Tuple[np.ndarray, float]:
+  """(work (N,), launch): summed over the members of any fused group, `work` plus `launch`
+  bounds the group's F4 cost from above (numpy; the ops' roofline flops and bytes and their
+  classes' rates and overheads, as `NodeTables` holds them).
+
+  Why: a group's roofline replaces its members' costs and can exceed their sum (members that
+  cost 0 with flops), so a bound of event times made of the op costs alone does not hold for a
+  fused action. Each op's work is taken at the slowest flops and bytes rates of the graph's
+  classes (the anchor is one of the members), and one launch at the largest overhead.
+  """
+  flops, nbytes = np.asarray(flops, np.float64), np.asarray(nbytes, np.float64)
+  rf = float(np.min(rate_flops, initial=np.inf))
+  rb = float(np.min(rate_bytes, initial=np.inf))
+  work = np.where(flops > 0, flops / rf, 0.0) + np.where(nbytes > 0, nbytes / rb, 0.0)
+  return work, float(np.max(overhead, initial=0.0))
+
+
+def fused_cost_bound(cost, flops, nbytes, rate_flops, rate_bytes, overhead) -> np.ndarray:
+  """(N,) per op a cost whose sum over any fused group's members is at least the group's
+  duration numerator (its own cost for a group of one, `group_cost_bound` for more): what
+  `reference.check_time_range` bounds a fused action's event times with."""
+  work, launch = group_cost_bound(flops, nbytes, rate_flops, rate_bytes, overhead)
+  return np.maximum(np.asarray(cost, np.float64), work + launch)
+
+
+def _check_group_range(graph: CompGraph, t: NodeTables) -> None:
+  """ValueError when some fused group of `graph` could hold a value above MAX_VALUE (the
+  quotient graph is a CompGraph, which refuses one): its cost (`group_cost_bound` over every
+  op), or the sum of its members' flops, bytes_accessed or param_bytes. Both simulators refuse
+  such a graph alike, rather than the reference failing on a quotient the jitted one runs."""
+  work, launch = group_cost_bound(t.flops, graph.bytes_accessed, t.rate_flops, t.rate_bytes,
+                                  t.overhead)
+  sums = {"cost": float(np.sum(work)) + launch, "flops": float(np.sum(graph.flops)),
+          "bytes_accessed": float(np.sum(graph.bytes_accessed)),
+          "param_bytes": float(np.sum(graph.param_bytes))}
+  for field, total in sums.items():
+    if not total <= MAX_VALUE:
+      raise ValueError(
+          f"graph '{graph.name}' cannot be fused: a fused group's {field} could reach "
+          f"{total:.3g} (summed over its members" + (" at the cost reference's slowest rates"
+                                                    if field == "cost" else "") +
+          f"), above {MAX_VALUE:g}, the largest value of a graph (the quotient graph's "
+          "range, design.md 4.1); scale flops, bytes and params, or the reference's rates")
 
 
 def check_mask(fuse, shape, graph_name: str) -> np.ndarray:

@@ -99,18 +99,21 @@ def _check_priority_range(priority: np.ndarray) -> None:
 MAX_EVENT_TIME = 1e38
 
 
-def check_time_range(graph: CompGraph, topology: Topology) -> None:
+def check_time_range(graph: CompGraph, topology: Topology, cost=None) -> None:
   """ValueError when some event time of some action could leave float32's range: in float32
   an overflowed time is inf, and the jitted loop never commits an op whose start is inf (its
   makespan would come out too small). The bound is every op's slowest duration plus every
   transfer it could send, summed (float64): no schedule ends later. Each value is below 1e30
   (`graph.MAX_VALUE`), but a quotient cost / speed or bytes / bandwidth can still overflow.
+  `cost` (N,): per-op costs to bound with instead of the graph's; a fused action passes
+  `fusion.fused_cost_bound`, as a fused group can cost more than its members (design.md 4.1).
   With JAX's x64 mode on the simulator is float64 and there is nothing to check."""
   import jax  # pylint: disable=g-import-not-at-top
   if jax.config.jax_enable_x64 or graph.num_nodes == 0:
     return
   speed = np.asarray(topology.speed, np.float64)
-  slowest = np.max(np.asarray(graph.cost, np.float64)[:, None] / speed[None, :]
+  cost = graph.cost if cost is None else cost
+  slowest = np.max(np.asarray(cost, np.float64)[:, None] / speed[None, :]
                    + np.asarray(topology.overhead, np.float64)[None, :], axis=1)
   total = float(np.sum(slowest))
   d = topology.num_devices

@@ -461,9 +461,15 @@ def simulate(graph: CompGraph, topology: Topology, placement, priority,
   CPU's, which the simulator's semantics make identical up to float rounding.
   """
   placement, priority = check_actions(graph, topology, placement, priority)
-  check_time_range(graph, topology)
-  if fuse is not None:
+  if fuse is None:
+    check_time_range(graph, topology)
+  else:  # a fused group can cost more than its members: bound with what groups can cost
     fuse = np.atleast_2d(check_fuse(graph, fuse, placement.shape))
+    t = padded(graph, fusion=True).fusion  # cached per graph: no per-call table building
+    n = graph.num_nodes
+    check_time_range(graph, topology, cost=fusion.fused_cost_bound(
+        graph.cost, *(np.asarray(x)[:n] for x in (t.flops, t.bytes_accessed, t.rate_flops,
+                                                   t.rate_bytes, t.overhead))))
   placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
   b, n = placement.shape
   host = sharding_lib.host_devices(b)

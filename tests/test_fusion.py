@@ -250,3 +250,31 @@ def test_the_fusion_relaxation_bounds_every_fused_action(seed):
       assert res.makespan >= bound * (1 - 1e-9), (b, res.makespan, bound)
       assert res.peak_memory.max() >= memory * (1 - 1e-9)
   assert bound > 0
+
+
+def test_fused_groups_beyond_the_float32_range_are_refused():
+  """A group's roofline can cost far more than its members (here 1 s each): the time-range
+  check bounds a fused action with what its groups can cost (the jitted simulator returned an
+  inf makespan and an op that never ran), and a graph whose groups could hold a value above
+  MAX_VALUE cannot be fused by either simulator (the reference failed on its quotient)."""
+  from simulator.costmodel.opclass import OP_CLASSES
+  c = len(OP_CLASSES)
+  toy = CostReference(name="toy", peak_flops=1, mem_bandwidth=1, launch_overhead=0,
+                      classes=OP_CLASSES, flops_eff=np.ones(c), bytes_eff=np.ones(c),
+                      overhead_ratio=np.ones(c), memory_only=np.zeros(c, bool))
+  g = chain_graph(["elementwise"] * 3, cost=np.ones(3), flops=[1e29, 1e29, 0],
+                  nbytes=np.ones(3)).replace(reference=toy)
+  slow = Topology.uniform(2, bandwidth=1.0, speed=1e-10)
+  place, prio, fuse = np.array([0, 0, 1]), np.zeros(3), np.array([True, False, False])
+  assert reference_simulate(g, slow, place, prio, fuse=fuse).makespan == 2e39  # float64
+  simulate(g, slow, place, prio)  # unfused: 3e10 s at most
+  with pytest.raises(ValueError, match="event times can reach 2e"):
+    simulate(g, slow, place, prio, fuse=fuse)
+  big = g.replace(flops=np.array([1e30, 1e30, 0]))  # each op fine, a group of two 2e30 s
+  topo = Topology.uniform(2, bandwidth=1.0)
+  for run in (lambda: fusion.fuse_graph(big, place, fuse),
+              lambda: reference_simulate(big, topo, place, prio, fuse=fuse),
+              lambda: simulate(big, topo, place, prio, fuse=fuse)):
+    with pytest.raises(ValueError, match="cannot be fused: a fused group's cost could reach"):
+      run()
+  assert reference_simulate(big, topo, place, prio).makespan == 4.0  # 1 s each, 1 s transfer
