@@ -107,6 +107,21 @@ def test_arrays_the_program_closes_over():
       np.testing.assert_allclose(placed(x), jax.jit(f)(x), rtol=1e-6)
 
 
+def test_literal_outputs_are_arrays_as_jit_returns_them():
+  """A constant the program returns (a literal of the jaxpr) comes back as jax.jit returns it:
+  an array of its dtype and weak type (it came back as the bare Python scalar)."""
+  def f(x):
+    return x + 1, 7, 2.5, True
+
+  x = jnp.ones(3)
+  traced = execute.trace_program(f, x)
+  placed = execute.place_program(f, (x,), np.zeros(traced.num_nodes, np.int64), traced=traced)
+  for got, ref in zip(placed(x), jax.jit(f)(x)):
+    assert isinstance(got, jax.Array) and (got.dtype, got.weak_type) == (ref.dtype,
+                                                                        ref.weak_type)
+    np.testing.assert_array_equal(got, ref)
+
+
 def test_priority_sets_the_dispatch_order():
   """Two independent chains: the higher priority one is dispatched first; the order is always
   topological."""

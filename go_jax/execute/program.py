@@ -116,7 +116,7 @@ class PlacedProgram:
       outs = c.call(*[env[v][d] for v in c.segment.in_vars])
       for v, o in zip(c.segment.out_vars, outs):
         env[v] = {d: o}
-    results = [v.val if isinstance(v, jcore.Literal) else next(iter(env[v].values()))
+    results = [_literal(v) if isinstance(v, jcore.Literal) else next(iter(env[v].values()))
                for v in jaxpr.outvars]
     return jax.tree_util.tree_unflatten(self.traced.out_tree, results)
 
@@ -151,6 +151,15 @@ class PlacedProgram:
       if k >= warmup:
         times.append(time.perf_counter() - t0)
     return float(statistics.median(times))
+
+
+def _literal(v) -> jax.Array:
+  """A literal output (a constant the program returns) as jax.jit returns it: an array of the
+  literal's dtype and weak type, not the bare Python or numpy scalar the jaxpr holds."""
+  x = jax.numpy.asarray(v.val)
+  if (x.dtype, x.weak_type) != (v.aval.dtype, v.aval.weak_type):
+    x = jax.numpy.asarray(v.val, v.aval.dtype)
+  return x
 
 
 def _concrete(args) -> bool:
