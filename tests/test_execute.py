@@ -122,6 +122,25 @@ def test_literal_outputs_are_arrays_as_jit_returns_them():
     np.testing.assert_array_equal(got, ref)
 
 
+def test_an_already_jitted_function_is_placed_by_its_body():
+  """The front end lowers a jitted function as it is (its body's ops are the nodes); the trace
+  ties those nodes to its body's equations (it refused: one `jit` equation, one `call` node)."""
+  @jax.jit
+  def f(x, y):
+    return jnp.sin(x) * y, x.sum(), y
+
+  args = (jnp.arange(3.0), jnp.ones(3))
+  traced = execute.trace_program(f, *args)
+  assert traced.num_nodes == from_jax(f, *args, stage="pre").num_nodes == 3
+  assert [str(e.primitive) for e in traced.eqns] == ["sin", "mul", "reduce_sum"]
+  dev = jax.devices()[0]
+  placed = execute.place_program(f, args, np.array([0, 1, 0]), devices=(dev, dev),
+                                 traced=traced)
+  assert placed.num_segments == 3
+  for got, ref in zip(placed(*args), f(*args)):
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
 def test_priority_sets_the_dispatch_order():
   """Two independent chains: the higher priority one is dispatched first; the order is always
   topological."""

@@ -98,6 +98,23 @@ def _node_equation(op_name: str, inner_op_names: Sequence[str]) -> int:
   return -1
 
 
+def _unwrap_jit(fn: Callable, closed):
+  """The body of `fn`'s jaxpr where `fn` is already jitted, else `closed` as it is.
+
+  Why: the front end lowers an already-jitted function as it is (its body's instructions are
+  the graph's nodes), while its jaxpr is a single `jit` equation, which re-evaluated in a jit
+  would lower to one `call` node; the equations that match the graph's nodes are its body's.
+  """
+  jaxpr = closed.jaxpr
+  if not callable(getattr(fn, "lower", None)) or len(jaxpr.eqns) != 1 or jaxpr.constvars:
+    return closed
+  eqn = jaxpr.eqns[0]
+  if (eqn.primitive.name not in ("jit", "pjit") or list(eqn.invars) != list(jaxpr.invars)
+      or list(eqn.outvars) != list(jaxpr.outvars)):
+    return closed
+  return eqn.params["jaxpr"]
+
+
 def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
   """Traces `fn` on `args` (arrays or ShapeDtypeStructs) and ties graph nodes to equations.
 
@@ -115,6 +132,7 @@ def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
     raise ValueError(f"program {name!r} has side effects ({', '.join(map(str, closed.effects))})"
                      f"; a placed program must be pure")
   out_tree = jax.tree_util.tree_structure(out_shape)
+  closed = _unwrap_jit(fn, closed)
   jaxpr = closed.jaxpr
 
   def tagged(*flat_args):
