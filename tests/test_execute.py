@@ -122,6 +122,23 @@ def test_literal_outputs_are_arrays_as_jit_returns_them():
     np.testing.assert_array_equal(got, ref)
 
 
+def test_weak_typed_arguments_keep_their_outputs_weak_as_jit():
+  """A Python scalar argument is weakly typed; the segments are compiled for that type, so what
+  it computes stays weak as under jax.jit (it came back strong, which promotes differently:
+  strong f32 * bf16 is f32, weak f32 * bf16 is bf16)."""
+  def f(a, s, x):
+    return a * s, x * s
+
+  args = (3, 2.5, jnp.ones(2, jnp.bfloat16))
+  traced = execute.trace_program(f, *args)
+  dev = jax.devices()[0]
+  placed = execute.place_program(f, args, np.arange(traced.num_nodes) % 2, devices=(dev, dev),
+                                 traced=traced)
+  got, ref = placed(*args), jax.jit(f)(*args)
+  assert [(x.dtype, x.weak_type) for x in got] == [(x.dtype, x.weak_type) for x in ref]
+  assert (got[0] * ref[1]).dtype == jnp.bfloat16
+
+
 def test_an_already_jitted_function_is_placed_by_its_body():
   """The front end lowers a jitted function as it is (its body's ops are the nodes); the trace
   ties those nodes to its body's equations (it refused: one `jit` equation, one `call` node)."""

@@ -46,7 +46,8 @@ def _compile(traced: TracedProgram, seg: plan_lib.Segment, device) -> _Compiled:
   sharding = jax.sharding.SingleDeviceSharding(device)
   jitted = jax.jit(piece, in_shardings=(sharding,) * len(seg.in_vars),
                    out_shardings=[sharding] * len(seg.out_vars))
-  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding)
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding,
+                                weak_type=v.aval.weak_type)
            for v in seg.in_vars]
   return _Compiled(seg, jitted.lower(*avals).compile())
 
