@@ -139,6 +139,24 @@ def test_weak_typed_arguments_keep_their_outputs_weak_as_jit():
   assert (got[0] * ref[1]).dtype == jnp.bfloat16
 
 
+def test_sub_byte_values_cross_devices():
+  """int4 weights (a quantized layer) copied to a segment's device: JAX's ahead-of-time call
+  refused the copy ('compiled for input layouts that disagree'), jit runs it."""
+  def f(q, x):
+    r = q + jnp.int4(1)
+    return r.astype(jnp.float32) * x, r, (r.astype(jnp.int8) * 2).astype(jnp.int4)
+
+  args = (jnp.arange(-4, 4, dtype=jnp.int4), jnp.ones(8))
+  traced = execute.trace_program(f, *args)
+  dev = jax.devices()[0]
+  for placement in (np.arange(traced.num_nodes) % 2, np.ones(traced.num_nodes, np.int64)):
+    placed = execute.place_program(f, args, placement, devices=(dev, dev), traced=traced)
+    for got, ref in zip(placed(*args), jax.jit(f)(*args)):
+      assert got.dtype == ref.dtype
+      np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(ref, np.float32))
+  assert placed.measure(repeats=1, warmup=0) > 0
+
+
 def test_an_already_jitted_function_is_placed_by_its_body():
   """The front end lowers a jitted function as it is (its body's ops are the nodes); the trace
   ties those nodes to its body's equations (it refused: one `jit` equation, one `call` node)."""

@@ -49,7 +49,19 @@ def _compile(traced: TracedProgram, seg: plan_lib.Segment, device) -> _Compiled:
   avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype, sharding=sharding,
                                 weak_type=v.aval.weak_type)
            for v in seg.in_vars]
-  return _Compiled(seg, jitted.lower(*avals).compile())
+  compiled = jitted.lower(*avals).compile()
+  # JAX's ahead-of-time call checks a committed argument's layout against the executable's, and
+  # an array of a sub-byte type (int4, uint4, float4_e2m1fn, ...) that device_put made reports
+  # its layout without the element size the executable's has (JAX 0.10), so that check refuses
+  # what jit runs. Such segments are called through their jit, which reuses this compilation.
+  if any(_sub_byte(v.aval.dtype) for v in seg.in_vars):
+    return _Compiled(seg, jitted)
+  return _Compiled(seg, compiled)
+
+
+def _sub_byte(dtype) -> bool:
+  return (not jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+          and jax.dtypes.itemsize_bits(dtype) < 8)
 
 
 class PlacedProgram:
