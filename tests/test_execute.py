@@ -122,6 +122,21 @@ def test_literal_outputs_are_arrays_as_jit_returns_them():
     np.testing.assert_array_equal(got, ref)
 
 
+def test_host_arguments_returned_as_is_are_arrays_as_jit_returns_them():
+  """Arguments the program returns unchanged (a numpy float64 array, Python scalars) come back as
+  jax.jit returns them: arrays of the canonical dtype (it returned the host values)."""
+  def f(x, s, b, y):
+    return x, s, b, y * 2
+
+  args = (np.arange(3.0), 2.5, True, jnp.ones(2))
+  traced = execute.trace_program(f, *args)
+  placed = execute.place_program(f, args, np.zeros(traced.num_nodes, np.int64), traced=traced)
+  for got, ref in zip(placed(*args), jax.jit(f)(*args)):
+    assert isinstance(got, jax.Array) and (got.dtype, got.weak_type) == (ref.dtype,
+                                                                        ref.weak_type)
+    np.testing.assert_array_equal(got, ref)
+
+
 def test_weak_typed_arguments_keep_their_outputs_weak_as_jit():
   """A Python scalar argument is weakly typed; the segments are compiled for that type, so what
   it computes stays weak as under jax.jit (it came back strong, which promotes differently:

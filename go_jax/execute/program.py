@@ -129,8 +129,8 @@ class PlacedProgram:
       outs = c.call(*[env[v][d] for v in c.segment.in_vars])
       for v, o in zip(c.segment.out_vars, outs):
         env[v] = {d: o}
-    results = [_literal(v) if isinstance(v, jcore.Literal) else next(iter(env[v].values()))
-               for v in jaxpr.outvars]
+    results = [_as_output(v.val if isinstance(v, jcore.Literal) else next(iter(env[v].values())),
+                          v.aval) for v in jaxpr.outvars]
     return jax.tree_util.tree_unflatten(self.traced.out_tree, results)
 
   def place_args(self, *args) -> Tuple:
@@ -166,13 +166,16 @@ class PlacedProgram:
     return float(statistics.median(times))
 
 
-def _literal(v) -> jax.Array:
-  """A literal output (a constant the program returns) as jax.jit returns it: an array of the
-  literal's dtype and weak type, not the bare Python or numpy scalar the jaxpr holds."""
-  x = jax.numpy.asarray(v.val)
-  if (x.dtype, x.weak_type) != (v.aval.dtype, v.aval.weak_type):
-    x = jax.numpy.asarray(v.val, v.aval.dtype)
-  return x
+def _as_output(x, aval) -> jax.Array:
+  """An output value as jax.jit returns it. A host value (a literal the program returns, or an
+  argument or numpy constant it returns as is) becomes an array of its aval's dtype and weak
+  type, not the bare Python scalar or (float64) numpy array it was."""
+  if isinstance(x, jax.Array):
+    return x
+  y = jax.numpy.asarray(x)
+  if (y.dtype, y.weak_type) != (aval.dtype, aval.weak_type):
+    y = jax.numpy.asarray(x, aval.dtype)
+  return y
 
 
 def _concrete(args) -> bool:
