@@ -189,6 +189,10 @@ def test_an_already_jitted_function_is_placed_by_its_body():
   assert placed.num_segments == 3
   for got, ref in zip(placed(*args), f(*args)):
     np.testing.assert_allclose(got, ref, rtol=1e-6)
+  # Static arguments are bound by the function's own jit, which a placed program cannot keep:
+  # refused by name (JAX said 'Non-hashable static arguments' of the traced argument).
+  with pytest.raises(ValueError, match="jitted function with static arguments"):
+    execute.trace_program(jax.jit(lambda x, n: x * n, static_argnums=1), args[0], 3)
 
 
 def test_priority_sets_the_dispatch_order():

@@ -115,6 +115,22 @@ def _unwrap_jit(fn: Callable, closed):
   return eqn.params["jaxpr"]
 
 
+def _refuse_static_arguments(fn: Callable, name: str, args) -> None:
+  """A jitted function with static arguments is refused by name: the front end lowers it (its
+  own jit binds them), but the placed program's arguments are all traced values, where JAX would
+  say only 'Non-hashable static arguments are not supported' of a tracer."""
+  if not (callable(getattr(fn, "lower", None)) and callable(getattr(fn, "trace", None))):
+    return
+  try:
+    dynamic = fn.trace(*args).in_tree
+  except Exception:  # pylint: disable=broad-except  # make_jaxpr reports the user's error
+    return
+  if dynamic != jax.tree_util.tree_structure((tuple(args), {})):
+    raise ValueError(f"program {name!r} is a jitted function with static arguments "
+                     f"(static_argnums): a placed program traces all its arguments; pass the "
+                     f"function unjitted with its static arguments bound (functools.partial)")
+
+
 def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
   """Traces `fn` on `args` (arrays or ShapeDtypeStructs) and ties graph nodes to equations.
 
@@ -124,6 +140,7 @@ def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
   """
   name = getattr(fn, "__name__", "fn")
   flat, in_tree = jax.tree_util.tree_flatten(args)
+  _refuse_static_arguments(fn, name, args)
   try:
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
   except Exception as e:  # the user's program: name it, keep the cause
