@@ -469,6 +469,22 @@ def test_nested_jit_call_inner_op_names_made_absolute():
   assert named and all(p.startswith(h.op_names[c] + "/") for p in named)
 
 
+def test_nested_jit_call_inner_sources_continued_by_the_callers():
+  """A nested jit's frames are relative too: XLA's inliner continues them by the call's chain,
+  so the pre side does. jnp.argmax is a nested jit; before, its ops kept the relative chain,
+  no post instruction matched and match_fusions refused the pair as two programs."""
+  from simulator.frontends.xla import match_fusions  # pylint: disable=g-import-not-at-top
+
+  def fn(x):
+    return jnp.argmax(x, 0), jnp.argmin(x, 1)
+
+  pre, post = (from_jax_full(fn, _x(4, 3), stage=s) for s in ("pre", "post"))
+  c = pre.opcodes.index("call")
+  inner = [m[3] for m in pre.inner[c] if m[2]]
+  assert inner and all(s.endswith(" < " + pre.sources[c]) for s in inner)
+  assert match_fusions(pre, post).fraction_by_metadata == 1.0
+
+
 # ------------------------------------------------------------------ scale
 def test_large_generated_module():
   n = 50_000

@@ -93,13 +93,18 @@ class _Members:
 
   def of_node(self, inst: Inst, op_name: str, source: str) -> Tuple[Member, ...]:
     """`of`, with op_names relative to a nested jit (no 'jit(f)/' root) made absolute by the
-    caller's op_name, and missing sources filled with the caller's."""
+    caller's op_name, their source chains (relative too) continued by the caller's, as XLA's
+    inliner writes both after its passes, and missing sources filled with the caller's."""
     inner = self.of(inst) if inst.opcode in CALLED_ATTRS else ()
     if not inner or not op_name:
       return inner
     top = op_name.split("/", 1)[0] + "/"
-    return tuple((o, n, p if p.startswith(top) or not p else f"{op_name}/{p}", s or source)
-                 for o, n, p, s in inner)
+    out = []
+    for o, n, p, s in inner:
+      if p and not p.startswith(top):  # inside a nested jit: relative name and frames
+        p, s = f"{op_name}/{p}", (f"{s} < {source}" if s and source else s)
+      out.append((o, n, p, s or source))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------ graph building
