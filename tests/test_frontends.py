@@ -485,6 +485,22 @@ def test_nested_jit_call_inner_sources_continued_by_the_callers():
   assert match_fusions(pre, post).fraction_by_metadata == 1.0
 
 
+def test_nested_jit_inside_a_loop_body_named_from_its_call():
+  """A scan body is a nested jit (closed_call) inside the while: its ops are named from that
+  call at any depth (they kept bare names: 'add'). A length-1 scan XLA unrolls then still
+  matches by metadata (match_fusions refused the pair as 'not the same program')."""
+  from simulator.frontends.xla import match_fusions  # pylint: disable=g-import-not-at-top
+
+  def fn(xs, c):
+    return jax.lax.scan(lambda c, x: (c + x, c * x), c, xs)
+
+  pre, post = (from_jax_full(fn, _x(1, 3), _x(3), stage=s) for s in ("pre", "post"))
+  w = pre.opcodes.index("while")
+  assert any(p.endswith("/while/body/closed_call/add") for p in pre.fused_op_names[w])
+  m = match_fusions(pre, post)
+  assert m.level[w] == 3 and m.post_node[w] >= 0
+
+
 # ------------------------------------------------------------------ scale
 def test_large_generated_module():
   n = 50_000

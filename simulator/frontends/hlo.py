@@ -82,8 +82,9 @@ class _Members:
       out = []
       for inst in self.mod.comps.get(comp, []):
         if inst.opcode not in LEAVES and inst.opcode not in FORWARDING:
-          out.append(self.key(inst))
-          out.extend(self.of(inst))
+          key = self.key(inst)
+          out.append(key)
+          out.extend(self.of_node(inst, key[2], key[3]))  # a nested jit inside, at any depth
       self.memo[comp] = tuple(out)
     return self.memo[comp]
 
