@@ -193,6 +193,11 @@ def test_an_already_jitted_function_is_placed_by_its_body():
   # refused by name (JAX said 'Non-hashable static arguments' of the traced argument).
   with pytest.raises(ValueError, match="jitted function with static arguments"):
     execute.trace_program(jax.jit(lambda x, n: x * n, static_argnums=1), args[0], 3)
+  # So are its shardings, which pin values to devices and lower to nodes of their own (it said
+  # only that its re-traced equations lower to fewer nodes).
+  pinned = jax.jit(jnp.sin, out_shardings=jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+  with pytest.raises(ValueError, match="jitted with shardings"):
+    execute.trace_program(pinned, args[0])
 
 
 def test_priority_sets_the_dispatch_order():

@@ -98,12 +98,17 @@ def _node_equation(op_name: str, inner_op_names: Sequence[str]) -> int:
   return -1
 
 
-def _unwrap_jit(fn: Callable, closed):
+def _unwrap_jit(fn: Callable, closed, name: str):
   """The body of `fn`'s jaxpr where `fn` is already jitted, else `closed` as it is.
 
   Why: the front end lowers an already-jitted function as it is (its body's instructions are
   the graph's nodes), while its jaxpr is a single `jit` equation, which re-evaluated in a jit
   would lower to one `call` node; the equations that match the graph's nodes are its body's.
+
+  Raises:
+    ValueError: `fn` is jitted with in_shardings / out_shardings: they pin its values to
+      devices (and lower to nodes of their own), where a placed program puts each op on the
+      device its placement chose.
   """
   jaxpr = closed.jaxpr
   if not callable(getattr(fn, "lower", None)) or len(jaxpr.eqns) != 1 or jaxpr.constvars:
@@ -112,6 +117,12 @@ def _unwrap_jit(fn: Callable, closed):
   if (eqn.primitive.name not in ("jit", "pjit") or list(eqn.invars) != list(jaxpr.invars)
       or list(eqn.outvars) != list(jaxpr.outvars)):
     return closed
+  pinned = [x for k in ("in_shardings", "out_shardings") for x in eqn.params.get(k, ())
+            if isinstance(x, jax.sharding.Sharding)]
+  if pinned:
+    raise ValueError(f"program {name!r} is jitted with shardings ({pinned[0]}): a placed "
+                     f"program puts each op on the device its placement chose; pass the "
+                     f"function jitted without in_shardings / out_shardings")
   return eqn.params["jaxpr"]
 
 
@@ -149,7 +160,7 @@ def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
     raise ValueError(f"program {name!r} has side effects ({', '.join(map(str, closed.effects))})"
                      f"; a placed program must be pure")
   out_tree = jax.tree_util.tree_structure(out_shape)
-  closed = _unwrap_jit(fn, closed)
+  closed = _unwrap_jit(fn, closed, name)
   jaxpr = closed.jaxpr
 
   def tagged(*flat_args):
