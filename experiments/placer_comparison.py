@@ -94,10 +94,8 @@ def as_settings(config) -> Dict[str, Any]:
     if not isinstance(cfg[field], Mapping):
       raise ValueError(f"config.{field} must be a mapping, got {cfg[field]!r}")
   for name, opts in cfg["method_options"].items():
-    if name not in classic + learned:
-      if name in names:  # a skipped method's options
-        continue
-      raise ValueError(f"config.method_options: {name!r} is not a method of the config")
+    if name in names and name not in classic + learned:  # a skipped method's options
+      continue
     bad = sorted(set(opts) - set(methods.get(name).defaults))
     if bad:
       raise ValueError(f"config.method_options.{name}: no option(s) {bad}; options: "

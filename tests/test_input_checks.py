@@ -30,7 +30,7 @@ def test_event_times_beyond_float32_are_refused():
 def test_solve_checks_its_arguments():
   g, topo = CompGraph(**DIAMOND), Topology.uniform(3, bandwidth=1e3, latency=1e-3)
   cases = [
-      (dict(name="critical_path", placement=[0, 1.5, 2.9, 0, 0, 0]), "integer device ids"),
+      (dict(name="critical_path", placement=[0, 1.5, 2.9, 0, 0, 0]), r"placement\[1\] = 1.5 is not an integer device id"),
       (dict(name="critical_path", placement=[[0] * 6] * 2), r"shape \(N,\)"),
       (dict(name="random", budget=0), "budget .* integer >= 1"),
       (dict(name="random", seed=-1), "seed must be an integer >= 0"),

@@ -143,7 +143,7 @@ def test_ratios_fall_back_to_the_best_feasible_classic_where_the_reference_is_oo
     ("shard", "2/2", "config.shard"),
     ("seconds", (0.0,), "search times > 0"),
     ("budgets", {"nope": 3}, "not a method of the config"),
-    ("method_options", {"heft": {}, "sa": {}}, "method_options: 'sa' is not a method of the"),
+    ("method_options", {"heft": {"nope": 1}}, r"method_options.heft: no option\(s\) \['nope'\]"),
     ("classic", ("heft", "nope"), r"config.classic: unknown method\(s\) \['nope'\]"),
     ("graphs", ("chain:n=6", "chain: n=6"), r"config: graphs\[0\] .* are the same graph"),
     ("topologies", ("nvlink2", "nvlink2@mem=1.0x", " nvlink2 "), "are the same topology"),
