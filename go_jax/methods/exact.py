@@ -216,10 +216,11 @@ class _Joint:
     On device k: the params of its ops (live all the time); and for each op i that takes
     visibly long on k, those params plus i's output and scratch and one copy (local output or
     received copy) of each input of i, which are all live while i runs. "Visibly long" means
-    at least 1e-6 of the horizon: the jitted simulator adds times in float32, where a shorter
-    op can start and finish at the same instant and so hold no memory. Bytes round down and
-    capacities up, so the scaled conditions stay necessary. Returns the number of constraints
-    added (a device whose capacity exceeds every possible left-hand side gets none).
+    at least `objectives.VISIBLE_DURATION` (1e-6) of the horizon: the jitted simulator adds
+    times in float32, where a shorter op can start and finish at the same instant and so hold
+    no memory. Bytes round down and capacities up, so the scaled conditions stay necessary.
+    Returns the number of constraints added (a device whose capacity exceeds every possible
+    left-hand side gets none).
     """
     g = self.graph
     pptr, pred = g.predecessor_csr()
@@ -229,7 +230,7 @@ class _Joint:
     unit = byte_unit(most)
     param_u = np.floor(g.param_bytes / unit).astype(np.int64)
     during_u = np.floor(during / unit).astype(np.int64)
-    long_ = dur >= 1e-6 * self.horizon_s
+    long_ = dur >= objectives.VISIBLE_DURATION * self.horizon_s
     added = 0
     for k in range(self.d):
       cap = float(topology.mem_capacity[k])
