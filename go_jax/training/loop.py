@@ -71,7 +71,7 @@ def _graph_identity(spec: str):
   if str(spec).partition(":")[0] in store.DATA_KINDS:
     return spec
   try:
-    return sources.spec_identity(sources.check_spec(spec))
+    return sources.spec_identity(spec)
   except ValueError:
     return spec
 

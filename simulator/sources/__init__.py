@@ -384,12 +384,13 @@ def _parse(spec: str):
   return kind_name, kwargs
 
 
-def spec_identity(resolved: str) -> Tuple:
-  """What a resolved graph spec (`check_spec`'s answer) names, as a hashable value: an .npz
-  file by its real path; any other spec by its kind, its parsed arguments with the function's
-  defaults filled in (a file argument by its real path) and its `coarsen` limit. So
-  'layered:n=100,width=10' and 'layered:width=10, n=100,seed=0' are one graph."""
-  base, limit = split_coarsen(str(resolved).strip())
+def spec_identity(text: str) -> Tuple:
+  """What a graph argument names, as a hashable value: an .npz file by its real path; any other
+  spec by its kind, its parsed arguments with the function's defaults filled in (a file
+  argument by its real path) and its `coarsen` limit. So 'layered:n=100,width=10' and
+  'layered:width=10, n=100,seed=0' are one graph. Builds nothing (unlike `check_spec`, which
+  generates a synthetic graph to check it); ValueError as `resolve_spec` and the key parsing."""
+  base, limit = split_coarsen(resolve_spec(text))
   if base.endswith(".npz"):
     return ("npz", os.path.realpath(base), limit)
   kind_name, kwargs = _parse(base)
