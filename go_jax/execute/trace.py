@@ -129,7 +129,8 @@ def _unwrap_jit(fn: Callable, closed, name: str):
 def _refuse_static_arguments(fn: Callable, name: str, args) -> None:
   """A jitted function with static arguments is refused by name: the front end lowers it (its
   own jit binds them), but the placed program's arguments are all traced values, where JAX would
-  say only 'Non-hashable static arguments are not supported' of a tracer."""
+  say only 'Non-hashable static arguments are not supported' of a tracer. Called after tracing
+  failed (a static argument always fails there), so a program that traces is traced once."""
   if not (callable(getattr(fn, "lower", None)) and callable(getattr(fn, "trace", None))):
     return
   try:
@@ -151,10 +152,10 @@ def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
   """
   name = getattr(fn, "__name__", "fn")
   flat, in_tree = jax.tree_util.tree_flatten(args)
-  _refuse_static_arguments(fn, name, args)
   try:
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
   except Exception as e:  # the user's program: name it, keep the cause
+    _refuse_static_arguments(fn, name, args)  # its static arguments failed as tracers: say so
     raise ValueError(f"cannot trace {name!r}: {type(e).__name__}: {e}") from e
   if closed.effects:
     raise ValueError(f"program {name!r} has side effects ({', '.join(map(str, closed.effects))})"
