@@ -74,13 +74,13 @@ def main(argv: Sequence[str]) -> None:
   from go_jax import methods  # pylint: disable=g-import-not-at-top
   if not FLAGS.placers:
     raise app.UsageError("--placers: give at least one placement method")
+  choices = ", ".join(sorted(n for n in methods.available(PLACER_KINDS)
+                             if not methods.get(n).learned))
   for name in FLAGS.placers:  # before any model is built: unknown, unavailable or not a placer
     try:
       kind = methods.get(name).kind
     except ValueError as e:
       raise app.UsageError(f"--placers: {e}") from e
-    choices = ", ".join(sorted(n for n in methods.available(PLACER_KINDS)
-                               if not methods.get(n).learned))
     if kind not in PLACER_KINDS:
       raise app.UsageError(
           f"--placers={name}: a {kind} method, not a placement one; choose from {choices}")
