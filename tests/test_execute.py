@@ -246,6 +246,69 @@ def test_errors():
   np.testing.assert_allclose(placed(*args), jax.jit(_toy)(*args), rtol=1e-6)
 
 
+# Sharding annotations that only say where a value lives run as the identity in a placed
+# segment (JAX refused a segment on another device: "Received incompatible devices for jitted
+# computation"), here with a second CPU device the annotations name, at the top level and inside
+# a nested jit; the outputs equal jax.jit's exactly.
+_PINNED_SCRIPT = textwrap.dedent("""
+    from simulator.runtime import configure_cpu_devices
+    configure_cpu_devices(2)
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+    from go_jax import execute
+    on_1 = SingleDeviceSharding(jax.devices()[1])
+    pin = jax.lax.with_sharding_constraint
+
+    def f(x, w):
+      inner = jax.jit(lambda a: pin(jnp.sin(a), on_1) * 2)
+      return inner(jax.device_put(pin(jnp.tanh(x @ w), on_1), on_1)) + x, pin(x, on_1)
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    def g(x):
+      return jnp.cos(pin(x * 2, NamedSharding(mesh, PartitionSpec("x"))))
+
+    x, w = jnp.arange(16.0).reshape(4, 4) / 16, jnp.eye(4) * 0.5
+    for fn, args in ((f, (x, w)), (g, (x,))):
+      n = execute.trace_program(fn, *args).num_nodes
+      for placement in (np.zeros(n, int), np.arange(n) % 2):
+        placed = execute.place_program(fn, args, placement)
+        got, ref = placed(*args), jax.jit(fn)(*args)
+        assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(got),
+                                                        jax.tree_util.tree_leaves(ref)))
+        assert placed.num_segments == 1 if placement.max() == 0 else placed.num_segments >= 2
+    print("ok")
+""")
+
+
+def test_value_placing_annotations_run_as_the_identity():
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", _PINNED_SCRIPT], capture_output=True, text=True,
+                        cwd=REPO, env=env, timeout=300, check=False)
+  assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+def test_programs_that_pin_devices_are_refused_by_primitive_and_line():
+  """What a segment cannot run on its one device is refused up front, naming the primitive and
+  the user's line (JAX failed deep inside a segment's jit)."""
+  mesh = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+  spec = jax.sharding.PartitionSpec("x")
+
+  def per_device(x):
+    return jax.shard_map(lambda a: jax.lax.psum(a, "x"), mesh=mesh, in_specs=spec,
+                         out_specs=jax.sharding.PartitionSpec())(x)
+  with pytest.raises(ValueError, match=r"'per_device': shard_map at .*test_execute.py:\d+"):
+    execute.trace_program(per_device, jnp.ones(4))
+  dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+  def nested(x):
+    return jax.jit(jnp.sin, out_shardings=dev)(x) + 1
+  with pytest.raises(ValueError, match=r"jit at .*test_execute.py:\d+.*'out_shardings'"):
+    execute.trace_program(nested, jnp.ones(4))
+  explicit = jax.make_mesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,))
+  with jax.sharding.set_mesh(explicit), pytest.raises(ValueError, match="explicit mesh axis"):
+    execute.trace_program(lambda x: jax.sharding.reshard(x * 2, spec), jnp.ones(4))
+
+
 # Every zoo model's tiny training step, run placed over several CPU devices in a subprocess
 # (the devices must exist before JAX starts). Float64 makes the comparison exact up to rounding:
 # in float32 the zoo's steps are ill-conditioned (batch norm over 2 samples, Adam on gradients

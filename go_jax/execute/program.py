@@ -40,7 +40,7 @@ def _compile(traced: TracedProgram, seg: plan_lib.Segment, device) -> _Compiled:
   eqns = [traced.eqns[i] for i in seg.eqns]
 
   def piece(*values):
-    return eval_equations(eqns, seg.in_vars, seg.out_vars, values)
+    return eval_equations(eqns, seg.in_vars, seg.out_vars, values, unpin=True)
 
   piece.__name__ = f"segment_d{seg.device}_{seg.eqns[0]}"
   sharding = jax.sharding.SingleDeviceSharding(device)

@@ -16,6 +16,9 @@ its equation. Nodes without a tag are instructions the lowering made for no equa
 particular (the broadcast of a literal constant, say); equations without a node are ones the
 lowering folded away (constant arithmetic, a broadcast merged with an identical one).
 
+Sharding annotations that only place a value (`VALUE_IDENTITY`) run as the identity in a
+placed segment; the ones whose meaning depends on devices are refused (`refuse_pinned`).
+
 The evaluator below is written by hand because JAX's `eval_jaxpr` has no hook around each
 equation; it binds each equation exactly as `eval_jaxpr` does.
 """
@@ -44,12 +47,129 @@ def _source_info_util():
   return source_info_util
 
 
+# Primitives that only say where a value lives: each output is its input, value for value. A
+# placed segment runs them as the identity (at any depth: `unpin`), since the device they name
+# is not the one the placement chose, and JAX refuses a jit on one device that names another.
+VALUE_IDENTITY = ("sharding_constraint", "device_put")
+# Primitives whose meaning depends on the devices they run on (a body per device, collectives
+# over mesh axes): a placed program cannot run them on the one device of a segment.
+_PER_DEVICE = ("shard_map", "xla_pmap")
+
+
+def _pins(value) -> bool:
+  """Whether an equation parameter names devices: a sharding, a device or a non-empty mesh."""
+  if isinstance(value, (tuple, list)):
+    return any(_pins(x) for x in value)
+  if isinstance(value, (jax.sharding.Sharding, jax.Device)):
+    return True
+  return hasattr(value, "axis_names") and hasattr(value, "empty") and not value.empty
+
+
+def _mesh_sharded(aval) -> bool:
+  """Whether a value's type is sharded over an Explicit mesh axis (explicit sharding mode; an
+  Auto mesh, as any jit under a mesh has, leaves placement to the compiler)."""
+  mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+  return jax.sharding.AxisType.Explicit in tuple(getattr(mesh, "axis_types", ()))
+
+
+def _shape_dtype(aval):
+  return getattr(aval, "shape", None), getattr(aval, "dtype", None)
+
+
+def _sub_jaxprs(params) -> List[Any]:
+  out = []
+  for value in params.values():
+    for x in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(x, jcore.ClosedJaxpr):
+        out.append(x.jaxpr)
+      elif isinstance(x, jcore.Jaxpr):
+        out.append(x)
+  return out
+
+
+def refuse_pinned(jaxpr, name: str) -> None:
+  """Refuses, by primitive and source line, an equation (at any depth) that a placed program
+  cannot run on the device its placement chose; `VALUE_IDENTITY` ones are run as the identity.
+
+  Raises:
+    ValueError: a shard_map / pmap, an equation whose parameters name devices (a jit with
+      in / out shardings or traced under a mesh context, whose segment JAX would refuse; an op
+      with an out_sharding), or whose values are sharded over an Explicit mesh axis (explicit
+      sharding mode: reshard, mesh_cast).
+  """
+  siu = _source_info_util()
+  for eqn in jaxpr.eqns:
+    prim, why = eqn.primitive.name, None
+    if prim in VALUE_IDENTITY:
+      if any(_shape_dtype(o.aval) != _shape_dtype(i.aval)
+             for i, o in zip(eqn.invars, eqn.outvars)):
+        why = "its outputs differ in type from its inputs"
+    elif prim in _PER_DEVICE:
+      why = "it runs a body per device of its mesh"
+    else:
+      pinned = [k for k, v in eqn.params.items() if _pins(v)]
+      if pinned:
+        why = f"its parameter {pinned[0]!r} names devices ({eqn.params[pinned[0]]})"
+      elif any(_mesh_sharded(v.aval) for v in eqn.outvars):
+        why = "its values are sharded over an explicit mesh axis"
+    if why:
+      raise ValueError(f"program {name!r}: {prim} at {siu.summarize(eqn.source_info)} pins "
+                       f"values to devices ({why}); a placed program puts each op on the device "
+                       f"its placement chose: pass the program without sharding annotations, "
+                       f"outside any mesh context (jax.sharding.set_mesh)")
+    for sub in _sub_jaxprs(eqn.params):
+      refuse_pinned(sub, name)
+
+
+def _unpin_jaxpr(jaxpr):
+  """`jaxpr` with every `VALUE_IDENTITY` equation (at any depth) removed, its outputs replaced by
+  its inputs; the same object where there is none."""
+  sub: Dict[Any, Any] = {}
+
+  def s(v):
+    return sub.get(v, v) if isinstance(v, jcore.Var) else v
+
+  eqns, changed = [], False
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name in VALUE_IDENTITY:
+      sub.update((o, s(i)) for i, o in zip(eqn.invars, eqn.outvars))
+      changed = True
+      continue
+    params = _unpin_params(eqn.params)
+    invars = [s(v) for v in eqn.invars]
+    if params is not eqn.params or any(a is not b for a, b in zip(invars, eqn.invars)):
+      eqn, changed = eqn.replace(invars=invars, params=params), True
+    eqns.append(eqn)
+  if not changed:
+    return jaxpr
+  return jaxpr.replace(eqns=eqns, outvars=[s(v) for v in jaxpr.outvars])
+
+
+def _unpin_params(params):
+  """`params` with their jaxprs unpinned (`_unpin_jaxpr`); the same object if none changed."""
+  def one(x):
+    if isinstance(x, jcore.ClosedJaxpr):
+      inner = _unpin_jaxpr(x.jaxpr)
+      return x if inner is x.jaxpr else x.replace(jaxpr=inner)
+    if isinstance(x, jcore.Jaxpr):
+      return _unpin_jaxpr(x)
+    return x
+
+  new = {}
+  for k, v in params.items():
+    new[k] = tuple(one(x) for x in v) if isinstance(v, tuple) else one(v)
+  same = all(new[k] is v or (isinstance(v, tuple) and all(a is b for a, b in zip(new[k], v)))
+             for k, v in params.items())
+  return params if same else new
+
+
 def eval_equations(eqns: Sequence[Any], in_vars: Sequence[Any], out_vars: Sequence[Any],
                    values: Sequence[Any], tag: bool = False,
-                   first_index: int = 0) -> List[Any]:
+                   first_index: int = 0, unpin: bool = False) -> List[Any]:
   """Binds `eqns` in order on `values` (one per `in_vars`) and returns `out_vars`' values.
 
-  With `tag`, equation k runs inside the named scope f"{TAG}{first_index + k}".
+  With `tag`, equation k runs inside the named scope f"{TAG}{first_index + k}". With `unpin`
+  (a placed segment), `VALUE_IDENTITY` equations, at any depth, return their inputs.
   """
   siu = _source_info_util()
   env: Dict[Any, Any] = dict(zip(in_vars, values))
@@ -58,7 +178,12 @@ def eval_equations(eqns: Sequence[Any], in_vars: Sequence[Any], out_vars: Sequen
     return v.val if isinstance(v, jcore.Literal) else env[v]
 
   for k, eqn in enumerate(eqns):
-    params = eqn.primitive.get_bind_params(eqn.params)
+    if unpin and eqn.primitive.name in VALUE_IDENTITY:
+      for v, i in zip(eqn.outvars, eqn.invars):
+        if not isinstance(v, jcore.DropVar):
+          env[v] = read(i)
+      continue
+    params = eqn.primitive.get_bind_params(_unpin_params(eqn.params) if unpin else eqn.params)
     scope = jax.named_scope(f"{TAG}{first_index + k}") if tag else contextlib.nullcontext()
     with scope:
       stack = siu.current_name_stack() + eqn.source_info.name_stack
@@ -163,6 +288,7 @@ def trace_program(fn: Callable, *args, check: bool = True) -> TracedProgram:
   out_tree = jax.tree_util.tree_structure(out_shape)
   closed = _unwrap_jit(fn, closed, name)
   jaxpr = closed.jaxpr
+  refuse_pinned(jaxpr, name)
 
   def tagged(*flat_args):
     return eval_equations(jaxpr.eqns, [*jaxpr.constvars, *jaxpr.invars], jaxpr.outvars,
