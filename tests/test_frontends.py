@@ -501,6 +501,27 @@ def test_nested_jit_inside_a_loop_body_named_from_its_call():
   assert m.level[w] == 3 and m.post_node[w] >= 0
 
 
+def test_a_module_without_op_metadata_is_named_not_called_another_program():
+  """XLA drops the metadata of cumsum's reduce-window, and JAX emits a zero-size sum's broadcast
+  without any (XLA's default emitters fuse it): nothing matches by metadata, said so with the
+  ops (match_fusions asked whether the two were lowered from the same program)."""
+  from simulator.frontends.xla import match_fusions  # pylint: disable=g-import-not-at-top
+  pre, post = (from_jax_full(jnp.cumsum, jnp.ones(8), stage=s) for s in ("pre", "post"))
+  bare = ("HloModule m, is_scheduled=true\n\n%f (p: f32[]) -> f32[0,3] {{\n"
+          "  %p = f32[] parameter(0)\n  ROOT %b = f32[0,3]{{1,0}} broadcast(%p), dimensions={{}}\n"
+          "}}\n\nENTRY %main () -> f32[0,3] {{\n  %c = f32[] constant(0)\n  ROOT {}\n}}\n")
+  fused = hlo_to_graph(bare.format("%fusion = f32[0,3]{1,0} fusion(%c), kind=kLoop, calls=%f"),
+                       "m/post")
+  plain = hlo_to_graph(bare.format("%broadcast.1 = f32[0,3]{1,0} broadcast(%c), dimensions={}"),
+                       "m/pre")
+  for pre, post, said in ((pre, post, r"reduce-window"),
+                          (plain, fused, r"fusion\(broadcast\).*\(broadcast\) carry none")):
+    with pytest.raises(ValueError, match="has no op metadata to match its 1 pre-optimisation "
+                                         "nodes by: its instructions .*" + said) as e:
+      match_fusions(pre, post)
+    assert "same program" not in str(e.value)
+
+
 # ------------------------------------------------------------------ scale
 def test_large_generated_module():
   n = 50_000

@@ -42,7 +42,9 @@ stage="post")`) and carried onto the graphs the methods work on.
   way (typically a producer XLA duplicated) is matched again avoiding that post node (up to
   REPAIR_ROUNDS passes; the pass with the fewest split post nodes is kept).
   `FusionMatch.split_groups` counts the post nodes whose pre nodes still fall into several
-  groups.
+  groups. Where no pre node matches at all, a ValueError says why: XLA's module keeps no op
+  metadata of the program's ops (its instructions named: `jnp.cumsum` alone, ops on zero-size
+  arrays), or the two modules' op_names agree but not their opcodes and places (two programs).
 """
 
 from __future__ import annotations
@@ -231,10 +233,39 @@ def match_fusions(pre: HloGraph, post: HloGraph) -> FusionMatch:
       banned.setdefault(i, set()).add(int(post_node[i]))
       post_node[i] = -1
   if n and not (best.post_node >= 0).any():
-    raise ValueError(f"match_fusions: no instruction of the post-optimisation HLO "
-                     f"({post.graph.num_nodes} nodes) matches one of the pre text's {n}: were the "
-                     f"two lowered from the same program (their op_name metadata differ)?")
+    raise ValueError(_no_match_message(pre, post, members))
   return best
+
+
+def _ops(h: HloGraph, limit: int = 6) -> str:
+  """The nodes of `h` in words, a fusion with its instructions: 'fusion(reduce-window), bitcast'."""
+  words = [f"fusion({', '.join(dict.fromkeys(m[0] for m in h.inner[j]))})"
+           if h.opcodes[j] == "fusion" else h.opcodes[j] for j in range(h.graph.num_nodes)]
+  more = f", ... ({len(words) - limit} more)" if len(words) > limit else ""
+  return ", ".join(words[:limit]) + more
+
+
+def _no_match_message(pre: HloGraph, post: HloGraph, members: List[tuple]) -> str:
+  """Why no pre node matched: XLA's module keeps none of the program's op metadata (it drops it
+  when it rewrites some ops: cumsum's reduce-window, ops on zero-size arrays), or the two
+  modules' metadata name the same ops at other places (two programs)."""
+  pre_names = {m for m in pre.op_names if m} | {m[2] for inner in pre.inner for m in inner if m[2]}
+  post_names = {m[2] for m in members if m[2]}
+  if pre_names & post_names:
+    return (f"match_fusions: no instruction of the post-optimisation HLO "
+            f"({post.graph.num_nodes} nodes) matches one of the pre text's {pre.graph.num_nodes}: "
+            f"their op_names agree but not their opcodes and source locations: were the two "
+            f"lowered from the same program?")
+  kept = (f" (only {', '.join(repr(x) for x in sorted(post_names)[:3])}, which names no op of "
+          f"the pre-optimisation module)" if post_names else "")
+  pre_side = ("" if pre_names else
+              f"; the pre-optimisation module's ops ({_ops(pre)}) carry none either")
+  return (f"match_fusions: XLA's compiled module of {pre.graph.name!r} has no op metadata to "
+          f"match its {pre.graph.num_nodes} pre-optimisation nodes by: its instructions "
+          f"({_ops(post)}) carry no op_name of the program's ops{kept}{pre_side}. XLA drops "
+          f"the metadata of some ops it rewrites (cumsum's reduce-window, ops on zero-size "
+          f"arrays), and JAX emits some without (a broadcast of a constant), so XLA's fusion of "
+          f"this program cannot be carried onto its graph")
 
 
 def _absorb(g, unmatched, post_node, level):
