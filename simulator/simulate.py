@@ -448,6 +448,19 @@ def check_fuse(graph: CompGraph, fuse, shape) -> np.ndarray:
   return fusion.check_mask(fuse, shape, graph.name)
 
 
+def check_fused_time_range(graph: CompGraph, topology: Topology) -> None:
+  """`check_time_range` for any fused action of `graph`: a fused group can cost more than its
+  members, so each op is bounded with what it can add to a group (`fusion.fused_cost_bound`).
+  It depends on the graph and topology alone, so a fusing search can be refused before it
+  starts with the message its final simulation would give (`fusion.check_fusable` first)."""
+  fusion.check_fusable(graph)
+  t = padded(graph, fusion=True).fusion  # cached per graph: no per-call table building
+  n = graph.num_nodes
+  check_time_range(graph, topology, cost=fusion.fused_cost_bound(
+      graph.cost, *(np.asarray(x)[:n] for x in (t.flops, t.bytes_accessed, t.rate_flops,
+                                                 t.rate_bytes, t.overhead))))
+
+
 def simulate(graph: CompGraph, topology: Topology, placement, priority,
              batch_bucket: Optional[int] = None, shard: bool = True, fuse=None) -> SimResult:
   """Simulates B actions of one graph: placement (B, N) int, priority (B, N) float, and
@@ -463,13 +476,9 @@ def simulate(graph: CompGraph, topology: Topology, placement, priority,
   placement, priority = check_actions(graph, topology, placement, priority)
   if fuse is None:
     check_time_range(graph, topology)
-  else:  # a fused group can cost more than its members: bound with what groups can cost
+  else:
     fuse = np.atleast_2d(check_fuse(graph, fuse, placement.shape))
-    t = padded(graph, fusion=True).fusion  # cached per graph: no per-call table building
-    n = graph.num_nodes
-    check_time_range(graph, topology, cost=fusion.fused_cost_bound(
-        graph.cost, *(np.asarray(x)[:n] for x in (t.flops, t.bytes_accessed, t.rate_flops,
-                                                   t.rate_bytes, t.overhead))))
+    check_fused_time_range(graph, topology)
   placement, priority = np.atleast_2d(placement), np.atleast_2d(priority)
   b, n = placement.shape
   host = sharding_lib.host_devices(b)

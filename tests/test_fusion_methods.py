@@ -271,6 +271,36 @@ def test_fusion_figures_arithmetic():
   assert "75%" in fc.figures_text(f) and "4 devices" in fc.figures_text(f)
 
 
+def test_learned_fusing_methods_out_of_range_are_refused_before_they_start(monkeypatch):
+  """Fused groups whose roofline could put event times beyond float32's range (a 1e29-flop op
+  on a 1 FLOP/s reference at speed 1e-10) are refused before the checkpoint is even loaded,
+  with the final simulation's message (go_fusion and go_joint3 trained first, for as long as
+  finetune_seconds said, and only then were refused)."""
+  from go_jax.methods import learned  # pylint: disable=g-import-not-at-top
+  from simulator.costmodel.opclass import OP_CLASSES  # pylint: disable=g-import-not-at-top
+  from simulator.costref import CostReference  # pylint: disable=g-import-not-at-top
+  c = len(OP_CLASSES)
+  toy = CostReference(name="toy", peak_flops=1, mem_bandwidth=1, launch_overhead=0,
+                      classes=OP_CLASSES, flops_eff=np.ones(c), bytes_eff=np.ones(c),
+                      overhead_ratio=np.ones(c), memory_only=np.zeros(c, bool))
+  g = chain(3).replace(cost=np.ones(3), flops=np.array([1e29, 1e29, 0]), bytes_accessed=np.ones(3),
+                       reference=toy)
+  slow = Topology.uniform(2, bandwidth=1.0, speed=1e-10)
+  place = np.array([0, 0, 1])
+  methods.solve("heft", g, slow)  # unfused, in range
+  with pytest.raises(ValueError, match="event times can reach 2e") as direct:
+    simulate(g, slow, place, np.zeros(3), fuse=np.array([True, False, False]))
+
+  def started(*args, **kwargs):
+    raise AssertionError("the learned method started")
+  monkeypatch.setattr(learned, "_load", started)
+  for name, kw in (("go_fusion", {"placement": place, "priority": np.zeros(3)}),
+                   ("go_joint3", {})):
+    with pytest.raises(ValueError) as e:
+      methods.solve(name, g, slow, finetune_seconds=600, **kw)
+    assert str(e.value) == str(direct.value), name
+
+
 def test_learned_fusion_methods_end_to_end(mlp):
   """go_fusion (the given schedule kept, fuse requests learned) and go_joint3 from the shipped
   checkpoint, one fine-tuning update each; every answer re-simulates to its objective."""

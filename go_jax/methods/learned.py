@@ -86,6 +86,7 @@ from go_jax.methods.learned_large import (  # re-exported: the large-graph path'
     CRITICAL_SUFFIX, MEMORY_SCALES, PHASES, coarse_options, expand_priority, memory_scale)
 from go_jax.methods import learned_large
 from simulator.graph import upward_rank
+from simulator.simulate import check_fused_time_range
 
 DEFAULT_LEARNING_RATE = 1e-3
 # One update per call: the first call's K samples are then drawn from the starting parameters,
@@ -288,6 +289,8 @@ def solve_learned(method: str, problem: Problem, config: Dict[str, Any],
     raise ValueError(f"{method}: coarse_nodes must be an integer in [2, max_nodes={limit}], "
                      f"got {coarse_nodes!r}")
   coarse_options(method, config)
+  if task is not None:  # a fusing task: refused now if its final simulation would refuse it
+    check_fused_time_range(problem.graph, problem.topology)
   if task is None and limit is not None and problem.graph.num_nodes > limit:
     # `_solve`'s stages: the two zero-shot ones from a checkpoint, then the fine-tuned one (a
     # bad finetune_seconds counts as fine-tuning here; `_solve` refuses it)
