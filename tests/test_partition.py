@@ -293,6 +293,48 @@ def test_worked_four_worker_example_of_the_design_doc():
     pt.expand(g, space, np.array([[1, 1], [1, 1], [1, 1]]).repeat(2, 1))  # 4 levels of rows
 
 
+def _fan_out(readers: int):
+  """A (16, 16) producer read by `readers` ops, each of which may need it R, S0 or S1 (k = 2)."""
+  n = readers + 1
+  g = CompGraph(cost=np.ones(n), senders=[0] * readers, receivers=range(1, n),
+                out_bytes=np.full(n, 64.0))
+  take = (Option(R, (R,), ()), Option(split(0), (split(0),), ()),
+          Option(split(1), (split(1),), ()))
+  ops = (OpSpace((), (), (), (16, 16), (Option(R, (), ()), Option(split(0), (), ()))),
+         ) + tuple(OpSpace((0,), (64.0,), (), (16, 16), take) for _ in range(readers))
+  return g, StrategySpace(2, ops, (0,) * n, np.full(n, 64.0))
+
+
+def test_level_tables_give_every_distinct_earlier_need_its_own_offset():
+  """A producer's readers share a delivery only with the same earlier levels' needs. With more
+  distinct needs than fit in 64 bits (here 27 after three levels, 16 groups of 4 layout bits
+  to a word) the rest shared one offset, so the DP's estimate let them share; now each need
+  has its own group of bits, in a further word of the mask."""
+  from simulator.partition import levels  # pylint: disable=g-import-not-at-top
+  g, space = _fan_out(27)
+  prefix = np.zeros((g.num_nodes, 3), np.int64)
+  prefix[1:] = [[(i // 9) % 3, (i // 3) % 3, i % 3] for i in range(27)]  # every need once
+  allow = levels.level_allowed(space, prefix, partition=False)
+  _, groups = search._level_tables(space, prefix, allow, 4)
+  offsets = [groups[(v, 0)] for v in range(1, g.num_nodes)]
+  assert len(set(offsets)) == 27
+  assert all(o % 64 + 4 <= 64 for o in offsets) and max(offsets) >= 64  # a second word
+
+
+def test_dp_readers_share_a_delivery_within_an_offset_of_any_word():
+  """`dp`'s delivered masks span as many words as the offsets need: two readers needing the
+  same layout share it within one offset, in the first word or a later one, and not across
+  offsets (an offset past bit 63 was shifted out of the one int64 word)."""
+  g, space = _fan_out(2)
+  allowed = [np.array([1]), np.array([0]), np.array([0])]  # S0 produced, R needed twice
+  once = search.dp(g, space, allowed).comm_bytes
+  assert once > 0
+  for a, b, paid in ((0, 0, once), (64, 64, once), (64 + 4, 64 + 4, once), (0, 64, 2 * once),
+                     (64, 68, 2 * once)):
+    got = search.dp(g, space, allowed, groups={(1, 0): a, (2, 0): b}).comm_bytes
+    assert got == pytest.approx(paid), (a, b)
+
+
 def test_multi_level_expansion_adds_up_and_recursive_tofu():
   from simulator.partition import levels
   g = _mlp_program()

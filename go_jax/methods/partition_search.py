@@ -104,7 +104,9 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
       recursive DP's exact per-level costs).
     groups: {(consumer, input position): bit offset}: readers of one producer share a
       delivered layout only within one offset (the recursive DP's readers whose earlier
-      levels' needs differ do not share).
+      levels' needs differ do not share). Offset o is bit o % 64 of word o // 64 of the
+      producer's delivered mask (as many int64 words as the largest offset needs; a group's
+      layout bits never straddle two words).
   """
   n, k = graph.num_nodes, space.k
   out_lay, in_lay = _tables(space)
@@ -116,11 +118,13 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
   for v, op in enumerate(space.ops):
     for u in op.inputs:
       last_use[u] = max(last_use[u], pos[v])
+  words = 1 + max(groups.values(), default=0) // 64 if groups else 1
   rng = np.random.default_rng(seed)
-  salt = rng.integers(1, 2**62, size=(2, n), dtype=np.int64) | 1
+  salt = rng.integers(1, 2**62, size=(1 + words, n), dtype=np.int64) | 1
   opt = np.zeros((1, n), np.int64)  # option of every op per state
   lay = np.zeros((1, n), np.int64)  # output layout of every op per state
-  paid = np.zeros((1, n), np.int64)  # bitmask of layouts delivered per producer per state
+  # bitmask of layouts delivered per producer per state, in `words` int64 words
+  paid = np.zeros((1, n, words), np.int64)
   cost = np.zeros(1)
   exact, most = True, 1
   for t, v in enumerate(order.tolist()):
@@ -131,19 +135,20 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
     inputs = space.ops[v].inputs
     for p, u in enumerate(inputs):
       x = in_lay[v][choices, p]  # (c,) layout needed of u
-      shift = groups.get((v, p), 0) if groups else 0
+      offset = groups.get((v, p), 0) if groups else 0
+      word, shift = divmod(offset, 64)
       src = out_lay[u][opt[:, u]]  # (b,)
-      fresh = ((paid[:, u, None] >> (x[None, :] + shift)) & 1) == 0
+      fresh = ((paid[:, u, word, None] >> (x[None, :] + shift)) & 1) == 0
       dup = np.zeros(c, bool)  # an earlier input position of v already asked u for x
       for q in range(p):
-        if inputs[q] == u and (groups.get((v, q), 0) if groups else 0) == shift:
+        if inputs[q] == u and (groups.get((v, q), 0) if groups else 0) == offset:
           dup |= in_lay[v][choices, q] == x
       if tables is not None and (v, p) in tables:
         charge = tables[(v, p)][src[:, None], x[None, :]]
       else:
         charge = transfer_table(src[:, None], x[None, :], space.out_bytes[u], k)
       cand += np.where(fresh & ~dup[None, :], charge, 0.0)
-      new_bits[u] = new_bits.get(u, 0) | (np.int64(1) << (x + shift))
+      new_bits[(u, word)] = new_bits.get((u, word), 0) | (np.int64(1) << (x + shift))
     if ties and v in ties:
       u, table = ties[v]
       want = table[opt[:, u]]  # (b,) the option the group gives v, -1: free
@@ -157,9 +162,11 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
     paid_live = paid[rows][:, live]
     if live.size:
       lay_live[:, live == v] = out_lay[v][choices[cols]][:, None]
-      for u, bits in new_bits.items():
-        paid_live[:, live == u] |= bits[cols][:, None]
-    key = lay_live @ salt[0, live] + paid_live @ salt[1, live]  # wraps: a hash
+      for (u, word), bits in new_bits.items():
+        paid_live[:, live == u, word] |= bits[cols][:, None]
+    key = lay_live @ salt[0, live]  # wraps: a hash
+    for word in range(words):
+      key = key + paid_live[:, :, word] @ salt[1 + word, live]
     idx = np.lexsort((np.arange(b * c), flat))
     idx = idx[np.isfinite(flat[idx])]
     _, first = np.unique(key[idx], return_index=True)
@@ -173,8 +180,8 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
     opt, lay, paid, cost = opt[r], lay[r], paid[r], flat[keep]
     opt[:, v] = choices[cc]
     lay[:, v] = out_lay[v][choices[cc]]
-    for u, bits in new_bits.items():
-      paid[:, u] |= bits[cc]
+    for (u, word), bits in new_bits.items():
+      paid[:, u, word] |= bits[cc]
   best = int(np.argmin(cost))
   return SearchResult(opt[best].copy(), float(cost[best]), exact, int(most))
 
@@ -296,7 +303,9 @@ def brute_force_levels(graph: CompGraph, space2: StrategySpace, m: int, partitio
 def _level_tables(space2: StrategySpace, prefix: np.ndarray, allow, m: int):
   """({(v, p): (L, L) float} exact marginal bytes of each edge at the next level (see
   `recursive_dp`), over layout ids 0..L-1; {(v, p): bit offset} one per distinct earlier need
-  of a producer (readers with different earlier needs never share a delivery))."""
+  of a producer (readers with different earlier needs never share a delivery): the i-th need
+  takes the (i % F)-th group of L bits of int64 word i // F of the producer's mask (F = 64 // L
+  groups fit in a word; `dp` keeps as many words as the offsets need))."""
   from simulator.partition import levels
   level = prefix.shape[1]
   outs = [[space2.ops[v].options[o].out for o in prefix[v]] for v in range(len(space2.ops))]
@@ -320,10 +329,8 @@ def _level_tables(space2: StrategySpace, prefix: np.ndarray, allow, m: int):
       lp, xp = tuple(outs[u]), tuple(need)
       ids = seen.setdefault(u, {})
       ids.setdefault(xp, len(ids))
-      if ids[xp] < fresh:
-        groups[(v, p)] = ids[xp] * width
-      else:  # more distinct needs than bits: this reader never shares (a unique offset)
-        groups[(v, p)] = (fresh - 1) * width
+      word, group = divmod(ids[xp], fresh)
+      groups[(v, p)] = 64 * word + group * width
       rest = m - level
       base = 0.0
       if level:
