@@ -188,6 +188,19 @@ def test_calibration_json_round_trip(tmp_path):
     (lambda d: d.update(launch_overhead=0.0), "launch_overhead"),  # would drop every overhead
     (lambda d: d.update(version=True), "version"),
     (lambda d: d.update(fitted={"dot": 5}), "fitted"),
+    (lambda d: d.update(fitted={"matmul": {"flops_eff": True}}), "fitted"),
+    (lambda d: d.update(fitted={"dot": {"speed": True}}), "fitted"),
+    # an int beyond any float: an OverflowError before, not a ValueError naming the field
+    (lambda d: d.update(peak_flops={"f32": 10**400}), "peak_flops.f32"),
+    (lambda d: d.update(mem_capacity=10**400), "mem_capacity"),
+    (lambda d: d.update(mem_capacity=1e-300), "mem_capacity"),  # a device with no memory
+    (lambda d: d.update(first_touch=1e300), "first_touch"),  # unbounded: costs of 1e300 s
+    # under 1 ns: the class overheads, ratios to it, became 1e294 x another spec's overhead
+    (lambda d: d.update(launch_overhead=1e-300), "launch_overhead"),
+    (lambda d: d.update(measurements=[1]), "measurements"),
+    # loaded, but then `save` (strict JSON) failed: the round trip lost the file
+    (lambda d: d.update(fit={"mape_percent": float("nan")}), "'fit' must hold"),
+    (lambda d: d.update(conditions={"load": [float("inf")]}), "'conditions' must hold"),
 ])
 def test_malformed_calibration_file_names_the_field(tmp_path, edit, field):
   data = _calibration().to_dict()

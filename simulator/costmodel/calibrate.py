@@ -55,7 +55,8 @@ import numpy as np
 from simulator.costmodel import opclass as feat
 from simulator.costmodel import microbench, roofline
 from simulator.costmodel.calibration import (CONTENTION_BOUNDS, DISPATCH_BOUNDS, EFF_BOUNDS,
-                                              OVERHEAD_BOUNDS, TW_BOUNDS, Calibration)
+                                              FIRST_TOUCH_BOUNDS, OVERHEAD_BOUNDS, TW_BOUNDS,
+                                              Calibration)
 
 US = 1e-6
 # Dots and convs stream their operands at no less than half the measured bandwidth: without this
@@ -160,7 +161,8 @@ class _Model:
     hi += [OVERHEAD_BOUNDS[1] / US] * len(self.groups)
     x0 += [1.2, 0.3, 10.0, 20.0, 50.0, 2.0, 0.5]
     lo += [CONTENTION_BOUNDS[0], 0.0] + [DISPATCH_BOUNDS[0] / US] * 3 + [TW_BOUNDS[0], 0.0]
-    hi += [CONTENTION_BOUNDS[1], 100.0] + [DISPATCH_BOUNDS[1] / US] * 3 + [TW_BOUNDS[1], 1.0]
+    hi += [CONTENTION_BOUNDS[1], FIRST_TOUCH_BOUNDS[1] * 2**20 / 1e-3] + [
+        DISPATCH_BOUNDS[1] / US] * 3 + [TW_BOUNDS[1], 1.0]
     return np.array(x0), (np.array(lo), np.array(hi))
 
   def tables(self, x):

@@ -34,12 +34,18 @@ CLASS_FIELDS = ("flops_eff", "bytes_eff", "overhead")
 # hand-edited efficiency of 1e300 silently drops an op's compute or memory term.
 EFF_BOUNDS = (1e-4, 20.0)         # efficiencies (fractions of the measured peaks)
 OVERHEAD_BOUNDS = (0.0, 1e-2)     # seconds per op
+# `launch_overhead` is the median of the class overheads above 1 ns (or 0 when every class
+# overhead is 0): a smaller positive one would turn the class overheads, charged as ratios to it,
+# into ratios of up to 1e300 (a spec's own launch overhead times those is no cost at all).
+LAUNCH_FLOOR = 1e-9               # seconds
+FIRST_TOUCH_BOUNDS = (0.0, 100e-3 / 2**20)  # seconds per byte (the fit: up to 100 ms per MiB)
 DISPATCH_BOUNDS = (0.0, 1e-2)     # seconds per jitted call
 TW_BOUNDS = (1.0, 200.0)          # flops per transcendental element op
 CONTENTION_BOUNDS = (1.0, 3.0)   # time factor of thread-pool ops in concurrent programs
 # Plausible machine peaks (a phone to a pod slice), to refuse typos by orders of magnitude.
 PEAK_BOUNDS = (1e6, 1e18)         # FLOP/s
 BANDWIDTH_BOUNDS = (1e6, 1e15)    # bytes/s
+MEMORY_BOUNDS = (1e6, 1e18)       # bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +157,15 @@ def _within(name: str, v: float, bounds) -> float:
   return v
 
 
+def _finite(v) -> bool:
+  try:
+    return math.isfinite(v)
+  except OverflowError:  # an int beyond any float (JSON reads 1e400 as inf, 10**400 as an int)
+    return False
+
+
 def _positive(name: str, v, allow_zero: bool = False) -> float:
-  if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (
+  if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or (
       v < 0 if allow_zero else v <= 0):
     raise ValueError(f"field '{name}' must be a finite number {'>= 0' if allow_zero else '> 0'}"
                      f", got {v!r}")
@@ -171,10 +184,14 @@ def _check(c: Calibration):
       raise ValueError(f"field 'peak_flops' has unknown dtype {k!r} (valid: {DTYPES})")
     _within(f"peak_flops.{k}", _positive(f"peak_flops.{k}", v), PEAK_BOUNDS)
   _within("mem_bandwidth", _positive("mem_bandwidth", c.mem_bandwidth), BANDWIDTH_BOUNDS)
-  _positive("mem_capacity", c.mem_capacity)
+  _within("mem_capacity", _positive("mem_capacity", c.mem_capacity), MEMORY_BOUNDS)
   for name in ("launch_overhead", "dispatch_overhead", "first_touch"):
     _positive(name, getattr(c, name), allow_zero=True)
   _within("launch_overhead", c.launch_overhead, OVERHEAD_BOUNDS)
+  if 0 < c.launch_overhead < LAUNCH_FLOOR:
+    raise ValueError(f"field 'launch_overhead' must be 0 or at least {LAUNCH_FLOOR:g} s (the "
+                     f"median of the class overheads above 1 ns), got {c.launch_overhead!r}")
+  _within("first_touch", c.first_touch, FIRST_TOUCH_BOUNDS)
   _within("dispatch_overhead", c.dispatch_overhead, DISPATCH_BOUNDS)
   _within("transcendental_weight", _positive("transcendental_weight", c.transcendental_weight),
           TW_BOUNDS)
@@ -200,14 +217,23 @@ def _check(c: Calibration):
     raise ValueError("field 'launch_overhead' is 0 while classes have overheads: it must be "
                      "> 0 (the median of the per-class overheads)")
   if not isinstance(c.fitted, Mapping) or not all(
-      isinstance(v, Mapping) and all(isinstance(b, bool) for b in v.values())
-      for v in c.fitted.values()):
-    raise ValueError(f"field 'fitted' must map op classes to {{field: true/false}}, got "
-                     f"{c.fitted!r}")
+      k in OP_CLASSES and isinstance(v, Mapping) and set(v) <= set(CLASS_FIELDS)
+      and all(isinstance(b, bool) for b in v.values()) for k, v in c.fitted.items()):
+    raise ValueError(f"field 'fitted' must map op classes to {{field: true/false}} over the "
+                     f"fields {CLASS_FIELDS}, got {c.fitted!r}")
   for name in ("conditions", "fit"):
     if not isinstance(getattr(c, name), Mapping):
       raise ValueError(f"field '{name}' must be an object, got {getattr(c, name)!r}")
-  if not isinstance(c.measurements, list):
-    raise ValueError(f"field 'measurements' must be a list, got {c.measurements!r}")
+  if not isinstance(c.measurements, list) or not all(
+      isinstance(m, Mapping) for m in c.measurements):
+    raise ValueError(f"field 'measurements' must be a list of objects, got {c.measurements!r}")
+  for name in ("conditions", "fit", "measurements"):
+    # `save` writes strict JSON: a NaN or an object JSON cannot hold would be accepted here and
+    # fail only when the calibration is written (after the whole measurement).
+    try:
+      json.dumps(getattr(c, name), allow_nan=False)
+    except (TypeError, ValueError, OverflowError, RecursionError) as e:
+      raise ValueError(f"field '{name}' must hold JSON values with finite numbers: "
+                       f"{type(e).__name__}: {e}") from None
   if isinstance(c.version, bool) or not isinstance(c.version, int) or c.version != VERSION:
     raise ValueError(f"field 'version' must be {VERSION}, got {c.version!r}")
