@@ -234,6 +234,28 @@ def test_quick_calibration_fits_finite_positive_numbers():
     calibrate(sizes={"fft": (8,)})
 
 
+def test_calibrate_refuses_bad_arguments_before_compiling(monkeypatch):
+  calibrate_mod = sys.modules["simulator.costmodel.calibrate"]  # (the function hides it)
+  monkeypatch.setattr(calibrate_mod, "prepare", lambda *a, **k: pytest.fail("compiled"))
+  for kw, match in ((dict(repeats=0), "repeats"), (dict(repeats=2.5), "repeats"),
+                    (dict(min_sample_s=float("nan")), "min_sample_s"),
+                    (dict(min_sample_s=float("inf")), "min_sample_s"),
+                    (dict(sizes={"matmul": 48}), r"sizes\['matmul'\]"),
+                    (dict(sizes={"matmul": ()}), r"sizes\['matmul'\]")):
+    with pytest.raises(ValueError, match=match):
+      calibrate(**{"sizes": {"matmul": (8,)}, "repeats": 1, **kw})
+
+
+def test_measure_topology_refuses_bad_arguments():
+  from simulator.costmodel import topology_calibration as tc
+  with pytest.raises(ValueError, match="matmul_n"):
+    tc.measure_topology(matmul_n=0)  # was a speed of 0 / 0
+  with pytest.raises(ValueError, match="sizes"):
+    tc.measure_topology(sizes=(4096, 4096))
+  with pytest.raises(ValueError, match="sizes"):
+    tc.measure_topology(sizes=(0, 4096))
+
+
 # ------------------------------------------------------------------ validation experiment
 def test_validation_experiment_predicts_a_step_with_the_local_spec():
   """The experiment (experiments/cost_model_validation.py, not library code): a step's

@@ -332,6 +332,8 @@ def calibrate(backend: Optional[str] = None, sizes="full", repeats: int = 15,
     progress: called with a short message at each stage / round (e.g. print).
   """
   say = progress or (lambda msg: None)
+  microbench.check_timing(repeats, min_sample_s)
+  microbench.resolve_sizes(sizes)
   device = _device(backend)
   compiled, leaves = prepare(sizes, device, say)
   load_before = os.getloadavg()

@@ -21,13 +21,15 @@ import numpy as np
 from simulator.costmodel import step_programs
 # How programs are compiled and timed (re-exported: microbench.time_calls etc. are public).
 from simulator.costmodel.timing import (COLD_BYTES, MAX_COPIES, MAX_INNER, MIN_SAMPLE_S,
-                                        MMAP_THRESHOLD, Compiled, cold_copies, compile_program,
-                                        executable_platform, fresh_bytes, time_calls)
+                                        MMAP_THRESHOLD, Compiled, check_timing, cold_copies,
+                                        compile_program, executable_platform, fresh_bytes,
+                                        time_calls)
 
 __all__ = ["Program", "SIZE_PRESETS", "BENCHMARKS", "resolve_sizes", "programs",
            # re-exported from simulator.costmodel.timing
            "COLD_BYTES", "MAX_COPIES", "MAX_INNER", "MIN_SAMPLE_S", "MMAP_THRESHOLD", "Compiled",
-           "cold_copies", "compile_program", "executable_platform", "fresh_bytes", "time_calls"]
+           "check_timing", "cold_copies", "compile_program", "executable_platform", "fresh_bytes",
+           "time_calls"]
 
 # Size presets: benchmark name -> problem sizes (each benchmark's own knob; see BENCHMARKS).
 SIZE_PRESETS: Dict[str, Dict[str, Tuple]] = {
@@ -433,6 +435,10 @@ def resolve_sizes(sizes) -> Dict[str, Tuple]:
   bad = sorted(set(sizes) - set(BENCHMARKS))
   if bad:
     raise ValueError(f"unknown benchmark(s) {bad}; valid: {', '.join(BENCHMARKS)}")
+  for k, v in sizes.items():
+    if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or not v:
+      raise ValueError(f"sizes[{k!r}] must be a non-empty list of problem sizes (e.g. "
+                       f"{SIZE_PRESETS['full'].get(k, ())[:2]!r}), got {v!r}")
   return {k: tuple(v) for k, v in sizes.items()}
 
 

@@ -124,12 +124,22 @@ def cold_copies(args) -> int:
   return int(min(MAX_COPIES, max(1, math.ceil(COLD_BYTES / nbytes))))
 
 
+def check_timing(repeats, min_sample_s) -> None:
+  """ValueError unless `repeats` is an int >= 1 and `min_sample_s` a finite number >= 0 (callers
+  check before compiling their programs, so that a bad value fails at once, not minutes on)."""
+  if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
+    raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+  if (isinstance(min_sample_s, bool) or not isinstance(min_sample_s, (int, float, np.floating))
+      or not math.isfinite(min_sample_s) or min_sample_s < 0):
+    raise ValueError(f"min_sample_s must be a finite number of seconds >= 0, got "
+                     f"{min_sample_s!r}")
+
+
 def time_calls(calls: Sequence[Callable], repeats: int, min_sample_s: float = MIN_SAMPLE_S,
                progress: Optional[Callable[[int, int], None]] = None) -> np.ndarray:
   """(len(calls),) median seconds per call over `repeats` interleaved rounds (see module doc)."""
   import jax
-  if repeats < 1:
-    raise ValueError(f"repeats must be >= 1, got {repeats}")
+  check_timing(repeats, min_sample_s)
   inner = []
   for call in calls:  # calls per sample: enough for min_sample_s, 1 for long programs
     fastest = np.inf

@@ -129,7 +129,8 @@ def measure_topology(devices: Optional[Sequence[Any]] = None, *,
   memory sources, and per pair the sizes, fastest seconds and fitted latency / bandwidth.
 
   Raises:
-    ValueError: no devices, repeats < 1, or a pair whose copy times no bandwidth fits.
+    ValueError: no devices, repeats < 1, matmul_n < 1, fewer than two distinct sizes (or one
+      under 4 bytes), or a pair whose copy times no bandwidth fits.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -138,6 +139,12 @@ def measure_topology(devices: Optional[Sequence[Any]] = None, *,
     raise ValueError("measure_topology: no devices to measure")
   if repeats < 1:
     raise ValueError(f"measure_topology: repeats must be >= 1, got {repeats}")
+  if isinstance(matmul_n, bool) or not isinstance(matmul_n, int) or matmul_n < 1:
+    raise ValueError(f"measure_topology: matmul_n must be an integer >= 1 (the side of the "
+                     f"timed matmul), got {matmul_n!r}")
+  if (len({int(n) for n in sizes}) < 2 or any(int(n) != n or n < 4 for n in sizes)):
+    raise ValueError(f"measure_topology: sizes must be two or more distinct whole numbers of "
+                     f"bytes >= 4 (one float32 at least), got {list(sizes)}")
   say = progress or (lambda s: None)
   d = len(devs)
   names = [f"{dev.platform}{dev.id}" for dev in devs]
