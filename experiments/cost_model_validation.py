@@ -112,6 +112,27 @@ def predict(case: StepCase, calibration) -> Dict[str, object]:
           "class_seconds": roofline.class_breakdown(h, spec, calibration)}
 
 
+def check_calibration_device(calibration, device) -> None:
+  """ValueError unless `calibration` was measured on `device`'s backend and device kind: the
+  validation compares its predictions with times measured on `device`, and a calibration of
+  another machine kind (a GPU's on a CPU, an A100's on an H100) would be compared silently."""
+  mine = (device.platform, str(device.device_kind))
+  theirs = (calibration.backend, calibration.device_kind)
+  if mine != theirs:
+    raise ValueError(f"the calibration was measured on {theirs[0]} ({theirs[1]}), the steps run "
+                     f"on {mine[0]} ({mine[1]}): calibrate this machine (go-jax-calibrate) or "
+                     f"leave the calibration out to calibrate now")
+
+
+def error_percent(predicted: float, measured: float, what: str) -> float:
+  """100 (predicted - measured) / measured; ValueError naming `what` when the measured time is
+  not a finite number > 0 (a degenerate measurement has no relative error)."""
+  if not (np.isfinite(measured) and measured > 0):
+    raise ValueError(f"{what}: measured time {measured!r} s is not a finite number > 0; "
+                     f"cannot compare the prediction {predicted!r} s with it")
+  return float(100.0 * (predicted - measured) / measured)
+
+
 def spearman(x: Sequence[float], y: Sequence[float]) -> Optional[float]:
   """Spearman's rank correlation; None when undefined (fewer than 2 points, constant input)."""
   from scipy import stats
@@ -142,11 +163,14 @@ def validate(cases: List[StepCase], calibration=None, repeats: int = 9,
     raise ValueError(f"repeats must be >= 5 for a step-time median, got {repeats}")
   if not cases:
     raise ValueError("validate needs at least one step to measure")
+  microbench.check_timing(repeats, min_sample_s)
   say = progress or (lambda msg: None)
   micro, leaves = [], []
+  device = device or jax.devices()[0]
   if calibration is None:
-    device = device or jax.devices()[0]
     micro, leaves = prepare(calibration_sizes, device, say)
+  else:
+    check_calibration_device(calibration, device)
   for c in cases:  # warm-up: two calls each
     for _ in range(2):
       jax.block_until_ready(c.call())
@@ -168,7 +192,8 @@ def validate(cases: List[StepCase], calibration=None, repeats: int = 9,
     say(f"predict {c.name}")
     p = predict(c, calibration)
     rows.append({"model": c.name, "measured_s": float(t), "predicted_s": p["predicted_s"],
-                 "error_percent": float(100 * (p["predicted_s"] - t) / t), "nodes": p["nodes"],
+                 "error_percent": error_percent(p["predicted_s"], float(t), c.name),
+                 "nodes": p["nodes"],
                  "class_seconds": p["class_seconds"]})
   meas = [r["measured_s"] for r in rows]
   pred = [r["predicted_s"] for r in rows]

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from experiments.cost_model_validation import fmt_spearman, spearman
+from experiments.cost_model_validation import error_percent, fmt_spearman, spearman
 
 RANDOM = "random"
 
@@ -213,7 +213,7 @@ def run_model(case: ModelCase, topologies: Dict[int, Any], methods_: Sequence[st
       for key, pkey in (("error_percent", "predicted_s"),
                         ("error_unfused_percent", "predicted_unfused_s"),
                         ("error_segments_percent", "predicted_segments_s")):
-        row[key] = 100.0 * (row[pkey] - t) / t
+        row[key] = error_percent(row[pkey], float(t), f"{case.name} D={d} {label}")
       rows.append(row)  # `placed` is released when the next placement replaces it
       progress(f"{case.name} D={d}: {label}: {row['segments']} segments, compiled in "
                f"{compile_s:.1f} s, predicted {pred['predicted_s'] * 1e3:.2f} ms (segment "

@@ -46,7 +46,8 @@ flags.DEFINE_bool("fusion", False, "Also validate the fusion model: pre-optimisa
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected positional arguments: {list(argv[1:])}")
-  cli.check_out(FLAGS.out)
+  cli.check_out(FLAGS.out, files=("validation.json", "validation.png", "fusion.json",
+                                  "fusion.png"))
   from simulator import costmodel, fileio, zoo
   from experiments import cost_model_validation as validation
   start = time.time()
@@ -59,10 +60,14 @@ def main(argv: Sequence[str]) -> None:
   cli.check_zoo_models(names)
   cal_path, cal = FLAGS.calibration, None
   if cal_path and os.path.exists(cal_path):
+    import jax
     try:
       cal = costmodel.Calibration.load(cal_path)
+      validation.check_calibration_device(cal, jax.devices()[0])
     except ValueError as e:
       raise app.UsageError(f"--calibration={cal_path}: {e}") from e
+  elif cal_path:  # written after the calibration: refused now, not minutes on
+    cli.check_out(cal_path, flag="calibration", is_file=True)
   cases = []
   for k, name in enumerate(names):
     progress(f"compile {k + 1}/{len(names)} {name}/{FLAGS.size}")

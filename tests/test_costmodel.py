@@ -278,6 +278,24 @@ def test_validation_experiment_predicts_a_step_with_the_local_spec():
   assert not os.path.exists(os.path.join(REPO, "simulator", "costmodel", "validate.py"))
 
 
+def test_validation_refuses_another_device_and_degenerate_times(monkeypatch):
+  """A calibration of another backend is not compared with this one's times, and a measured
+  time of 0 is an error naming the step, not an infinite error in the report."""
+  from experiments import cost_model_validation as validation
+  from simulator.costmodel import microbench
+  case = validation.function_case("tiny", lambda x: jnp.tanh(x).sum(), jnp.ones((8, 16)))
+  with pytest.raises(ValueError, match="measured on gpu"):
+    validation.validate([case], _calibration(backend="gpu"), repeats=5)
+  cal = _calibration(backend=jax.devices()[0].platform,
+                     device_kind=str(jax.devices()[0].device_kind))
+  monkeypatch.setattr(microbench, "time_calls", lambda calls, *a, **k: np.zeros(len(calls)))
+  with pytest.raises(ValueError, match="tiny: measured time 0.0"):
+    validation.validate([case], cal, repeats=5)
+  assert validation.error_percent(3.0, 2.0, "x") == pytest.approx(50.0)
+  with pytest.raises(ValueError, match="x: measured time nan"):
+    validation.error_percent(1.0, float("nan"), "x")
+
+
 def test_validation_launcher_end_to_end(tmp_path):
   cal_path = str(tmp_path / "cal.json")
   _calibration().save(cal_path)
@@ -295,3 +313,23 @@ def test_validation_launcher_end_to_end(tmp_path):
   assert (out / "validation.png").read_bytes()[:4] == b"\x89PNG"
   assert "MAPE" in proc.stdout and "Spearman" in proc.stdout
   assert sorted(os.listdir(out)) == ["validation.json", "validation.png"]
+
+
+@pytest.mark.parametrize("case", ["other_backend", "unwritable"])
+def test_validation_launcher_refuses_a_calibration_at_once(tmp_path, case):
+  """Before any step is compiled: a calibration of another backend, and a --calibration path
+  to write a new calibration to that cannot be written (it failed after the calibration)."""
+  cal_path = str(tmp_path / "cal.json")
+  if case == "other_backend":
+    _calibration(backend="gpu", device_kind="NVIDIA H100").save(cal_path)
+  else:
+    (tmp_path / "file").write_text("")
+    cal_path = str(tmp_path / "file" / "cal.json")
+  cmd = [sys.executable, "-m", "experiments.validate_cost_model", "--models=gnmt2",
+         "--size=tiny", f"--calibration={cal_path}", f"--out={tmp_path / 'val'}",
+         "--noprogress"]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert f"--calibration={cal_path}" in proc.stderr
+  assert ("measured on gpu" if case == "other_backend" else "cannot write") in proc.stderr
