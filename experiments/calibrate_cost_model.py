@@ -17,6 +17,7 @@ other launchers reads. On a CPU-only machine --cpu_devices=N first exposes N CPU
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Sequence
@@ -26,6 +27,7 @@ from absl import app, flags
 from experiments import cli
 
 FLAGS = flags.FLAGS
+DEFAULT_OUT_DIR = "results"
 flags.DEFINE_string("out", None, "Calibration JSON path (default: "
                     "results/calibration_<backend>.json).")
 flags.DEFINE_bool("quick", False, "A dozen programs at one or two sizes, 3 rounds (seconds; "
@@ -57,8 +59,8 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.cpu_devices:
     raise app.UsageError("--cpu_devices is for --topology")
   from simulator import costmodel
-  if FLAGS.out:
-    cli.check_out(FLAGS.out, is_file=True)
+  # checked now, not after minutes of timing (the default's name waits for the backend)
+  cli.check_out(FLAGS.out or DEFAULT_OUT_DIR, is_file=bool(FLAGS.out))
   start = time.time()
 
   def progress(msg: str) -> None:
@@ -71,7 +73,7 @@ def main(argv: Sequence[str]) -> None:
                               repeats=repeats, progress=progress)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
-  out = FLAGS.out or f"results/calibration_{cal.backend}.json"
+  out = FLAGS.out or os.path.join(DEFAULT_OUT_DIR, f"calibration_{cal.backend}.json")
   cal.save(out)
   print(cal.table())
   print(f"fit: {cal.fit['mape_percent']:.1f}% mean / {cal.fit['median_abs_error_percent']:.1f}% "

@@ -101,3 +101,11 @@ def test_bad_flags_are_one_line(tmp_path):
   proc = _launch(f"--topology={tmp_path / 't.json'}", "--backend=nosuchbackend")
   assert proc.returncode != 0 and "--backend=nosuchbackend" in proc.stderr
   assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+  # the cost-model calibration's default folder (results/ here) is a file: refused at once,
+  # not after minutes of timing when the calibration is written
+  (tmp_path / "results").write_text("")
+  proc = subprocess.run([sys.executable, "-m", "experiments.calibrate_cost_model", "--quick"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO))
+  assert proc.returncode != 0 and "--out=" in proc.stderr and "not a folder" in proc.stderr
+  assert "Traceback" not in proc.stderr and "compile" not in proc.stderr, proc.stderr[-2000:]
