@@ -50,6 +50,13 @@ def test_bad_specs_and_names_raise():
     DeviceSpec("x", {"f32": 1e12}, -1.0, 0.0, 1e9)
   with pytest.raises(ValueError, match="unknown dtype"):
     DeviceSpec("x", {"f32": 1e12, "int8": 1e12}, 1e11, 0.0, 1e9)
+  # a TypeError from math.isfinite before, or accepted (True as 1 FLOP/s)
+  for args, field in ((({"f32": 1e12}, "1e11", 0.0, 1e9), "mem_bandwidth"),
+                      (({"f32": True}, 1e11, 0.0, 1e9), "peak_flops"),
+                      (({"f32": 1e12}, 1e11, None, 1e9), "launch_overhead"),
+                      (({"f32": 1e12}, 1e11, 0.0, 10**400), "mem_capacity")):
+    with pytest.raises(ValueError, match=field):
+      DeviceSpec("x", *args)
   with pytest.raises(ValueError, match="unknown device spec"):
     device_spec("p100")
   with pytest.raises(ValueError, match="needs a Calibration"):
