@@ -241,6 +241,33 @@ def test_quick_calibration_fits_finite_positive_numbers():
     calibrate(sizes={"fft": (8,)})
 
 
+def test_fit_leaves_undetermined_efficiencies_at_their_defaults():
+  """Memory-bound elementwise programs do not determine elementwise flops_eff: it is the default
+  (it was wherever the smoothed stages left it, 0.04 here, flagged as the default). The dots'
+  bytes_eff is not determined either, but its default would make the smallest dot memory bound:
+  it is the value nearest the default that changes no prediction."""
+  from simulator.costmodel import opclass as feat
+  fit = sys.modules["simulator.costmodel.calibrate"].fit
+
+  def program(cls, flops, nbytes):
+    return feat._leaves([(0, 1.0, cls, flops, 0.0, nbytes, "f32", 1.0)], 1)
+  bw, peak, sizes, sides = 1e10, 1e11, (1e4, 1e5, 1e6, 1e7, 3e7), (64, 256, 512)
+  leaves = ([program("elementwise", b / 100, b) for b in sizes]
+            + [program("dot", 2 * n ** 3, 12 * n * n) for n in sides])
+  times = np.array([32e-6 + b / (0.6 * bw) for b in sizes]
+                   + [31e-6 + 2 * n ** 3 / (0.8 * peak) for n in sides])
+  tables, predicted = fit(leaves, times, {"f32": peak}, bw)
+  ew, dot = tables["classes"]["elementwise"], tables["classes"]["dot"]
+  assert not tables["fitted"]["elementwise"]["flops_eff"]
+  assert ew["flops_eff"] == pytest.approx(DEFAULT_FLOPS_EFF["elementwise"])
+  assert ew["bytes_eff"] == pytest.approx(0.6) and dot["flops_eff"] == pytest.approx(0.8)
+  assert not tables["fitted"]["dot"]["bytes_eff"]
+  # the 64-dot's memory term (49 kB) reaches its compute term (6.55 us) at bytes_eff 0.75
+  assert dot["bytes_eff"] == pytest.approx(12 * 64 ** 2 / bw / (2 * 64 ** 3 / 0.8 / peak),
+                                           rel=1e-3)
+  np.testing.assert_allclose(predicted, times, rtol=1e-5)
+
+
 def test_calibrate_refuses_bad_arguments_before_compiling(monkeypatch):
   calibrate_mod = sys.modules["simulator.costmodel.calibrate"]  # (the function hides it)
   monkeypatch.setattr(calibrate_mod, "prepare", lambda *a, **k: pytest.fail("compiled"))

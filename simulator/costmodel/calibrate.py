@@ -39,8 +39,9 @@ Procedure (`calibrate`):
      Every program reads cold operands (`microbench.cold_copies`).
   4. A parameter counts as fitted when the data move it (its Jacobian column is not ~0: e.g. a
      class that is never compute bound in the programs leaves flops_eff undetermined); the
-     others keep `roofline.DEFAULT_FLOPS_EFF` / `DEFAULT_BYTES_EFF` and are flagged in
-     `Calibration.fitted`. `launch_overhead` is the median of the fitted class overheads above 1 ns.
+     others are set to `roofline.DEFAULT_FLOPS_EFF` / `DEFAULT_BYTES_EFF` (or, where the default
+     would change a program's predicted time, to the value nearest it that changes none) and
+     are flagged in `Calibration.fitted`. `launch_overhead` is the median of the fitted class overheads above 1 ns.
 """
 
 from __future__ import annotations
@@ -197,6 +198,46 @@ class _Model:
     return dispatch + self.fresh * self.first_touch(x) + ops
 
 
+UNCHANGED = 1e-6  # relative change of every program's predicted time that counts as none
+
+
+def _undetermined_to_defaults(model: "_Model", x: np.ndarray, jac_norm: np.ndarray,
+                              bounds) -> np.ndarray:
+  """`x` with each efficiency the data do not determine (Jacobian column ~0) moved to its
+  documented default, or as near it as leaves every program's predicted time unchanged
+  (within UNCHANGED; bisection in log space): such a number sits wherever the smoothed stages
+  left it (an elementwise flops_eff of 0.04 where the default is 0.25), which is no
+  measurement, while `Calibration.fitted` marks it as the default. A bound that does not bind
+  on these programs can still bind on others (e.g. a compute-heavy elementwise op)."""
+  x = np.array(x, np.float64)
+  ref = model.predict(x)
+  lo, hi = bounds
+
+  def same(y):
+    return bool(np.all(np.abs(model.predict(y) / ref - 1.0) <= UNCHANGED))
+
+  for j, c in enumerate(model.classes):
+    name = feat.OP_CLASSES[c]
+    for k, default in ((2 * j, roofline.DEFAULT_FLOPS_EFF[name]),
+                       (2 * j + 1, roofline.DEFAULT_BYTES_EFF[name])):
+      if jac_norm[k] > IDENTIFIED:
+        continue
+      def at(v, k=k):
+        y = x.copy()
+        y[k] = v
+        return y
+
+      ok, bad = x[k], float(np.clip(np.log(default), lo[k], hi[k]))
+      if same(at(bad)):
+        ok = bad
+      else:  # ok fits the programs as the fit does, bad does not: bisect between them
+        while abs(bad - ok) > 1e-4:
+          mid = 0.5 * (ok + bad)
+          ok, bad = (mid, bad) if same(at(mid)) else (ok, mid)
+      x[k] = ok
+  return x
+
+
 def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, float],
         bandwidth: float, fresh: Optional[np.ndarray] = None,
         concurrent: Optional[np.ndarray] = None):
@@ -234,7 +275,8 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
       best = res
   res = best
   jac_norm = np.abs(res.jac).sum(axis=0)
-  f_eff, b_eff, over, dispatch, tw, par = model.tables(res.x)
+  x = _undetermined_to_defaults(model, res.x, jac_norm, bounds)
+  f_eff, b_eff, over, dispatch, tw, par = model.tables(x)
   classes, fitted = {}, {}
   k = 2 * len(model.classes)
   for j, c in enumerate(model.classes):
@@ -256,20 +298,20 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
                       if fitted[k]["overhead"] and v["overhead"] > 0]
   tables = {
       "classes": classes, "fitted": fitted, "globals_fitted": globals_fitted,
-      "dispatch_overhead": float(res.x[-4] * US),
-      "inline_dispatch_overhead": float(res.x[-5] * US),
-      "pool_dispatch_overhead": float(res.x[-3] * US),
+      "dispatch_overhead": float(x[-4] * US),
+      "inline_dispatch_overhead": float(x[-5] * US),
+      "pool_dispatch_overhead": float(x[-3] * US),
       "transcendental_weight": float(tw) if model.has_trans else 1.0,
       "parallel_efficiency": float(par) if model.has_parts else 0.0,
       # (of those above 1 ns: overheads fitted to their bound 0 would drag it to 0, and the
       # class overheads are charged as ratios to it: `Calibration.roofline_params`)
       "launch_overhead": (float(np.median([o for o in fitted_overheads if o > 1e-9]))
                           if any(o > 1e-9 for o in fitted_overheads) else 1e-6),
-      "first_touch": float(model.first_touch(res.x)) if np.any(fresh > 0) else 0.0,
-      "contention": model.contention(res.x),
+      "first_touch": float(model.first_touch(x)) if np.any(fresh > 0) else 0.0,
+      "contention": model.contention(x),
       "status": res.message, "nfev": int(res.nfev),
   }
-  return tables, model.predict(res.x)
+  return tables, model.predict(x)
 
 
 def prepare(sizes="full", device=None, progress: Optional[Callable[[str], None]] = None):

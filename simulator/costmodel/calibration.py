@@ -4,7 +4,8 @@ What a calibration holds (all measured / fitted by `simulator.costmodel.calibrat
   * the machine's roofline peaks: best matmul FLOP/s per dtype, best streaming bandwidth, memory
     capacity -> the "local" `DeviceSpec` (`devices.local_spec`);
   * per op class: efficiencies (fractions of those peaks) and the launch overhead (seconds);
-    `fitted` says which numbers the data determined (the others keep the documented defaults);
+    `fitted` says which numbers the data determined (the others keep the documented defaults,
+    or the nearest values to them that fit the microbenchmarks as well);
   * the transcendental weight (plain flops per exp / tanh / ...), XLA:CPU's parallel efficiency
     (speed-up per extra partition of a split loop fusion), the per-program dispatch overhead
     (one jitted call; reported, not part of any op), the page-fault cost per byte of a buffer
@@ -146,7 +147,8 @@ class Calibration:
                 f" us; transcendental weight {self.transcendental_weight:.2f}; parallel "
                 f"efficiency {self.parallel_efficiency:.2f}; first touch "
                 f"{self.first_touch * 2**20 * 1e3:.2f} ms/MiB; contention {self.contention:.2f}"
-                f"   (* = default, not fitted)")
+                f"   (* = not fitted: the default, or the value nearest it that fits the "
+                f"programs as well)")
     return "\n".join(rows)
 
 
