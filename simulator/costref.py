@@ -104,11 +104,27 @@ class CostReference:
     """Inverse of `to_arrays`; None when `data` holds no reference."""
     if f"{prefix}scalars" not in data:
       return None
-    peak, bw, over = (float(x) for x in np.asarray(data[f"{prefix}scalars"]))
-    tables = np.asarray(data[f"{prefix}tables"], np.float64)
-    if tables.ndim != 2 or tables.shape[0] != 4:
-      raise ValueError(f"cost reference tables have shape {tables.shape}, expected (4, C)")
-    return cls(name=str(data[f"{prefix}name"]), peak_flops=peak, mem_bandwidth=bw,
-               launch_overhead=over, classes=[str(c) for c in data[f"{prefix}classes"]],
-               flops_eff=tables[0], bytes_eff=tables[1], overhead_ratio=tables[2],
-               memory_only=tables[3] > 0)
+    get = lambda k: np.asarray(data[f"{prefix}{k}"])
+    name, scalars, classes, tables = get("name"), get("scalars"), get("classes"), get("tables")
+    # (kinds checked here: a 2-D name or numeric classes were read as their str())
+    if name.ndim != 0 or name.dtype.kind != "U":
+      raise ValueError(f"cost reference '{prefix}name' must be one string, got shape "
+                       f"{name.shape}, dtype {name.dtype}")
+    if scalars.shape != (3,) or scalars.dtype.kind not in "iuf":
+      raise ValueError(f"cost reference '{prefix}scalars' must be 3 numbers (peak FLOP/s, "
+                       f"bandwidth, launch overhead), got shape {scalars.shape}, dtype "
+                       f"{scalars.dtype}")
+    if classes.ndim != 1 or classes.dtype.kind != "U":
+      raise ValueError(f"cost reference '{prefix}classes' must be a 1-D string array, got "
+                       f"shape {classes.shape}, dtype {classes.dtype}")
+    if tables.ndim != 2 or tables.shape[0] != 4 or tables.dtype.kind not in "iuf":
+      raise ValueError(f"cost reference tables have shape {tables.shape}, dtype "
+                       f"{tables.dtype}, expected (4, C) numbers")
+    tables = tables.astype(np.float64)
+    if not np.all((tables[3] == 0) | (tables[3] == 1)):
+      raise ValueError(f"cost reference '{prefix}tables' row 3 (memory_only) must be 0 or 1, "
+                       f"got {tables[3].tolist()}")
+    peak, bw, over = (float(x) for x in scalars)
+    return cls(name=str(name), peak_flops=peak, mem_bandwidth=bw, launch_overhead=over,
+               classes=[str(c) for c in classes], flops_eff=tables[0], bytes_eff=tables[1],
+               overhead_ratio=tables[2], memory_only=tables[3] > 0)

@@ -180,6 +180,19 @@ def test_reference_survives_save_and_load(tmp_path):
   back = CompGraph.load(path)
   assert back.reference == g.reference
   assert CompGraph(cost=[1.0], senders=[], receivers=[]).reference is None
+  # malformed reference arrays name themselves (a 2-D name or numeric classes were read as
+  # their str(), a memory_only of 0.5 as True, 2 scalars as "not enough values to unpack")
+  with np.load(path) as data:
+    arrays = dict(data)
+  for key, bad, match in (("ref_name", np.array(["a", "b"]), "'ref_name' must be one string"),
+                          ("ref_classes", np.arange(len(g.reference.classes)), "'ref_classes'"),
+                          ("ref_scalars", np.array([1.0, 2.0]), "'ref_scalars' must be 3"),
+                          ("ref_tables", np.vstack([arrays["ref_tables"][:3],
+                                                    np.full(len(g.reference.classes), 0.5)]),
+                           "memory_only")):
+    np.savez(path, **dict(arrays, **{key: bad}))
+    with pytest.raises(ValueError, match=match):
+      CompGraph.load(path)
 
 
 def test_one_compile_serves_every_fuse_mask():
