@@ -225,6 +225,8 @@ def test_malformed_calibration_file_names_the_field(tmp_path, edit, field):
     Calibration.load(str(path))
   with pytest.raises(ValueError, match="calibration must be a Calibration"):
     device_spec("local", str(path))
+  with pytest.raises(ValueError, match="calibration must be a Calibration"):
+    durations(_toy_graph(), SPEC, str(path))  # an AttributeError before
 
 
 def test_quick_calibration_fits_finite_positive_numbers():

@@ -138,6 +138,9 @@ def _params(calibration) -> RooflineParams:
     return DEFAULT_PARAMS
   if isinstance(calibration, RooflineParams):
     return calibration
+  if not callable(getattr(calibration, "roofline_params", None)):  # (an AttributeError before)
+    raise ValueError(f"calibration must be a Calibration (Calibration.load(path) reads a file), "
+                     f"a RooflineParams or None, got {type(calibration).__name__}")
   return calibration.roofline_params()
 
 
