@@ -40,8 +40,12 @@ def test_fit_link_passes_through_the_smallest_copy_and_fits_the_slope():
     tc.fit_link(sizes, [3e-3, 2e-3, 1e-3])
   with pytest.raises(ValueError, match="two or more distinct sizes"):
     tc.fit_link([1e3, 1e3], [1e-6, 2e-6])
-  with pytest.raises(ValueError, match="must be > 0"):
+  with pytest.raises(ValueError, match="must be finite and > 0"):
     tc.fit_link(sizes, [0.0, 1e-3, 2e-3])
+  with pytest.raises(ValueError, match="must be finite and > 0"):
+    tc.fit_link(sizes, [1e-6, 1e-3, np.inf])  # was a bandwidth of 0
+  with pytest.raises(ValueError, match="sizes must be finite"):
+    tc.fit_link([1e3, 1e6, np.nan], [1e-6, 1e-3, 2e-3])
 
 
 def test_a_link_whose_times_do_not_grow_is_measured_again(monkeypatch):

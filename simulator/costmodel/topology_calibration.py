@@ -50,14 +50,17 @@ def fit_link(sizes: Sequence[float], seconds: Sequence[float]) -> Tuple[float, f
   which dominate a step's transfer time, weigh most); latency clamped at 0.
 
   Raises:
-    ValueError: fewer than two distinct sizes, a time <= 0, or times that do not grow with
-      the size (no positive bandwidth fits them).
+    ValueError: fewer than two distinct sizes, a size that is not finite and >= 0, a time
+      that is not finite and > 0, or times that do not grow with the size (no positive
+      bandwidth fits them).
   """
   x, y = np.asarray(sizes, np.float64), np.asarray(seconds, np.float64)
   if x.shape != y.shape or len(np.unique(x)) < 2:
     raise ValueError(f"fit_link: give times at two or more distinct sizes, got sizes {list(x)}")
-  if not np.all(y > 0):
-    raise ValueError(f"fit_link: copy times must be > 0, got {list(y)}")
+  if not np.all(np.isfinite(x)) or np.any(x < 0):
+    raise ValueError(f"fit_link: sizes must be finite numbers of bytes >= 0, got {list(x)}")
+  if not np.all((y > 0) & np.isfinite(y)):  # (an infinite time fitted a bandwidth of 0)
+    raise ValueError(f"fit_link: copy times must be finite and > 0, got {list(y)}")
   k = int(np.argmin(x))
   dx, dy = x - x[k], y - y[k]
   per_byte = float(dx @ dy / (dx @ dx))
