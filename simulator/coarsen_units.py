@@ -113,7 +113,9 @@ def balanced_runs(w: np.ndarray, k: int) -> np.ndarray:
   """(len(w),) run ids 0..k-1 cutting a sequence into k contiguous runs, none empty, balanced
   half by the weights `w` and half by count."""
   n = len(w)
-  w = ((w / w.sum()) if w.sum() > 0 else 0.0) + 1.0 / n
+  w = np.asarray(w, np.float64)
+  # by count alone where nothing weighs (a scalar here would cut the sequence as ONE run)
+  w = (w / w.sum() if w.sum() > 0 else np.zeros(n)) + 1.0 / n
   cum = np.cumsum(w)
   ideal = np.floor((cum - w / 2) / cum[-1] * k).astype(np.int64).tolist()
   run, prev = [], -1

@@ -190,6 +190,18 @@ def test_topological_fallback_never_keeps_fewer_units_than_the_plain_one():
   assert _units(coarsen(g, m, strategies=("topological",)).graph) >= 13
 
 
+def test_weightless_graph_is_cut_by_count():
+  """No costs, flops or bytes: the fallback cuts by count (it once cut a weightless graph into
+  one run, one node, for any max_nodes)."""
+  none = np.zeros(0, np.int64)
+  for colocation in (None, [0, 0, 1, 1, 2, 2, 3, 3, -1, -1]):
+    g = CompGraph(cost=np.zeros(10), senders=none, receivers=none, colocation=colocation)
+    for strategies in (STRATEGIES, ("topological",)):
+      res = coarsen(g, 5, strategies=strategies)
+      assert res.graph.num_nodes == 5, (colocation, strategies, res.steps)
+      _check(g, res, 5)
+
+
 def test_bad_arguments():
   g = _diamond()
   for bad in (0, -3, 2.5, True, "10"):
