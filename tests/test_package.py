@@ -8,6 +8,9 @@ to come from the installed package, not from the repository or a folder beside i
 
 from __future__ import annotations
 
+import ast
+import fnmatch
+import glob
 import json
 import os
 import re
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "simulator", "data")
 # What the wheel must hold besides the .py files: package data of simulator/ and go_jax/.
-PACKAGE_DATA_FOLDERS = ("simulator/data", "go_jax/pretrained")
+PACKAGE_DATA_FOLDERS = ("simulator/data", "go_jax/pretrained", "go_jax/methods/data")
 # Folders and files not needed to build the wheel, left out of the copy it is built from.
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info",
                                      "__pycache__", ".hypothesis", ".pytest_cache", "results",
@@ -81,7 +84,8 @@ def test_build_lists_every_package_data_file():
   """BUILD's data of the simulator and go_jax libraries name exactly the files on disk."""
   from test_build import parse_build  # pylint: disable=import-outside-toplevel
   targets = parse_build()
-  for lib, folder in (("simulator", "simulator/data"), ("go_jax", "go_jax/pretrained")):
+  for lib, folder in (("simulator", "simulator/data"), ("go_jax", "go_jax/pretrained"),
+                      ("go_jax", "go_jax/methods/data")):
     listed = {f for f in targets[lib].kwargs.get("data", []) if f.startswith(folder + "/")}
     on_disk = set(_data_files(folder))
     assert on_disk - listed == set(), (
@@ -89,6 +93,76 @@ def test_build_lists_every_package_data_file():
     assert listed - on_disk == set(), (
         f"BUILD's py_library '{lib}' lists data files that do not exist: "
         f"{sorted(listed - on_disk)}")
+
+
+def _setup_package_data():
+  """setup.py's package_data, read from its source (running setup.py would build)."""
+  with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as fh:
+    tree = ast.parse(fh.read())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.keyword) and node.arg == "package_data":
+      return ast.literal_eval(node.value)
+  raise AssertionError("setup.py passes no package_data")
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+  """A package_data glob as setuptools applies it: '*' never crosses a '/'."""
+  parts, pat = path.split("/"), pattern.split("/")
+  return len(parts) == len(pat) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pat))
+
+
+def test_setup_package_data_matches_every_data_file():
+  """Every data file beside the packages is matched by a package_data glob of its package, so
+  the wheel holds it (the slow wheel test checks the built wheel; this one takes no build)."""
+  data = _setup_package_data()
+  missing = []
+  for folder in PACKAGE_DATA_FOLDERS:
+    package = folder.split("/")[0]
+    for path in _data_files(folder):
+      rel = path[len(package) + 1:]
+      if not any(_glob_matches(p, rel) for p in data.get(package, ())):
+        missing.append(path)
+  assert not missing, f"no package_data pattern in setup.py matches {missing}"
+
+
+def _manifest_files():
+  """Repo-relative files that MANIFEST.in adds to the sdist (its include / recursive-include
+  lines; another directive must be taught here first)."""
+  out = set()
+  with open(os.path.join(REPO, "MANIFEST.in"), encoding="utf-8") as fh:
+    lines = [line.split() for line in fh if line.strip() and not line.startswith("#")]
+  for words in lines:
+    if words[0] == "include":
+      out.update(os.path.relpath(f, REPO) for w in words[1:]
+                 for f in glob.glob(os.path.join(REPO, w)))
+    elif words[0] == "recursive-include":
+      for root, _, files in os.walk(os.path.join(REPO, words[1])):
+        out.update(os.path.relpath(os.path.join(root, f), REPO) for f in files
+                   if any(fnmatch.fnmatchcase(f, p) for p in words[2:]))
+    else:
+      raise AssertionError(f"MANIFEST.in: teach this test the directive {words[0]!r}")
+  return {f.replace(os.sep, "/") for f in out}
+
+
+def test_sdist_holds_what_its_markdown_files_link_to():
+  """The Markdown files MANIFEST.in ships link only to files the sdist holds too (BENCHMARKS.md's
+  figures under docs/figures were left out once): those files, the packages' modules (links to
+  them name source files) and package data."""
+  shipped = _manifest_files()
+  docs = sorted(f for f in shipped if f.endswith(".md"))
+  assert "README.md" in docs or os.path.isfile(os.path.join(REPO, "README.md"))
+  missing = []
+  for md in docs + ["README.md"]:
+    with open(os.path.join(REPO, md), encoding="utf-8") as fh:
+      links = re.findall(r"\]\(([^)#:\s]+)", fh.read())
+    for link in links:
+      path = os.path.normpath(os.path.join(os.path.dirname(md), link)).replace(os.sep, "/")
+      if os.path.isdir(os.path.join(REPO, path)) or path.split("/")[0] in (
+          "simulator", "go_jax", "experiments"):
+        continue  # a package's folder or file (its modules and data are checked above)
+      if path not in shipped:
+        missing.append(f"{md} -> {link}")
+  assert not missing, f"add these to MANIFEST.in: {missing}"
 
 
 def test_readme_test_command_is_what_ci_runs_and_its_links_exist():
