@@ -177,27 +177,49 @@ def _guarded(task, item, cpus_per_cell):
     release_compiled_code()  # a Ray worker process runs many cells too
 
 
-REACH_TIMEOUT_S = 5.0  # how long `check_reachable` waits for a cluster's port
+REACH_TIMEOUT_S = 5.0  # how long `check_reachable` waits for a cluster's port and its answer
+# An HTTP/2 client's first bytes (the connection preface and an empty SETTINGS frame): a gRPC
+# server, as Ray's GCS and Ray Client servers are, answers with a SETTINGS frame of its own.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_HTTP2_SETTINGS = 4  # the frame type byte (the 4th of a frame's 9-byte header)
 
 
 def check_reachable(address: str) -> None:
-  """A quick check that a `HOST:PORT` (or `ray://HOST:PORT`) cluster address answers, before
-  `ray.init`, which retries an unreachable one for about a minute with a screen of warnings.
-  "auto" and other forms are left to Ray.
+  """A quick check that a `HOST:PORT` (or `ray://HOST:PORT`) cluster address answers as a Ray
+  cluster does, before `ray.init`, which retries an unreachable one for about a minute with a
+  screen of warnings, and one where another service listens (the dashboard's port 8265, a
+  typo'd port) for many minutes. "auto" and other forms are left to Ray, and so is what
+  answers where Ray's TLS is on ($RAY_USE_TLS: no plain HTTP/2 to probe with).
 
   Raises:
-    ConnectionError: the host does not resolve or nothing listens on the port (one line).
+    ConnectionError: the host does not resolve, nothing listens on the port, or what listens
+      does not answer as a gRPC server (one line).
   """
   import socket  # pylint: disable=g-import-not-at-top
   host, sep, port = address.split("://", 1)[-1].rpartition(":")
   if not sep or not host or not port.isdigit():
     return
   try:
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S):
-      pass
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S) as sock:
+      if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return
+      head = b""
+      try:
+        sock.sendall(_HTTP2_PREFACE)
+        while len(head) < 9:
+          chunk = sock.recv(9 - len(head))
+          if not chunk:
+            break
+          head += chunk
+      except OSError:  # a timeout, a reset: no answer
+        pass
   except OSError as e:
     raise ConnectionError(f"no Ray cluster at {address!r}: cannot connect to {host}:{port} "
                           f"({e.strerror or e})") from e
+  if len(head) < 9 or head[3] != _HTTP2_SETTINGS:
+    raise ConnectionError(f"no Ray cluster at {address!r}: {host}:{port} accepts connections but "
+                          "does not answer as Ray's gRPC server does (another service's port, "
+                          "e.g. the dashboard's 8265? Ray's is 6379, Ray Client's 10001)")
 
 
 class RayExecutor(Executor):
@@ -246,7 +268,10 @@ class RayExecutor(Executor):
       root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
       env["env_vars"]["PYTHONPATH"] = os.pathsep.join(
           [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-      options.update(num_cpus=self.num_cpus or os.cpu_count() or 1, include_dashboard=False)
+      # "local": a new instance even where $RAY_ADDRESS is set or `ray start` ran on this
+      # machine (address None would join that cluster, and refuse num_cpus there)
+      options.update(address="local", num_cpus=self.num_cpus or os.cpu_count() or 1,
+                     include_dashboard=False)
     with warnings.catch_warnings():  # Ray starts its processes with fork+exec, which is safe
       warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
                               category=RuntimeWarning)

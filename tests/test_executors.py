@@ -175,6 +175,78 @@ def test_executor_registry_and_bad_options(monkeypatch):
   assert "JAX_PLATFORMS" not in executors.worker_env(cpus_per_cell=4, gpus_per_cell=1)
 
 
+class FakeRay:
+  """Stands in for the `ray` module where a test only looks at what the executor asks of it."""
+
+  def __init__(self):
+    self.options, self.up = None, False
+
+  def is_initialized(self):
+    return self.up
+
+  def init(self, **options):
+    self.options, self.up = options, True
+
+  def cluster_resources(self):
+    return {"CPU": float(self.options.get("num_cpus") or 1)}
+
+  def shutdown(self):
+    self.up = False
+
+
+def test_a_local_instance_is_new_even_where_ray_address_is_set(monkeypatch):
+  # ray.init() without an address joins $RAY_ADDRESS's (or the last `ray start`) cluster, and
+  # refuses num_cpus there: "unset --ray_address" must start a local instance all the same.
+  fake = FakeRay()
+  monkeypatch.setattr(executors, "import_ray", lambda: fake)
+  monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+  with executors.make("ray", num_cpus=1):
+    assert fake.options["address"] == "local" and fake.options["num_cpus"] == 1
+  assert not fake.up
+
+
+def _listener(answer):
+  """A loopback port whose connections get `answer(conn)`: what listens there is not Ray."""
+  import socket
+  import threading
+  server = socket.socket()
+  server.bind(("127.0.0.1", 0))
+  server.listen(4)
+
+  def serve():
+    held = []  # connections stay open until the server closes
+    while True:
+      try:
+        conn, _ = server.accept()
+      except OSError:  # closed
+        return
+      held.append(conn)
+      answer(conn)
+  threading.Thread(target=serve, daemon=True).start()
+  return server
+
+
+@pytest.mark.parametrize("answer", [
+    lambda conn: None,  # accepts and says nothing (ray.init would retry for many minutes)
+    lambda conn: conn.close(),
+    lambda conn: conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n"),  # e.g. the dashboard
+], ids=["silent", "closes", "http1"])
+def test_an_address_where_something_else_listens_is_one_line(monkeypatch, answer):
+  monkeypatch.setattr(executors, "REACH_TIMEOUT_S", 0.5)
+  server = _listener(answer)
+  try:
+    address = "127.0.0.1:%d" % server.getsockname()[1]
+    with pytest.raises(ConnectionError, match=rf"no Ray cluster at '{address}': {address} "
+                       "accepts connections but does not answer as Ray's gRPC server does"):
+      executors.check_reachable(address)
+  finally:
+    server.close()
+
+
+def test_a_running_clusters_address_passes_the_check(ray_executor):
+  executors.check_reachable(ray.get_runtime_context().gcs_address)  # Ray's GCS: gRPC
+
+
 def test_local_executor_checks_the_mapping_limit_after_every_cell(monkeypatch):
   """After each cell, failed or not, the executor gives the process the chance to drop JAX's
   caches (simulator.runtime.release_compiled_code_if_needed)."""
