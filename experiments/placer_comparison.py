@@ -14,8 +14,10 @@ its objective after t seconds: the curve's best at t, or none if its first answe
 A classic method runs to completion once; its objective counts at every t from its own time on.
 
 Per cell, `<out>/learned_placers.json` (atomically; resumable: cells already there are skipped,
-cells that recorded an error or ran with another time than now asked are run again; several
-processes may share one --out, each taking its `shard` of the cells) records the objective,
+cells that recorded an error or ran with another time than now asked are run again; a cell
+the report could not read, hand-edited or damaged, is refused naming the file, cell and field
+(`check_cells`); several processes may share one --out, each taking its `shard` of the cells)
+records the objective,
 feasibility, seconds, curve, the zero-shot objective of a learned method, and the time to come
 within `within` (5%) of the method's final objective. Then the report
 (experiments/placer_report.py, `summarize`):
@@ -40,11 +42,12 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from experiments import cli
+from experiments import cli, regal_comparison
 from experiments.placer_report import cell_key, markdown, plot, summarize
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs",
                               "learned_placers.py")
+ResultsFileError = regal_comparison.ResultsFileError  # a results file's fault, not the config's
 LAUNCHER = "learned_placers"
 JSON_NAME = "learned_placers.json"
 MD_NAME = "learned_placers.md"
@@ -202,15 +205,48 @@ def _locked_merge(path: str, result: Dict[str, Any], mine: Sequence[str]) -> Dic
   os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
   with open(path + ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.path.isfile(path):
-      with open(path, encoding="utf-8") as fh:
-        disk = json.load(fh).get("cells", {})
+    if os.path.isfile(path):  # another shard's cells are checked as a resumed file's are
+      try:
+        with open(path, encoding="utf-8") as fh:
+          disk = json.load(fh)
+      except (OSError, ValueError, RecursionError) as e:
+        raise ResultsFileError(f"{path}: not a readable results JSON ({e}); another process "
+                                   "wrote it badly, or it was edited") from e
+      disk = disk.get("cells") if isinstance(disk, dict) else None
+      if not isinstance(disk, dict):
+        raise ResultsFileError(f"{path}: has no 'cells' object; another process wrote "
+                                   "it badly, or it was edited")
+      check_cells(disk, path)
       ours = set(mine)
       for key, row in disk.items():
         if key not in ours:
           result["cells"][key] = row
     fileio.write_json(path, result)
   return result
+
+
+def check_cells(cells: Mapping[str, Any], path: str) -> None:
+  """`regal_comparison.check_cells` (a ResultsFileError naming `path`, the cell and the field)
+  for a cell the report could not read, and also an answer whose `upper_bound` is not a
+  finite number, whose `budget_seconds` or `zero_shot` is neither a number nor null, or whose
+  `curve` is not a list of [seconds, objective] pairs: a hand-edited or damaged file is
+  refused before any cell runs, not met as a traceback in the report."""
+  regal_comparison.check_cells(cells, path)
+  number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+  for key, cell in cells.items():
+    if "error" in cell:
+      continue
+    bad = ([f for f in ("upper_bound",) if not number(cell.get(f))] +
+           [f for f in ("budget_seconds", "zero_shot") if cell.get(f) is not None
+            and not number(cell.get(f))])
+    curve = cell.get("curve")
+    if not (isinstance(curve, list) and all(isinstance(p, list) and len(p) == 2
+                                            and all(number(x) for x in p) for p in curve)):
+      bad.append("curve")
+    if bad:
+      raise ResultsFileError(f"{path}: cell {key!r} field {bad[0]!r} is "
+                             + ("missing" if bad[0] not in cell else
+                                f"not what an earlier run writes: {cell[bad[0]]!r}"))
 
 
 def _pending(cfg, row: Optional[Mapping[str, Any]], method: str) -> bool:
@@ -263,6 +299,7 @@ def run_comparison(config, out: str, log: Callable[[str], None] = print,
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
   old = cli.load_resumable(path, LAUNCHER, settings)
+  check_cells(old.get("cells", {}), path)
   cells: Dict[str, Any] = dict(old.get("cells", {}))
   machine = cli.machine_info()
   result = {"launcher": LAUNCHER, "settings": settings, "config": cfg, "machine": machine,

@@ -4,6 +4,7 @@ run with Placeto and HDP that resumes and shares its folder between two shards."
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -263,3 +264,32 @@ def test_convergence_claim_counts_go_at_zero_seconds_and_plot_skips_an_empty_cur
   assert conv["reached"] == 2 and conv["at_least_15x"] == 1 and conv["gmean_speedup"] == 1.0
   cells[k("g1", "t", "placeto")] = _learned([], 8.0)
   assert os.path.isfile(pr.plot(cfg, cells, str(tmp_path / "c.png")))
+
+
+@pytest.mark.parametrize("damage, match", [
+    (lambda c: "x", "is not an object"),
+    (lambda c: dict(c, objective="x"), "field 'objective' is not a finite number"),
+    (lambda c: {k: v for k, v in c.items() if k != "seconds"}, "field 'seconds' is missing"),
+    (lambda c: dict(c, curve=None), "field 'curve' is not what an earlier run writes"),
+    (lambda c: dict(c, curve=[[1.0, "a"]]), "field 'curve'"),
+    (lambda c: dict(c, zero_shot="x"), "field 'zero_shot'"),
+])
+def test_a_damaged_cell_of_the_results_file_is_refused_naming_it(tmp_path, damage, match):
+  """A hand-edited or damaged learned_placers.json stops the run before any cell with the
+  file, cell and field (it was a traceback from the report: TypeError, KeyError)."""
+  cfg = pc.as_settings(dict(learned_placers.get_config("tiny").to_dict(), learned=[]))
+  good = {"objective": 1.0, "feasible": True, "seconds": 0.5, "upper_bound": 9.0,
+          "budget_seconds": None, "zero_shot": None, "curve": [[0.5, 1.0]]}
+  key = pc.cell_key(cfg["graphs"][0], cfg["topologies"][0], "heft")
+  path = tmp_path / pc.JSON_NAME
+  path.write_text(json.dumps({"launcher": pc.LAUNCHER, "cells": {key: damage(good)},
+                              "settings": {k: cfg[k] for k in pc.SETTINGS}}))
+  where = re.escape(f"{pc.JSON_NAME}: cell '{key}' ")
+  with pytest.raises(pc.ResultsFileError, match=where + match):
+    pc.run_comparison(cfg, str(tmp_path), log=lambda s: None)
+  # a shard sharing the folder that finds it damaged mid-run says so too
+  with pytest.raises(pc.ResultsFileError, match=match):
+    pc._locked_merge(str(path), {"cells": {}}, [])
+  path.write_text("{")
+  with pytest.raises(pc.ResultsFileError, match="not a readable results JSON"):
+    pc._locked_merge(str(path), {"cells": {}}, [])
