@@ -431,7 +431,16 @@ def run_table(config, out: str, log: Callable[[str], None] = print,
               executor=None) -> Dict[str, Any]:
   """Makes (or resumes) the table in folder `out`; returns the JSON written (module docstring)
   plus "computed" and "skipped" cell counts of this run. executor (`go_jax.executors`; None:
-  this process) runs the cells; this process merges their rows and writes the JSON."""
+  this process) runs the cells; this process merges their rows and writes the JSON, as the
+  folder's one writer (`results.sole_writer`: a second run there meanwhile is refused, where
+  each would have rewritten the JSON with only its own cells)."""
+  from go_jax import results  # pylint: disable=g-import-not-at-top
+  cfg = as_settings(config)  # a bad config is reported before the folder is touched
+  with results.sole_writer(out, LAUNCHER):
+    return _run_table(cfg, out, log, executor)
+
+
+def _run_table(config, out, log, executor) -> Dict[str, Any]:
   from go_jax import executors  # pylint: disable=g-import-not-at-top
   from simulator import fileio  # pylint: disable=g-import-not-at-top
   cfg = as_settings(config)

@@ -43,6 +43,8 @@ def main(argv: Sequence[str]) -> None:
     with cli.started(executor):
       rows = transfer.run(_CONFIG.value, FLAGS.out, pretrain_config=pretrain.get_config,
                           executor=executor)
+  except results.StoreError as e:  # the results folder's fault, named in the message
+    raise app.UsageError(str(e)) from e
   except ValueError as e:
     raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   print(transfer.markdown(rows, transfer.settings(_CONFIG.value)))

@@ -39,6 +39,7 @@ placement infeasible: the memory-constrained setting in which the model must be 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -484,62 +485,71 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
   import tqdm  # pylint: disable=g-import-not-at-top
   from go_jax import executors  # pylint: disable=g-import-not-at-top
   executor = executor if executor is not None else executors.make("local")
-  if out is not None:
-    os.makedirs(out, exist_ok=True)
-  done: Dict[Tuple, List[Dict]] = {}
-  # Every process of a multi-process run resumes from process 0's file (the same cells).
-  stored = distributed.from_primary(lambda: results.load_store(out, launcher))
-  for r in stored["rows"]:
-    done.setdefault(cell_key(r), []).append(r)
-  # Each cell's settings as its rows were made (a file from before they were recorded has none:
-  # its rows are taken as they are).
-  made_with: Dict[str, Any] = dict(stored.get("cell_settings") or {})
-  now = {c.key: cell_settings(c, inst.cfg) for c in cells}
+  # This run is the folder's one writer until it ends (results.sole_writer): a second run
+  # there stops at once. Taken where the file is read, on process 0, so that its refusal
+  # stops every process of a multi-process run alike.
+  lock = contextlib.ExitStack()
 
-  finished = lambda c: c.key in done and not any(r.get("error") for r in done[c.key])
-  changed = lambda c: made_with.get(results.cell_text(c.key), now[c.key]) != now[c.key]
-  stale = [c for c in cells if finished(c) and changed(c)]
-  if stale:
-    logging.warning("%d finished cell(s) run again: their options or budget changed since their "
-                    "rows were written (e.g. %s on %s)", len(stale), stale[0].name,
-                    stale[0].graph)
-  todo = [c for c in cells if not finished(c) or changed(c)]
-  bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
-                  disable=not progress, dynamic_ncols=True)
-  payload = lambda: {"config": dict(config), "rows": _ordered(done, cells),
-                     "cell_settings": made_with}
-  text = lambda cell: (describe(cell) if describe else
-                       f"{cell.name} {cell.graph} {cell.topology} s{cell.seed}")
-
-  def before(cell):
-    bar.set_postfix_str(text(cell))
-    if before_cell is not None:
-      before_cell(cell)
-
-  def on_done(cell, rows, exc):
-    if exc is not None:
-      if fail_fast:
-        raise exc
-      logging.warning("%s on %s / %s (seed %d): %s", cell.name, cell.graph, cell.topology,
-                      cell.seed, error_text(exc))
-      logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
-      rows = [_error_row(cell, inst.cfg, exc)]
-    done[cell.key] = rows
-    # recomputed now: a checkpoint pretrained just before this cell (before_cell) is in it
-    made_with[results.cell_text(cell.key)] = cell_settings(cell, inst.cfg)
+  def read():
     if out is not None:
-      results.write_json(out, launcher, payload())
-    bar.update(1)
+      lock.enter_context(results.sole_writer(out, results.LAUNCHERS.get(launcher, launcher)))
+    return results.load_store(out, launcher)
 
-  try:
-    executor.run(CellTask(inst, plot_dir), todo, on_done, before=before)
-  finally:
-    bar.close()
-  if out is not None:  # once more: the config of this run, also where no cell ran
-    results.write_json(out, launcher, payload())
-  # Only this config's rows: the store keeps other configs' rows (a seed dropped now and asked
-  # for again later is not recomputed), but every report is of the config that was run.
-  return [r for c in cells if c.key in done for r in done[c.key]]
+  with lock:
+    done: Dict[Tuple, List[Dict]] = {}
+    # Every process of a multi-process run resumes from process 0's file (the same cells).
+    stored = distributed.from_primary(read)
+    for r in stored["rows"]:
+      done.setdefault(cell_key(r), []).append(r)
+    # Each cell's settings as its rows were made (a file from before they were recorded has none:
+    # its rows are taken as they are).
+    made_with: Dict[str, Any] = dict(stored.get("cell_settings") or {})
+    now = {c.key: cell_settings(c, inst.cfg) for c in cells}
+
+    finished = lambda c: c.key in done and not any(r.get("error") for r in done[c.key])
+    changed = lambda c: made_with.get(results.cell_text(c.key), now[c.key]) != now[c.key]
+    stale = [c for c in cells if finished(c) and changed(c)]
+    if stale:
+      logging.warning("%d finished cell(s) run again: their options or budget changed since their "
+                      "rows were written (e.g. %s on %s)", len(stale), stale[0].name,
+                      stale[0].graph)
+    todo = [c for c in cells if not finished(c) or changed(c)]
+    bar = tqdm.tqdm(total=len(cells), initial=len(cells) - len(todo), unit="cell",
+                    disable=not progress, dynamic_ncols=True)
+    payload = lambda: {"config": dict(config), "rows": _ordered(done, cells),
+                       "cell_settings": made_with}
+    text = lambda cell: (describe(cell) if describe else
+                         f"{cell.name} {cell.graph} {cell.topology} s{cell.seed}")
+
+    def before(cell):
+      bar.set_postfix_str(text(cell))
+      if before_cell is not None:
+        before_cell(cell)
+
+    def on_done(cell, rows, exc):
+      if exc is not None:
+        if fail_fast:
+          raise exc
+        logging.warning("%s on %s / %s (seed %d): %s", cell.name, cell.graph, cell.topology,
+                        cell.seed, error_text(exc))
+        logging.debug("traceback of that error:", exc_info=exc)  # at --v=1
+        rows = [_error_row(cell, inst.cfg, exc)]
+      done[cell.key] = rows
+      # recomputed now: a checkpoint pretrained just before this cell (before_cell) is in it
+      made_with[results.cell_text(cell.key)] = cell_settings(cell, inst.cfg)
+      if out is not None:
+        results.write_json(out, launcher, payload())
+      bar.update(1)
+
+    try:
+      executor.run(CellTask(inst, plot_dir), todo, on_done, before=before)
+    finally:
+      bar.close()
+    if out is not None:  # once more: the config of this run, also where no cell ran
+      results.write_json(out, launcher, payload())
+    # Only this config's rows: the store keeps other configs' rows (a seed dropped now and asked
+    # for again later is not recomputed), but every report is of the config that was run.
+    return [r for c in cells if c.key in done for r in done[c.key]]
 
 
 def run(config, out: Optional[str], *, plots: Optional[bool] = None, progress: bool = True,

@@ -18,7 +18,9 @@ all written atomically. Values are formatted with their objective's unit
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import hashlib
 import json
 import math
@@ -174,8 +176,32 @@ def _writer_of(data: Mapping[str, Any]) -> str:
 
 class StoreError(ValueError):
   """A results.json that cannot be resumed from (not a results file, another launcher's, a
-  damaged row); the message starts with the file (or --out=), so that a launcher reports it
-  as it is, not as a fault of its config."""
+  damaged row), or a folder another run writes; the message starts with the file (or --out=),
+  so that a launcher reports it as it is, not as a fault of its config."""
+  names_the_file = True  # (experiments.cli.run_resumable_table reports it without the config)
+
+
+@contextlib.contextmanager
+def sole_writer(out: str, what: str = "a sweep"):
+  """Holds an exclusive lock on the folder `out` (created) while a run writes its results
+  there: a second run pointed at the same folder meanwhile (the command started twice, a job
+  re-queued while the first still runs) is a StoreError at once, not two writers each
+  rewriting the file with only its own rows, so that one's rows are lost. The lock is the
+  folder's own (`flock`, no extra file) and ends with the process, however it ends; where the
+  filesystem has no such locks, runs are not guarded."""
+  os.makedirs(out, exist_ok=True)
+  fd = os.open(out, os.O_RDONLY)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      raise StoreError(f"--out={out}: another run of {what} is writing its results there; "
+                       "wait for it to end, or give another --out folder") from None
+    except OSError:  # e.g. a network filesystem without flock: unguarded
+      pass
+    yield
+  finally:
+    os.close(fd)  # releases the lock
 
 
 # Row fields that hold a number or None (JSON null: not finite), and one that holds a list of

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from go_jax import harness, methods, plotting, results
+from go_jax import executors, harness, methods, plotting, results
 from simulator import sources
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -182,6 +182,32 @@ def test_interrupted_run_resumes_to_the_same_rows(clean_run, tmp_path, monkeypat
   final = harness.run(tiny_config(), out, progress=False)
   assert counter.calls == len(rows) - k
   assert stable(final) == stable(rows)
+
+
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp_path):
+  """Two drivers on one --out (a command started twice, a re-queued job) each rewrote
+  results.json with only their own rows: the second's rows were lost. It now stops at once."""
+  cfg = harness.settings(tiny_config(graphs=GRAPHS[:1], topologies=["nvlink2"]))
+  cells = harness.plan(cfg)
+  out = str(tmp_path / "out")
+  seen = []
+
+  class SecondRunMeanwhile:  # starts another sweep into `out` while the first runs its cells
+    def run(self, task, items, on_done, before=None):
+      with pytest.raises(results.StoreError, match=f"--out={out}: another run of "
+                         "go-jax-evaluate is writing its results there"):
+        harness.execute(cells[1:], harness.Instances(cfg), out, launcher=harness.LAUNCHER,
+                        config=cfg, progress=False)
+      seen.append(1)
+      executors.make("local").run(task, items, on_done, before)
+
+  harness.execute(cells[:1], harness.Instances(cfg), out, launcher=harness.LAUNCHER, config=cfg,
+                  progress=False, executor=SecondRunMeanwhile())
+  assert seen and len(harness.load_rows(out)) == 1
+  # once the first has ended the folder is free: a rerun adds the other cells to its rows
+  rows = harness.execute(cells, harness.Instances(cfg), out, launcher=harness.LAUNCHER,
+                         config=cfg, progress=False)
+  assert len(rows) == len(cells) == len(harness.load_rows(out))
 
 
 def test_failing_method_is_an_error_row(tmp_path, monkeypatch):

@@ -181,6 +181,17 @@ def test_a_reference_with_no_answer_fails_the_run(monkeypatch, tmp_path):
   assert result["computed"] == 1 and result["skipped"] == 1
 
 
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(monkeypatch,
+                                                                            tmp_path):
+  from go_jax import results  # pylint: disable=g-import-not-at-top
+  config = _fake_cells(monkeypatch, fail=())
+  with results.sole_writer(str(tmp_path), "another regal_table"):  # a run in progress there
+    with pytest.raises(results.StoreError, match="another run of regal_table is writing"):
+      regal_table.run_table(config, str(tmp_path), log=lambda s: None)
+  assert not os.path.exists(tmp_path / regal_table.JSON_NAME)
+  assert regal_table.run_table(config, str(tmp_path), log=lambda s: None)["computed"] == 2
+
+
 def test_bad_cells_are_refused_on_load_naming_file_cell_and_field(monkeypatch, tmp_path):
   config = _fake_cells(monkeypatch, fail=())
   regal_table.run_table(config, str(tmp_path), log=lambda s: None)
