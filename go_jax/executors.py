@@ -163,13 +163,16 @@ _WORKER_CONFIGURED = False
 
 def _guarded(task, item, cpus_per_cell):
   """The Ray task body: ("ok", result) or ("error", exception), so that a cell's exception
-  reaches the driver as itself (its type and text), not wrapped in Ray's RayTaskError."""
+  reaches the driver as itself (its type and text), not wrapped in Ray's RayTaskError. One
+  that would not come back whole (it does not pickle, or its class cannot be rebuilt from its
+  args: an __init__ with other parameters, which the driver's ray.get met as a RaySystemError)
+  travels as a RuntimeError with the same "Type: text" line as `harness.error_text`."""
   configure_worker(cpus_per_cell)
   try:
     return "ok", task(item)
   except Exception as exc:  # pylint: disable=broad-except
     try:
-      pickle.dumps(exc)
+      pickle.loads(pickle.dumps(exc))
     except Exception:  # pylint: disable=broad-except
       exc = RuntimeError(f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     return "error", exc

@@ -247,6 +247,30 @@ def test_a_running_clusters_address_passes_the_check(ray_executor):
   executors.check_reachable(ray.get_runtime_context().gcs_address)  # Ray's GCS: gRPC
 
 
+class TwoPartError(Exception):
+  """Pickles, but its class cannot be rebuilt from its args (one message, two parameters)."""
+
+  def __init__(self, what, why):
+    super().__init__(f"{what}: {why}")
+
+
+def test_a_cells_exception_that_does_not_unpickle_comes_back_as_its_line(monkeypatch):
+  # It came back as "ray task failed: RaySystemError: ..." where locally the row says
+  # "TwoPartError: graph: too big".
+  monkeypatch.setattr(executors, "_WORKER_CONFIGURED", True)  # this process is no worker
+  monkeypatch.setattr(executors, "release_compiled_code", lambda: None)
+
+  def task(item):
+    raise TwoPartError("graph", "too big")
+
+  status, exc = executors._guarded(task, 0, 1.0)
+  assert status == "error" and type(exc) is RuntimeError
+  assert str(exc) == harness.error_text(TwoPartError("graph", "too big")) == (
+      "TwoPartError: graph: too big")
+  status, exc = executors._guarded(lambda i: 1 / i, 0, 1.0)
+  assert type(exc) is ZeroDivisionError  # one that comes back whole is itself
+
+
 def test_local_executor_checks_the_mapping_limit_after_every_cell(monkeypatch):
   """After each cell, failed or not, the executor gives the process the chance to drop JAX's
   caches (simulator.runtime.release_compiled_code_if_needed)."""
