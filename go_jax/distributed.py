@@ -36,7 +36,8 @@ from absl import flags, logging
 
 T = TypeVar("T")
 
-_ADDRESS = re.compile(r"^[^\s:]+:\d+$")
+# host:port, the host a name, an IPv4 address or a bracketed IPv6 one ("[::1]:1234")
+_ADDRESS = re.compile(r"^(?:[^\s:\[\]]+|\[[0-9A-Fa-f:.]+\]):(\d+)$")
 
 
 def check(coordinator_address: str, num_processes: int, process_id: int) -> bool:
@@ -46,8 +47,12 @@ def check(coordinator_address: str, num_processes: int, process_id: int) -> bool
       raise ValueError(f"num_processes={num_processes} and process_id={process_id} need a "
                        "coordinator_address (host:port of process 0)")
     return False
-  if not _ADDRESS.match(coordinator_address):
+  match = _ADDRESS.match(coordinator_address)
+  if not match:
     raise ValueError(f"coordinator_address must be host:port, got {coordinator_address!r}")
+  if not 1 <= int(match.group(1)) <= 65535:  # port 0 or one past 65535: every process hangs
+    raise ValueError(f"coordinator_address {coordinator_address!r}: the port must be in "
+                     f"[1, 65535], got {int(match.group(1))}")
   if num_processes < 1:
     raise ValueError(f"num_processes must be >= 1, got {num_processes}")
   if not 0 <= process_id < num_processes:
@@ -114,11 +119,12 @@ def from_primary(read: Callable[[], Any]) -> Any:
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   data, error = None, None
   if is_primary():
-    try:
-      message = {"value": read()}
+    try:  # a value JSON cannot hold is read()'s error too: raised after the broadcast
+      text = json.dumps({"value": read()})
     except Exception as e:  # pylint: disable=broad-except
-      error, message = e, {"error": str(e)}  # raised on every process (the others would wait)
-    data = np.frombuffer(json.dumps(message).encode(), np.uint8)
+      error, text = e, json.dumps({"error": str(e)})  # raised on every process (the others
+      # would wait in the broadcast forever)
+    data = np.frombuffer(text.encode(), np.uint8)
   size = int(multihost_utils.broadcast_one_to_all(np.int64(0 if data is None else data.size)))
   buf = data if data is not None else np.zeros(size, np.uint8)
   message = json.loads(np.asarray(multihost_utils.broadcast_one_to_all(buf)).tobytes().decode())

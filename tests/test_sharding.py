@@ -215,6 +215,45 @@ def test_two_processes_give_the_one_process_answers(results):
         "error": "read failed on process 0", "output": "out" if i == 0 else None}
 
 
+@pytest.mark.parametrize("address, processes, pid, match", [
+    ("localhost:0", 2, 0, r"the port must be in \[1, 65535\], got 0"),  # every process hung
+    ("localhost:65536", 2, 1, r"the port must be in \[1, 65535\], got 65536"),
+    ("localhost", 2, 0, "must be host:port"),
+    ("::1:1234", 2, 0, "must be host:port"),  # IPv6 needs its brackets
+    ("localhost:1234", 2, 2, r"process_id must be in \[0, 2\), got 2"),
+    ("localhost:1234", 0, 0, "num_processes must be >= 1"),
+    ("", 2, 0, "need a coordinator_address"),
+])
+def test_bad_multi_process_values_are_named(address, processes, pid, match):
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=match):
+    distributed.check(address, processes, pid)
+
+
+def test_good_multi_process_values_pass():
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  assert not distributed.check("", 1, 0)
+  for address in ("localhost:1234", "10.1.2.3:65535", "[::1]:1234", "host-0.example:1"):
+    assert distributed.check(address, 2, 1), address
+
+
+def test_a_primary_value_json_cannot_hold_is_raised_after_the_broadcast(monkeypatch):
+  """Process 0's read() whose value is not JSON was raised there before the broadcast: the
+  other processes waited in it forever. Now every process gets the error."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  from go_jax import distributed  # pylint: disable=g-import-not-at-top
+  sent = []
+  monkeypatch.setattr(jax, "process_count", lambda: 2)  # process 0 of 2, the others simulated
+  monkeypatch.setattr(jax, "process_index", lambda: 0)
+  monkeypatch.setattr(multihost_utils, "broadcast_one_to_all",
+                      lambda x: sent.append(x) or x)
+  with pytest.raises(TypeError, match="not JSON serializable"):
+    distributed.from_primary(lambda: {"rows": {1, 2}})
+  assert len(sent) == 2  # the size and the message went out: the others raise it too
+  assert json.loads(np.asarray(sent[1]).tobytes().decode())["error"]
+
+
 def test_batch_sharding_rules():
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
