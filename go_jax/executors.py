@@ -231,7 +231,7 @@ class RayExecutor(Executor):
   Args:
     address: a running cluster's address ("auto", "HOST:PORT", "ray://HOST:10001"); None
       starts a local Ray instance (and stops it on exit).
-    num_cpus: CPUs of the local instance (None: one per core); ignored with `address`.
+    num_cpus: CPUs of the local instance (None: one per core); refused with `address`.
     cpus_per_cell, gpus_per_cell: each task's resource request (Ray schedules as many tasks
       at once as the resources allow).
   """
@@ -251,6 +251,10 @@ class RayExecutor(Executor):
         raise ValueError(f"executor 'ray': {name} must be a multiple of 0.0001, got {value}")
     if num_cpus is not None and num_cpus < 1:
       raise ValueError(f"executor 'ray': num_cpus must be >= 1, got {num_cpus}")
+    if num_cpus is not None and address:  # it would be ignored: say so rather than not cap
+      raise ValueError(f"executor 'ray': num_cpus (--ray_num_cpus) sizes a local instance; "
+                       f"the cluster at {address!r} has its own CPUs (--cpus_per_cell "
+                       "is each cell's request there)")
     self._ray = import_ray()  # fails now, before any work, where Ray is missing
     self.address = address or None
     self.num_cpus = num_cpus

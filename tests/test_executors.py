@@ -157,6 +157,9 @@ def test_executor_registry_and_bad_options(monkeypatch):
     executors.make("ray", cpus_per_cell=float("inf"))
   with pytest.raises(ValueError, match="gpus_per_cell must be a multiple of 0.0001"):
     executors.make("ray", gpus_per_cell=1e-5)
+  with pytest.raises(ValueError, match=r"num_cpus \(--ray_num_cpus\) sizes a local instance; "
+                     "the cluster at 'auto' has its own"):  # it was silently ignored
+    executors.make("ray", address="auto", num_cpus=4)
   with pytest.raises(ValueError, match="takes no options"):
     executors.make("local", address="auto")
   # A cluster address that does not answer fails at once with one line, before ray.init.
