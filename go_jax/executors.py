@@ -225,6 +225,22 @@ def check_reachable(address: str) -> None:
                           "e.g. the dashboard's 8265? Ray's is 6379, Ray Client's 10001)")
 
 
+def auto_address() -> Optional[Tuple[str, str]]:
+  """(address, where it comes from) of the cluster that `ray.init(address="auto")` joins, as
+  far as it can be told without Ray's help: $RAY_ADDRESS, else the address the last `ray start`
+  on this machine recorded (a file Ray leaves behind when that cluster was killed, not
+  stopped). None where neither is set: Ray then looks for running instances itself."""
+  env = os.environ.get("RAY_ADDRESS")
+  if env:
+    return env, "$RAY_ADDRESS"
+  try:
+    from ray._private import utils  # pylint: disable=g-import-not-at-top
+    recorded = utils.read_ray_address()
+  except Exception:  # pylint: disable=broad-except  # a Ray without it: left to Ray
+    return None
+  return (recorded, "the last `ray start` on this machine") if recorded else None
+
+
 class RayExecutor(Executor):
   """Every item one Ray task, results collected with `ray.wait` as they finish.
 
@@ -269,7 +285,13 @@ class RayExecutor(Executor):
       return self
     options = dict(runtime_env=env, log_to_driver=True)
     if self.address:
-      check_reachable(self.address)
+      found = auto_address() if self.address == "auto" else None
+      try:
+        check_reachable(found[0] if found else self.address)
+      except ConnectionError as e:
+        if not found:
+          raise
+        raise ConnectionError(f"--ray_address=auto is {found[0]!r} ({found[1]}), and {e}") from e
       options.update(address=self.address)
     else:  # workers on this machine import the same go-jax as this process
       root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,6 +10,7 @@ REGAL and learned-placer tables run their cells through the same executors.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -206,6 +207,27 @@ def test_a_local_instance_is_new_even_where_ray_address_is_set(monkeypatch):
   with executors.make("ray", num_cpus=1):
     assert fake.options["address"] == "local" and fake.options["num_cpus"] == 1
   assert not fake.up
+
+
+def test_auto_is_checked_where_it_points(monkeypatch):
+  # ray.init("auto") joins $RAY_ADDRESS, else the last `ray start`'s recorded address (left
+  # behind when that cluster was killed): a dead one there was minutes of Ray's retries.
+  fake = FakeRay()
+  monkeypatch.setattr(executors, "import_ray", lambda: fake)
+  monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+  with pytest.raises(ConnectionError, match=re.escape(
+      "--ray_address=auto is '127.0.0.1:1' ($RAY_ADDRESS), and no Ray cluster at "
+      "'127.0.0.1:1': cannot connect")):
+    executors.make("ray", address="auto").__enter__()
+  monkeypatch.delenv("RAY_ADDRESS")
+  from ray._private import utils  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(utils, "read_ray_address", lambda temp_dir=None: "127.0.0.1:1")
+  with pytest.raises(ConnectionError, match=r"\(the last `ray start` on this machine\)"):
+    executors.make("ray", address="auto").__enter__()
+  assert fake.options is None  # ray.init was never asked
+  monkeypatch.setattr(utils, "read_ray_address", lambda temp_dir=None: None)
+  with executors.make("ray", address="auto"):  # nothing recorded: Ray looks itself
+    assert fake.options["address"] == "auto"
 
 
 def _listener(answer):
