@@ -73,13 +73,15 @@ def main(argv: Sequence[str]) -> None:
                          progress=FLAGS.progress and out is not None, executor=executor)
   except results.StoreError as e:  # the results file's fault, named in the message
     raise app.UsageError(str(e)) from e
-  except ValueError as e:
-    raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
   except Exception as e:  # pylint: disable=broad-except
-    if not _CONFIG.value.get("fail_fast"):
-      raise
-    # fail_fast stops at a cell's own error, of any type: one line (--v=1: the traceback)
-    raise app.UsageError(f"a cell failed (config.fail_fast): {harness.error_text(e)}") from e
+    cell = harness.failed_cell(e)
+    if cell is not None:  # fail_fast stopped at a cell's own error, of any type: one line
+      # naming the cell (--v=1: the traceback)
+      raise app.UsageError(f"a cell failed (config.fail_fast): {cell}: "
+                           f"{harness.error_text(e)}") from e
+    if isinstance(e, ValueError):
+      raise app.UsageError(f"--config={FLAGS['config'].config_filename}: {e}") from e
+    raise
   if out is None:
     return
   print(harness.markdown(rows))

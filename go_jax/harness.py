@@ -27,7 +27,8 @@ rows without an error, made with the same settings (`cell_settings`: the cell's 
 budget, for schedulers the placement method, for a checkpoint option its parameters' digest;
 results.json records them per cell). Rows
 that recorded an error, or whose settings changed, are run again. A cell that raises becomes a
-row whose `error` is one line (the traceback is logged at --v=1), unless `fail_fast`.
+row whose `error` is one line (the traceback is logged at --v=1), unless `fail_fast`: then
+the run stops at it, and go-jax-evaluate's one line names the cell (`failed_cell`).
 `method_options` gives a method options of its own (e.g. a smaller BRKGA population for a
 small budget).
 
@@ -402,6 +403,12 @@ def error_text(exc: BaseException) -> str:
   return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
+def failed_cell(exc: BaseException) -> Optional[str]:
+  """The cell ("method on graph / topology (seed s)") whose error `exc` is, where `execute`
+  stopped at it (fail_fast); None for any other exception."""
+  return getattr(exc, "go_jax_cell", None)
+
+
 def _error_row(cell: Cell, cfg, exc: BaseException) -> Dict[str, Any]:
   row = _base_row(cell, cfg)
   row.update(error=error_text(exc), feasible=False, agrees=False)
@@ -528,7 +535,9 @@ def execute(cells: Sequence[Cell], inst: Instances, out: Optional[str], *, launc
 
     def on_done(cell, rows, exc):
       if exc is not None:
-        if fail_fast:
+        if fail_fast:  # the launcher's one line names the cell (`failed_cell`)
+          exc.go_jax_cell = (f"{cell.name} on {cell.graph} / {cell.topology} "
+                             f"(seed {cell.seed})")
           raise exc
         logging.warning("%s on %s / %s (seed %d): %s", cell.name, cell.graph, cell.topology,
                         cell.seed, error_text(exc))

@@ -222,8 +222,25 @@ def test_failing_method_is_an_error_row(tmp_path, monkeypatch):
   assert rows[0]["error"] == "RuntimeError: method exploded" and rows[0]["objective"] is None
   assert not rows[1]["error"] and rows[1]["agrees"]
   assert "RuntimeError: method exploded" in open(tmp_path / "a" / "results.md").read()
-  with pytest.raises(RuntimeError, match="exploded"):
+  with pytest.raises(RuntimeError, match="exploded") as err:
     harness.run(dict(cfg, fail_fast=True), str(tmp_path / "b"), progress=False)
+  # the launcher's one line names the cell it stopped at (it said only the error's text)
+  assert harness.failed_cell(err.value) == f"boom on {GRAPHS[0]} / nvlink2 (seed 0)"
+  assert harness.failed_cell(RuntimeError("not a cell's")) is None
+
+
+def test_launcher_fail_fast_names_the_cell_in_its_one_line(tmp_path):
+  garbage = tmp_path / "garbage.npz"  # passes the config check, fails when the cell builds it
+  garbage.write_bytes(b"not a zip archive")
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.evaluate", "--config=experiments/configs/"
+       "evaluate_test.py", "--config.methods=('random', 'brkga')", f"--config.graphs=('{garbage}',)",
+       "--config.topologies=('nvlink2',)", "--config.fail_fast=True", "--noprogress",
+       f"--out={tmp_path / 'ev'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  lines = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 1 and len(lines) == 1, proc.stderr[-2000:]
+  assert lines[0].startswith(f"evaluate.py: error: a cell failed (config.fail_fast): random on "
+                             f"{garbage} / nvlink2 (seed 0): ValueError: "), lines
 
 
 def test_unavailable_methods_are_skipped_and_typos_stop_the_plan(tmp_path, monkeypatch):
