@@ -440,10 +440,10 @@ def run_table(config, out: str, log: Callable[[str], None] = print,
     return _run_table(cfg, out, log, executor)
 
 
-def _run_table(config, out, log, executor) -> Dict[str, Any]:
+def _run_table(cfg, out, log, executor) -> Dict[str, Any]:
+  """`run_table`'s work, on the config `as_settings` checked."""
   from go_jax import executors  # pylint: disable=g-import-not-at-top
   from simulator import fileio  # pylint: disable=g-import-not-at-top
-  cfg = as_settings(config)
   settings = {k: cfg[k] for k in SETTINGS}
   path = os.path.join(out, JSON_NAME)
   old = cli.load_resumable(path, LAUNCHER, settings)

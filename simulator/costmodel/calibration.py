@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Dict, List, Mapping
 
 from simulator import fileio
 from simulator.costmodel import roofline
-from simulator.costmodel.devices import DTYPES
+from simulator.costmodel.devices import DTYPES, finite_number
 from simulator.costmodel.opclass import OP_CLASSES
 
 VERSION = 1
@@ -159,16 +158,8 @@ def _within(name: str, v: float, bounds) -> float:
   return v
 
 
-def _finite(v) -> bool:
-  try:
-    return math.isfinite(v)
-  except OverflowError:  # an int beyond any float (JSON reads 1e400 as inf, 10**400 as an int)
-    return False
-
-
 def _positive(name: str, v, allow_zero: bool = False) -> float:
-  if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or (
-      v < 0 if allow_zero else v <= 0):
+  if not finite_number(v) or (v < 0 if allow_zero else v <= 0):
     raise ValueError(f"field '{name}' must be a finite number {'>= 0' if allow_zero else '> 0'}"
                      f", got {v!r}")
   return float(v)

@@ -32,7 +32,7 @@ US = 1e-6
 DTYPES = ("f64", "f32", "bf16", "f16")
 
 
-def _number(v) -> bool:
+def finite_number(v) -> bool:
   """A finite real number (not a bool, a string or an int beyond any float)."""
   try:
     return not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v)
@@ -68,14 +68,14 @@ class DeviceSpec:
       if k not in DTYPES:
         raise ValueError(f"DeviceSpec '{self.name}': peak_flops has unknown dtype {k!r} "
                          f"(valid: {', '.join(DTYPES)})")
-      if not (_number(v) and v > 0):
+      if not (finite_number(v) and v > 0):
         raise ValueError(f"DeviceSpec '{self.name}': peak_flops[{k!r}] must be finite and > 0, "
                          f"got {v!r}")
     for field in ("mem_bandwidth", "mem_capacity"):
       v = getattr(self, field)
-      if not (_number(v) and v > 0):
+      if not (finite_number(v) and v > 0):
         raise ValueError(f"DeviceSpec '{self.name}': {field} must be finite and > 0, got {v!r}")
-    if not (_number(self.launch_overhead) and self.launch_overhead >= 0):
+    if not (finite_number(self.launch_overhead) and self.launch_overhead >= 0):
       raise ValueError(f"DeviceSpec '{self.name}': launch_overhead must be finite and >= 0, "
                        f"got {self.launch_overhead!r}")
     object.__setattr__(self, "peak_flops", {k: float(v) for k, v in flops.items()})
