@@ -245,24 +245,34 @@ def _ops(h: HloGraph, limit: int = 6) -> str:
   return ", ".join(words[:limit]) + more
 
 
+def _names(names, limit: int = 3) -> str:
+  """A few op_names in words: "'jit(f)/dot_general', 'jit(f)/exp'"."""
+  more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+  return ", ".join(repr(x) for x in sorted(names)[:limit]) + more
+
+
 def _no_match_message(pre: HloGraph, post: HloGraph, members: List[tuple]) -> str:
   """Why no pre node matched: XLA's module keeps none of the program's op metadata (it drops it
   when it rewrites some ops: cumsum's reduce-window, ops on zero-size arrays), or the two
   modules' metadata name the same ops at other places (two programs)."""
   pre_names = {m for m in pre.op_names if m} | {m[2] for inner in pre.inner for m in inner if m[2]}
   post_names = {m[2] for m in members if m[2]}
+  head = (f"match_fusions: no instruction of the post-optimisation HLO "
+          f"({post.graph.num_nodes} nodes) matches one of the pre text's {pre.graph.num_nodes}: ")
   if pre_names & post_names:
-    return (f"match_fusions: no instruction of the post-optimisation HLO "
-            f"({post.graph.num_nodes} nodes) matches one of the pre text's {pre.graph.num_nodes}: "
-            f"their op_names agree but not their opcodes and source locations: were the two "
-            f"lowered from the same program?")
-  kept = (f" (only {', '.join(repr(x) for x in sorted(post_names)[:3])}, which names no op of "
-          f"the pre-optimisation module)" if post_names else "")
+    return (head + "their op_names agree but not their opcodes and source locations: were the "
+            "two lowered from the same program?")
+  # Both keep op paths ('jit(f)/scope/prim'; an argument's bare name or the jit's own does not
+  # count), of other ops: the module of another program.
+  pre_paths, post_paths = ({m for m in names if "/" in m} for names in (pre_names, post_names))
+  if pre_paths and post_paths:
+    return (head + f"their op_names name other ops (pre: {_names(pre_paths)}; post: "
+            f"{_names(post_paths)}): were the two lowered from the same program?")
   pre_side = ("" if pre_names else
               f"; the pre-optimisation module's ops ({_ops(pre)}) carry none either")
   return (f"match_fusions: XLA's compiled module of {pre.graph.name!r} has no op metadata to "
           f"match its {pre.graph.num_nodes} pre-optimisation nodes by: its instructions "
-          f"({_ops(post)}) carry no op_name of the program's ops{kept}{pre_side}. XLA drops "
+          f"({_ops(post)}) carry no op_name of the program's ops{pre_side}. XLA drops "
           f"the metadata of some ops it rewrites (cumsum's reduce-window, ops on zero-size "
           f"arrays), and JAX emits some without (a broadcast of a constant), so XLA's fusion of "
           f"this program cannot be carried onto its graph")
