@@ -76,6 +76,7 @@ def main(argv: Sequence[str]) -> None:
   from simulator import runtime
   runtime.configure_cpu_devices(FLAGS.cpu_devices or counts[-1])
   import jax
+  from experiments import cost_model_validation as validation
   from experiments import placement_fidelity as fidelity
   from go_jax import methods
   from simulator import costmodel, fileio, topology_file
@@ -118,6 +119,7 @@ def main(argv: Sequence[str]) -> None:
   if os.path.exists(cal_path):
     try:
       cal = costmodel.Calibration.load(cal_path)
+      validation.check_calibration_device(cal, devices[0])  # predicts what devices[0] runs
     except ValueError as e:
       raise app.UsageError(f"--calibration={cal_path}: {cli.one_line(e)}") from e
   else:

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.fast_compile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _calibration(path):
+def _calibration(path, backend="cpu", device_kind="cpu"):
   """A synthetic calibration (a real one takes a minute to measure): the study only needs one
   to cost the graph."""
-  Calibration(backend="cpu", device_kind="cpu", date="2025-01-01T00:00:00+00:00",
+  Calibration(backend=backend, device_kind=device_kind, date="2025-01-01T00:00:00+00:00",
               peak_flops={"f32": 5e10}, mem_bandwidth=2e10, mem_capacity=2e10,
               launch_overhead=1e-6, dispatch_overhead=1e-5, transcendental_weight=3.0,
               parallel_efficiency=0.5,
@@ -88,6 +88,17 @@ def test_bad_flags_are_one_line():
   assert proc.returncode != 0 and "--backends: each backend once" in proc.stderr
   proc = _launch("--backends=cpu", "--devices=3", "--cpu_devices=2", "--out=/tmp/unused_vp5")
   assert proc.returncode != 0 and "--devices=3 but JAX has 2 device(s) (cpu)" in proc.stderr
+
+
+def test_calibration_of_another_device_is_refused(tmp_path):
+  """Its predictions would be compared with times measured here, silently."""
+  cal = tmp_path / "cal.json"
+  _calibration(cal, backend="gpu", device_kind="NVIDIA H100")
+  proc = _launch("--models=gpt2_small", "--devices=1", "--methods=single", "--random_seeds=0",
+                 f"--calibration={cal}", f"--out={tmp_path / 'out'}", "--noprogress")
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert f"--calibration={cal}" in proc.stderr and "measured on gpu" in proc.stderr
+  assert not (tmp_path / "out" / "topology_1.json").exists()
 
 
 def test_summary_spearman_and_mape():
