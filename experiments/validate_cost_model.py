@@ -33,7 +33,8 @@ flags.DEFINE_enum("size", "small", ["default", "small", "tiny"], "Zoo size setti
 flags.DEFINE_string("calibration", None, "Calibration JSON; when absent or missing, calibrate "
                     "now, timing the microbenchmarks in the same rounds as the steps (same "
                     "machine load), and save it there (or under --out).")
-flags.DEFINE_bool("quick_calibration", False, "When calibrating on the fly, use the quick set.")
+flags.DEFINE_bool("quick_calibration", False, "When calibrating on the fly, use the quick set "
+                  "(refused with an existing --calibration file, which is used as it is).")
 flags.DEFINE_string("out", "results/cost_model", "Folder for validation.json and validation.png.")
 flags.DEFINE_integer("repeats", 9, "Timed rounds per model (median; >= 5).", lower_bound=5)
 flags.DEFINE_bool("progress", True, "Print progress to stderr.")
@@ -60,6 +61,10 @@ def main(argv: Sequence[str]) -> None:
   cli.check_zoo_models(names)
   cal_path, cal = FLAGS.calibration, None
   if cal_path and os.path.exists(cal_path):
+    if FLAGS.quick_calibration:  # it would be ignored: the file is used as it is
+      raise app.UsageError(f"--quick_calibration applies only when calibrating now, but "
+                           f"--calibration={cal_path} exists and would be used as it is: drop "
+                           f"one of the two")
     import jax
     try:
       cal = costmodel.Calibration.load(cal_path)

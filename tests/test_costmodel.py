@@ -351,21 +351,27 @@ def test_validation_launcher_end_to_end(tmp_path):
   assert sorted(os.listdir(out)) == ["validation.json", "validation.png"]
 
 
-@pytest.mark.parametrize("case", ["other_backend", "unwritable"])
+@pytest.mark.parametrize("case", ["other_backend", "unwritable", "quick_with_existing"])
 def test_validation_launcher_refuses_a_calibration_at_once(tmp_path, case):
-  """Before any step is compiled: a calibration of another backend, and a --calibration path
-  to write a new calibration to that cannot be written (it failed after the calibration)."""
+  """Before any step is compiled: a calibration of another backend, a --calibration path
+  to write a new calibration to that cannot be written (it failed after the calibration), and
+  --quick_calibration with an existing --calibration file (it was silently ignored)."""
   cal_path = str(tmp_path / "cal.json")
+  quick = []
   if case == "other_backend":
     _calibration(backend="gpu", device_kind="NVIDIA H100").save(cal_path)
+  elif case == "quick_with_existing":
+    _calibration().save(cal_path)
+    quick = ["--quick_calibration"]
   else:
     (tmp_path / "file").write_text("")
     cal_path = str(tmp_path / "file" / "cal.json")
   cmd = [sys.executable, "-m", "experiments.validate_cost_model", "--models=gnmt2",
          "--size=tiny", f"--calibration={cal_path}", f"--out={tmp_path / 'val'}",
-         "--noprogress"]
+         "--noprogress", *quick]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120,
                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   assert f"--calibration={cal_path}" in proc.stderr
-  assert ("measured on gpu" if case == "other_backend" else "cannot write") in proc.stderr
+  assert {"other_backend": "measured on gpu", "unwritable": "cannot write",
+          "quick_with_existing": "--quick_calibration applies only"}[case] in proc.stderr
