@@ -216,13 +216,35 @@ def table(report: Dict[str, object]) -> str:
   return "\n".join(lines)
 
 
+def log_axis(x, y):
+  """(lo, hi, x, y, at_floor) for a log-log panel: limits from the positive values only, and
+  values <= 0 (a zero prediction: an empty graph, a free op) clipped to the floor `lo`, with
+  the mask of the points clipped. Why: a log axis cannot show 0, and matplotlib drops such a
+  point with only a warning (and a 0 limit with another), so a plot would hide it."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  both = np.concatenate([x, y])
+  pos = both[np.isfinite(both) & (both > 0)]
+  lo, hi = (pos.min() / 1.5, pos.max() * 1.5) if pos.size else (1e-3, 1.0)
+  at_floor = (x <= 0) | (y <= 0)
+  return lo, hi, np.maximum(x, lo), np.maximum(y, lo), at_floor
+
+
+def floor_label(count: int) -> str:
+  """Legend entry of the points `log_axis` clipped to the floor."""
+  return f"{count} point{'s' if count != 1 else ''} at 0 (drawn at the axis floor)"
+
+
 def scatter_panel(ax, x, y, labels, band: float, xlabel: str, ylabel: str) -> None:
-  """One log-log panel: points labelled by model family, the y = x line and a +-band area."""
-  lo, hi = min(x.min(), y.min()) / 1.5, max(x.max(), y.max()) * 1.5
+  """One log-log panel: points labelled by model family, the y = x line and a +-band area;
+  points at 0 are drawn at the axis floor and counted in the legend (`log_axis`)."""
+  lo, hi, x, y, at_floor = log_axis(x, y)
   ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
   ax.fill_between([lo, hi], [lo * (1 - band), hi * (1 - band)],
                   [lo * (1 + band), hi * (1 + band)], color="0.9", label=f"+-{band:.0%}")
-  ax.scatter(x, y, zorder=3)
+  ax.scatter(x[~at_floor], y[~at_floor], zorder=3)
+  if at_floor.any():
+    ax.scatter(x[at_floor], y[at_floor], marker="v", color="C3", zorder=4,
+               label=floor_label(int(at_floor.sum())))
   for name, a, b in zip(labels, x, y):
     ax.annotate(name.split("/")[0], (a, b), textcoords="offset points", xytext=(4, 3),
                 fontsize=7)

@@ -40,7 +40,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from experiments.cost_model_validation import error_percent, fmt_spearman, spearman
+from experiments.cost_model_validation import (error_percent, floor_label, fmt_spearman, log_axis,
+                                              spearman)
 
 RANDOM = "random"
 
@@ -273,24 +274,27 @@ def rows_table(rows: Sequence[Dict[str, Any]]) -> str:
 
 
 def _panel(ax, rows, summary, key: str, rho_key: str, ylabel: str) -> None:
-  """One log-log panel of `key` against measured: a colour per model, a marker per D."""
+  """One log-log panel of `key` against measured: a colour per model, a marker per D; points
+  at 0 are drawn at the axis floor and counted in the legend (`log_axis`)."""
   import matplotlib.pyplot as plt
   models = sorted({r["model"] for r in rows})
   counts = sorted({r["devices"] for r in rows})
   markers = dict(zip(counts, "os^Dv<>"))
   cmap = plt.get_cmap("tab10")
-  meas = np.array([r["measured_s"] for r in rows]) * 1e3
-  pred = np.array([r[key] for r in rows]) * 1e3
-  lo, hi = min(meas.min(), pred.min()) / 1.5, max(meas.max(), pred.max()) * 1.5
+  lo, hi, meas, pred, at_floor = log_axis([r["measured_s"] * 1e3 for r in rows],
+                                          [r[key] * 1e3 for r in rows])
   ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
   by = {(s["model"], s["devices"]): s for s in summary}
   for i, m in enumerate(models):
     for d in counts:
-      sel = [r for r in rows if r["model"] == m and r["devices"] == d]
+      sel = [j for j, r in enumerate(rows) if r["model"] == m and r["devices"] == d]
       if sel:
-        ax.scatter([r["measured_s"] * 1e3 for r in sel], [r[key] * 1e3 for r in sel],
-                   color=cmap(i % 10), marker=markers[d], s=24, zorder=3,
+        ax.scatter(meas[sel], pred[sel], color=cmap(i % 10), marker=markers[d], s=24,
+                   zorder=3,
                    label=f"{m.split('/')[0]} D={d} (rho {fmt_spearman(by[(m, d)][rho_key])})")
+  if at_floor.any():
+    ax.scatter(meas[at_floor], pred[at_floor], marker="x", color="k", s=40, zorder=4,
+               label=floor_label(int(at_floor.sum())))
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlim(lo, hi)

@@ -375,3 +375,30 @@ def test_validation_launcher_refuses_a_calibration_at_once(tmp_path, case):
   assert f"--calibration={cal_path}" in proc.stderr
   assert {"other_backend": "measured on gpu", "unwritable": "cannot write",
           "quick_with_existing": "--quick_calibration applies only"}[case] in proc.stderr
+
+
+def test_scatter_plot_draws_zero_predictions_at_the_floor(tmp_path):
+  """A log axis cannot show 0: matplotlib dropped such a point with only a warning. It is drawn
+  at the axis floor and counted in the legend, without a warning."""
+  import warnings
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from experiments import cost_model_validation as validation
+  rows = [{"model": f"m{i}/tiny", "measured_s": t, "predicted_s": p}
+          for i, (t, p) in enumerate([(1e-3, 0.0), (2e-3, 1.5e-3), (4e-3, 5e-3)])]
+  report = {"rows": rows, "mape_percent": 50.0, "spearman": 1.0}
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    validation.scatter_plot(report, str(tmp_path / "v.png"))
+    fig, ax = plt.subplots()
+    validation.scatter_panel(ax, np.array([1.0, 2.0, 4.0]), np.array([0.0, 1.5, 5.0]),
+                             ["a", "b", "c"], 0.25, "x", "y")
+  assert (tmp_path / "v.png").read_bytes()[:4] == b"\x89PNG"
+  labels = ax.get_legend_handles_labels()[1]
+  assert "1 point at 0 (drawn at the axis floor)" in labels
+  lo = ax.get_ylim()[0]
+  assert lo == pytest.approx(1.0 / 1.5)  # from the positive values
+  (floor,) = [c for c in ax.collections if c.get_label().startswith("1 point")]
+  assert floor.get_offsets().tolist() == [[1.0, lo]]
+  plt.close(fig)

@@ -115,3 +115,25 @@ def test_summary_spearman_and_mape():
   assert s["spearman_segments"] == pytest.approx(-1.0)
   assert "| m | 2 | 3 | 1.000 | 10.0% |" in fidelity.table([s])
   assert "-1.000 (below)" in fidelity.table([s])
+
+
+def test_scatter_plot_draws_zero_predictions_at_the_floor(tmp_path):
+  """A zero prediction (dropped by matplotlib's log axis with a warning) is drawn at the floor
+  and counted in the legend, without a warning."""
+  import warnings
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  rows = [{"model": "m/tiny", "devices": 2, "placement": f"p{i}", "measured_s": t,
+           "predicted_s": p, "predicted_segments_s": t}
+          for i, (t, p) in enumerate([(1e-3, 0.0), (2e-3, 0.0), (3e-3, 2e-3)])]
+  summary = [{"model": "m/tiny", "devices": 2, "spearman": 1.0, "spearman_segments": 1.0}]
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    fidelity.scatter_plot(rows, summary, str(tmp_path / "f.png"))
+    fig, ax = plt.subplots()
+    fidelity._panel(ax, rows, summary, "predicted_s", "spearman", "y")
+  assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+  assert "2 points at 0 (drawn at the axis floor)" in ax.get_legend_handles_labels()[1]
+  assert ax.get_ylim()[0] == pytest.approx(1.0 / 1.5)
+  plt.close(fig)
