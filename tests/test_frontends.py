@@ -194,13 +194,21 @@ def test_malformed_hlo_text_is_a_value_error_naming_the_problem():
 
 
 def test_every_xla_element_type_has_its_size():
-  for name, size in (("float8_e3m4", 1), ("float8_e8m0fnu", 1), ("float4_e2m1fn", 1),
-                     ("int2", 1), ("uint2", 1), ("float8_e4m3fn", 1), ("bfloat16", 2)):
+  """Sub-byte types are packed, an array rounded up to whole bytes (s4[15] is 8 bytes), as XLA
+  stores them (its memory_analysis); bool and float8 take a byte per element."""
+  for name, bits in (("float8_e3m4", 8), ("float8_e8m0fnu", 8), ("float4_e2m1fn", 4),
+                     ("int2", 2), ("uint2", 2), ("int4", 4), ("uint4", 4), ("bool_", 8),
+                     ("float8_e4m3fn", 8), ("bfloat16", 16)):
     dt = getattr(jnp, name, None)
     if dt is None:  # not in this JAX
       continue
-    g = from_jax(lambda a: -a, jnp.zeros((100,), dt))
-    assert g.out_bytes[0] == 100 * size and g.param_bytes[0] == 100 * size, name
+    for n in (100, 15):
+      x = jnp.zeros((n,), dt)
+      g = from_jax(lambda a: ~a if name == "bool_" else -a, x)
+      size = -(-n * bits // 8)
+      assert g.out_bytes[0] == size and g.param_bytes[0] == size, (name, n)
+      mem = jax.jit(lambda a: a).lower(x).compile().memory_analysis()
+      assert mem.argument_size_in_bytes == size, (name, n)  # XLA's own size
 
 
 # ------------------------------------------------------------------ structure

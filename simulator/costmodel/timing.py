@@ -69,9 +69,9 @@ def fresh_bytes(exe, hlo_text: str) -> float:
   comps, entry = parse_hlo_module(strip_comments(hlo_text))
   root = next((i for i in comps[entry] if i.is_root), None)
   if root is not None:
-    from simulator.frontends.hlo import DTYPE_BYTES
+    from simulator.frontends.hlo_parse import leaf_bytes
     for dt, dims in root.shape:
-      nbytes = DTYPE_BYTES.get(dt, 4) * math.prod(dims)
+      nbytes = leaf_bytes(dt, dims)
       total += nbytes if nbytes >= MMAP_THRESHOLD else 0.0
   return total
 

@@ -25,7 +25,17 @@ DTYPE_BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2
                "c128": 16, "token": 0, "opaque": 0, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
                "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e3m4": 1,
                "f8e8m0fnu": 1, "f4e2m1fn": 1, "s1": 1, "u1": 1, "s2": 1, "u2": 1}
-# (Sub-byte types take a byte per element, as XLA's CPU and GPU buffers hold them unpacked.)
+# Packed sub-byte types: bits per element. XLA packs them (a layout's ':E(4)'), an array taking
+# ceil(elements * bits / 8) bytes: s4[3,5] is 8 bytes (its memory_analysis and cost_analysis).
+# s1/u1 and pred are not packed (a byte per element on XLA:CPU), nor is anything else.
+PACKED_BITS = {"s4": 4, "u4": 4, "f4e2m1fn": 4, "s2": 2, "u2": 2}
+
+
+def leaf_bytes(dtype: str, dims) -> int:
+  """Bytes of one array of `dtype` (an HLO element type) and shape `dims`, as XLA stores it."""
+  n = math.prod(dims)
+  bits = PACKED_BITS.get(dtype)
+  return DTYPE_BYTES[dtype] * n if bits is None else -(-n * bits // 8)
 
 TRANSCENDENTAL = ("exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
                   "logistic", "rsqrt", "sqrt", "cbrt", "power", "sine", "cosine", "tan",
@@ -142,7 +152,7 @@ def _shape_info(txt: str) -> Tuple[list, int, int]:
         raise ValueError(f"HLO shape {txt.strip()!r}: dimension sizes must be integers or "
                          f"bounds '<=N'; unbounded dynamic dimensions ('?', a symbolic "
                          f"shape) are not supported: give concrete shapes") from None
-    hit = (leaves, sum(DTYPE_BYTES[dt] * math.prod(d) for dt, d in leaves),
+    hit = (leaves, sum(leaf_bytes(dt, d) for dt, d in leaves),
            sum(math.prod(d) for _, d in leaves))
     if len(_SHAPES) < 200_000:
       _SHAPES[txt] = hit
