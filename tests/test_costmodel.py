@@ -402,3 +402,33 @@ def test_scatter_plot_draws_zero_predictions_at_the_floor(tmp_path):
   (floor,) = [c for c in ax.collections if c.get_label().startswith("1 point")]
   assert floor.get_offsets().tolist() == [[1.0, lo]]
   plt.close(fig)
+
+
+def test_dot_peak_per_compute_dtype():
+  """Complex dots run at their real precision's peak (c64 f32, c128 f64) on 4x the flops, 8-bit
+  integer dots at the device's int8 peak where it has one (else f32), other types at f32."""
+  from simulator.costmodel import opclass, roofline
+
+  def dot_leaf(text):
+    lv = features(hlo_graph(text))
+    (k,) = [i for i, c in enumerate(lv.op_class) if OP_CLASSES[c] == "dot"]
+    return opclass.NODE_DTYPES[lv.dtype[k]], lv.flops[k]
+
+  def text(dt, out=None):
+    return lower_hlo_text(lambda x, y: lax.dot(x, y, preferred_element_type=out),
+                          jnp.ones((64, 64), dt), jnp.ones((64, 64), dt), stage="pre")
+
+  real = 2 * 64 ** 3
+  c64 = text(jnp.complex64)
+  assert dot_leaf(text(jnp.float32)) == ("f32", real)
+  assert dot_leaf(c64) == ("f32", 4 * real)
+  assert dot_leaf(c64.replace("c64", "c128")) == ("f64", 4 * real)
+  assert dot_leaf(text(jnp.int8, jnp.int32)) == ("s8", real)
+  assert dot_leaf(text(jnp.uint8, jnp.uint32)) == ("s8", real)
+  assert dot_leaf(text(jnp.int16, jnp.int32))[0] == "other"
+  s8 = opclass.DTYPE_IDS["s8"]
+  assert roofline.peak_by_dtype(device_spec("a100"))[s8] == 624e12
+  assert roofline.peak_by_dtype(device_spec("h100"))[s8] == 1979e12
+  v100 = device_spec("v100")  # no int8 entry: the f32 peak
+  assert roofline.peak_by_dtype(v100)[s8] == v100.peak("f32")
+  assert roofline.peak_by_dtype(v100)[opclass.DTYPE_IDS["f64"]] == 7.8e12

@@ -7,7 +7,7 @@ transcendentals separately (not in "flops") and counts a reduction / reduce-wind
 each (also recorded in `HloGraph.transcendentals`) and reductions as 1 per input element /
 window element. After removing those two documented differences the counts agree exactly,
 convolutions (padding taps and dilation holes skipped), scatters, select-and-scatter and
-all-reduce included.
+all-reduce included. (A third: a complex dot or conv counts real flops, 4x XLA's count.)
 """
 
 import ast
@@ -648,3 +648,20 @@ def test_post_text_is_this_programs_under_a_persistent_cache(tmp_path):
       jax.config.update(k, v)
   assert "first_scope" in first
   assert "second_scope" in second and "first_scope" not in second
+
+
+def test_complex_dots_and_convs_count_real_flops():
+  """A complex multiply-add is 8 real flops: a c64 dot or conv counts 4x the real one's (XLA's
+  cost_analysis counts 2, a quarter); complex element-wise ops stay 1 per element, as XLA."""
+  a, b = jnp.ones((4, 8), jnp.complex64), jnp.ones((8, 16), jnp.complex64)
+  for stage in ("pre", "post"):
+    g = from_jax(jnp.dot, a, b, stage=stage)
+    assert g.flops.sum() == 8 * 4 * 16 * 8 == 4 * _xla_flops(jnp.dot, a, b)
+  assert from_jax(lambda x, y: x * y, a, a, stage="pre").flops.sum() == 32 == _xla_flops(
+      lambda x, y: x * y, a, a)
+  # JAX writes a complex conv as 3 real ones; XLA's HLO can hold a c64 convolution itself.
+  conv = lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "SAME")
+  text = lower_hlo_text(conv, jnp.ones((1, 3, 8, 8)), jnp.ones((4, 3, 3, 3)), stage="pre")
+  real = hlo_to_graph(text).graph.flops
+  assert real.sum() > 0 and np.array_equal(hlo_to_graph(text.replace("f32", "c64")).graph.flops,
+                                           4 * real)

@@ -60,16 +60,25 @@ from simulator import ops
 from simulator.frontends import hlo as hlo_frontend
 from simulator.frontends.hlo import HloGraph, hlo_to_graph, module_graph, parse_hlo
 from simulator.frontends.hlo_costs import Costs
-from simulator.frontends.hlo_parse import while_trip_count
+from simulator.frontends.hlo_parse import COMPLEX_MAC_FACTOR, while_trip_count
 from simulator.graph import CompGraph
 
 OP_CLASSES = ("dot", "dot_small", "conv", "conv_grouped", "conv_filter", "conv_eigen",
               "elementwise", "reduce", "pool", "transpose", "data_movement", "gather", "scatter",
               "custom_call", "control", "other", "free")
 CLASS_IDS = {c: i for i, c in enumerate(OP_CLASSES)}
-# dtype names a node may carry (index into this tuple); "other" uses the f32 peak.
-NODE_DTYPES = ("f32", "bf16", "f16", "f64", "other")
+# Peaks a node's compute dtype may use (index into this tuple); "other" and a dtype the device
+# has no peak for use the f32 peak (`DeviceSpec.peak`). PEAK_DTYPE maps HLO types that use
+# another type's peak: complex dots the real units of their precision (their flops count the
+# real arithmetic: `hlo_costs`), 8-bit integer dots the int8 units; the rest is "other".
+NODE_DTYPES = ("f32", "bf16", "f16", "f64", "other", "s8")
 DTYPE_IDS = {d: i for i, d in enumerate(NODE_DTYPES)}
+PEAK_DTYPE = {"c64": "f32", "c128": "f64", "s8": "s8", "u8": "s8"}
+
+
+def dtype_id(hlo_dtype: str) -> int:
+  """Index into NODE_DTYPES of the peak an op of compute dtype `hlo_dtype` runs at."""
+  return DTYPE_IDS.get(PEAK_DTYPE.get(hlo_dtype, hlo_dtype), DTYPE_IDS["other"])
 
 COMPUTE_INTENSITY = 8.0  # flops per byte above which an opaque fusion counts as "dot"
 
@@ -218,7 +227,7 @@ def _leaves(rows: List[tuple], num_nodes: int) -> OpLeaves:
       op_class=np.asarray([CLASS_IDS[c] for c in cols[2]], np.int64),
       flops=np.asarray(cols[3], np.float64), transcendentals=np.asarray(cols[4], np.float64),
       bytes=np.asarray(cols[5], np.float64),
-      dtype=np.asarray([DTYPE_IDS.get(d, DTYPE_IDS["other"]) for d in cols[6]], np.int64),
+      dtype=np.asarray([dtype_id(d) for d in cols[6]], np.int64),
       partitions=np.asarray(cols[7], np.float64))
 
 
@@ -423,7 +432,7 @@ def gpu_library_call(inst, by_name) -> "Tuple[str, float, float] | None":
       if side == "lhs":
         k = math.prod(d for i, d in enumerate(shape) if i in contracting)
     cls = "dot_small" if min(sides + [k]) < SMALL_GEMM else "dot"
-    return cls, 2.0 * math.prod(result) * k, work
+    return cls, 2.0 * math.prod(result) * k * _mac_factor(inst, by_name), work
   role = GPU_CONV_TARGETS[target]
   labels = inst.attr("dim_labels") or ""
   groups = int(inst.attr("feature_group_count") or 1)
@@ -437,7 +446,13 @@ def gpu_library_call(inst, by_name) -> "Tuple[str, float, float] | None":
   if len(ker_labels) != len(kernel) or "o" not in ker_labels or not kernel[ker_labels.index("o")]:
     return cls, 0.0, work
   per_output = math.prod(kernel) // kernel[ker_labels.index("o")]
-  return cls, 2.0 * math.prod(out_shape) * per_output, work
+  return cls, 2.0 * math.prod(out_shape) * per_output * _mac_factor(inst, by_name), work
+
+
+def _mac_factor(inst, by_name) -> int:
+  """4 for a library call on complex operands (real flops, as the front end's dots), else 1."""
+  first = by_name.get(inst.operands[0]) if inst.operands else None
+  return COMPLEX_MAC_FACTOR.get(first.shape[0][0], 1) if first is not None and first.shape else 1
 
 
 def _rows(h: HloGraph, mod: _Module, comp: str, owner_of, weight: float) -> List[tuple]:

@@ -10,7 +10,11 @@ Rules (documented choices; called computations are costed recursively and memois
     - convolution: 2 * (output elements / output spatial positions) * input features per
       group * the (output position, kernel tap) pairs that hit the input, per spatial dim:
       taps falling in the padding or in lhs-dilation holes are skipped, exactly as XLA does.
-    - elementwise: 1 per output element; transcendentals (exp, log, tanh, logistic, rsqrt,
+    - dot and convolution of complex operands (c64, c128): 4 times that, real flops (a complex
+      multiply-add is 8 real flops; XLA counts 2, as for a real one). The cost model costs
+      them at the f32 (c64) or f64 (c128) peak (`simulator.costmodel.opclass.PEAK_DTYPE`).
+    - elementwise: 1 per output element, whatever the element type (complex too, as XLA:
+      they are memory bound, costed by their bytes); transcendentals (exp, log, tanh, logistic, rsqrt,
       sqrt, power, sine, ...) also 1 per element here AND recorded separately in
       `HloGraph.transcendentals` (XLA reports them only under "transcendentals").
     - reduce: input elements * flops of `to_apply` (XLA: (input - output) elements * ...);
@@ -47,8 +51,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from simulator.frontends.hlo_parse import (CALLED_ATTRS, DTYPE_BYTES, ELEMENTWISE, FORWARDING,
-                                           LEAVES, OPCODE_TYPES, TRANSCENDENTAL,
+from simulator.frontends.hlo_parse import (CALLED_ATTRS, COMPLEX_MAC_FACTOR, DTYPE_BYTES,
+                                           ELEMENTWISE, FORWARDING, LEAVES, OPCODE_TYPES, TRANSCENDENTAL,
                                            WORKSPACE_DTYPES, HloModule, Inst,
                                            while_trip_count)
 
@@ -59,10 +63,16 @@ def _operand_shape(costs, comp, inst, k) -> Tuple[int, ...]:
   return leaves[0][1] if leaves else ()
 
 
+def _mac_factor(costs, comp, inst) -> int:
+  """Real flops per multiply-add of a dot / conv over a real one's 2: 4 for complex operands."""
+  leaves = costs.leaves(comp, inst.operands[0])
+  return COMPLEX_MAC_FACTOR.get(leaves[0][0], 1) if leaves else 1
+
+
 def _dot(inst, costs, comp):
   lhs = _operand_shape(costs, comp, inst, 0)
   k = math.prod(lhs[d] for d in inst.dims_attr("lhs_contracting_dims") if d < len(lhs))
-  return 2 * inst.elements * k, 0
+  return 2 * inst.elements * k * _mac_factor(costs, comp, inst), 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -102,7 +112,8 @@ def _conv(inst, costs, comp):
     taps *= _valid_taps(lhs[lhs_l.index(d)], kernel[ker_l.index(d)], o, stride[j], pads[j],
                         lhs_dil[j], rhs_dil[j])
   features = kernel[ker_l.index("i")] if "i" in ker_l else 1
-  return (2 * (inst.elements // positions) * features * taps if positions else 0), 0
+  return (2 * (inst.elements // positions) * features * taps * _mac_factor(costs, comp, inst)
+          if positions else 0), 0
 
 
 def _applied(inst, costs, attr="to_apply") -> Tuple[float, float]:

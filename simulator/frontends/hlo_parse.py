@@ -31,6 +31,11 @@ DTYPE_BYTES = {"pred": 1, "s4": 1, "u4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2
 PACKED_BITS = {"s4": 4, "u4": 4, "f4e2m1fn": 4, "s2": 2, "u2": 2}
 
 
+# Real flops of one complex multiply-add over a real one: (a+bi)(c+di) + e is 4 real multiplies
+# and 4 real adds, 8 flops against 2. Dots and convolutions count real flops (XLA counts 2).
+COMPLEX_MAC_FACTOR = {"c64": 4, "c128": 4}
+
+
 def leaf_bytes(dtype: str, dims) -> int:
   """Bytes of one array of `dtype` (an HLO element type) and shape `dims`, as XLA stores it."""
   n = math.prod(dims)
