@@ -62,6 +62,25 @@ def test_zero_shot_is_a_solution_with_its_stages(instance, zero_shot):
   assert ZERO_SHOT_TRACES["update_chunk"] == 0 and ZERO_SHOT_TRACES["sample_chunk"] <= 1
 
 
+def test_a_second_graph_of_a_warmed_bucket_traces_nothing(instance, zero_shot):
+  # a repeated zero-shot solve on another graph of the same padded shape (and seed) traces
+  # nothing: loading the checkpoint re-traced the policy's init for its parameters' shapes
+  # on every call (pretrained._shapes), about half of a small solve's wall time
+  import jax  # pylint: disable=g-import-not-at-top
+  graph, topo = instance
+  other = load_graph("layered:n=16,width=4,seed=1")
+  assert (other.num_nodes, other.num_edges) == (graph.num_nodes, graph.num_edges)
+  traces = []
+  on = lambda event, duration, **kw: traces.append(event) if event.endswith(
+      "/jaxpr_trace_duration") else None
+  jax.monitoring.register_event_duration_secs_listener(on)
+  try:
+    sol = methods.solve("go_hint", other, topo, samples=K, seed=4)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(on)
+  assert traces == [] and sol.info["samples"] == K
+
+
 def test_finetune_is_no_worse_than_zero_shot(instance, zero_shot):
   graph, topo = instance
   sol = methods.solve("go_hint", graph, topo, samples=K, seed=3, max_updates=2)

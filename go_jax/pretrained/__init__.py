@@ -108,11 +108,21 @@ def template(policy_config) -> Any:
   return jax.jit(module.init)(jax.random.key(0), feats)
 
 
+# policy config (sorted JSON) -> its parameters' structure: `load` traces the policy's init
+# once per config, not on every call (a repeated zero-shot solve spent about half its time
+# re-tracing it)
+_SHAPES: Dict[str, Any] = {}
+
+
 def _shapes(policy_config) -> Any:
   """The parameters' structure as jax.ShapeDtypeStruct leaves: `template` without compiling
-  or running the initialisation (what `load` restores into)."""
-  module, feats = _template_inputs(policy_config)
-  return jax.eval_shape(module.init, jax.random.key(0), feats)
+  or running the initialisation (what `load` restores into); cached per policy config."""
+  as_dict = policy_config.to_dict() if hasattr(policy_config, "to_dict") else dict(policy_config)
+  key = json.dumps(as_dict, sort_keys=True, default=repr)
+  if key not in _SHAPES:
+    module, feats = _template_inputs(policy_config)
+    _SHAPES[key] = jax.eval_shape(module.init, jax.random.key(0), feats)
+  return _SHAPES[key]
 
 
 def load(name_or_path: str = DEFAULT) -> Tuple[ml_collections.ConfigDict, Any]:
