@@ -1,15 +1,18 @@
 """Host-side padding of CompGraphs to power-of-two size buckets, with masks.
 
 The jitted simulator compiles once per (node bucket, edge bucket, edge chunk, tree shape); every
-graph that pads to the same bucket reuses that executable. Everything the simulator loop needs
-from the graph (successor CSR, predecessor counts, the exact loop trip count) is precomputed here
-with numpy so the jitted code does no graph analysis of its own.
+graph that pads to the same bucket reuses that executable. The edge chunk is chosen per graph
+(`choose_chunk`), but a chunk already chosen for the same padded sizes in this process is kept
+while it costs at most CHUNK_TOLERANCE more, so that near-ties do not compile every program of
+a bucket again (the chunk changes no result, only the loop's speed). Everything the simulator
+loop needs from the graph (successor CSR, predecessor counts, the exact loop trip count) is
+precomputed here with numpy so the jitted code does no graph analysis of its own.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import flax
 import jax.numpy as jnp
@@ -19,6 +22,11 @@ from simulator.graph import CompGraph
 
 MIN_BUCKET = 8
 CHUNKS = (1, 2, 4, 8, 16)
+# A chunk already chosen for a padded size (Np, Ep) is reused while its modelled cost is within
+# this share of the best chunk's: neighbouring chunks' costs are often within a few percent, and
+# a different chunk recompiles every program of the bucket (simulator, searches, policies).
+CHUNK_TOLERANCE = 0.1
+_BUCKET_CHUNKS: Dict[Tuple[int, int], List[int]] = {}  # (Np, Ep) -> chunks chosen so far
 
 
 def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
@@ -65,14 +73,25 @@ def loop_iterations(out_degree: np.ndarray, chunk: int) -> int:
   return int(np.maximum(1, -(-np.asarray(out_degree) // chunk)).sum())
 
 
-def choose_chunk(out_degree: np.ndarray, commit_weight: float = 6.0) -> int:
+def choose_chunk(out_degree: np.ndarray, commit_weight: float = 6.0,
+                 sizes: Optional[Tuple[int, int]] = None) -> int:
   """Edge chunk minimising iterations * (commit work + chunk edge work).
 
   A commit (device choice, tree descent, transfers) costs roughly `commit_weight` times the
   work of one successor update, a figure measured on CPU with `experiments/bench_simulator.py`.
+  With the padded `sizes` (Np, Ep), the first chunk already chosen for them in this process
+  whose cost is within CHUNK_TOLERANCE of the best is kept (one compile per bucket).
   """
   costs = [loop_iterations(out_degree, k) * (commit_weight + k) for k in CHUNKS]
-  return CHUNKS[int(np.argmin(costs))]
+  best = int(np.argmin(costs))
+  if sizes is None:
+    return CHUNKS[best]
+  chosen = _BUCKET_CHUNKS.setdefault((int(sizes[0]), int(sizes[1])), [])
+  for k in chosen:
+    if costs[CHUNKS.index(k)] <= (1.0 + CHUNK_TOLERANCE) * costs[best]:
+      return k
+  chosen.append(CHUNKS[best])
+  return CHUNKS[best]
 
 
 def pad_graph(graph: CompGraph, num_nodes: Optional[int] = None,
@@ -89,7 +108,7 @@ def pad_graph(graph: CompGraph, num_nodes: Optional[int] = None,
     raise ValueError(f"graph '{graph.name}' ({n} nodes, {e} edges) does not fit the padded "
                      f"size ({np_} nodes, {ep} edges)")
   outdeg = graph.out_degree()
-  chunk = choose_chunk(outdeg) if chunk is None else int(chunk)
+  chunk = choose_chunk(outdeg, sizes=(np_, ep)) if chunk is None else int(chunk)
   if chunk < 1:
     raise ValueError(f"chunk must be >= 1, got {chunk}")
 
@@ -134,7 +153,7 @@ def pad_graphs(graphs: Sequence[CompGraph]) -> PaddedGraph:
     raise ValueError("pad_graphs needs at least one graph")
   np_ = bucket(max(g.num_nodes for g in graphs))
   ep = bucket(max(g.num_edges for g in graphs))
-  chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]))
+  chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]), sizes=(np_, ep))
   padded = [pad_graph(g, np_, ep, chunk) for g in graphs]
   import jax  # local: tree utilities only
   return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *padded)

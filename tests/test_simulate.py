@@ -277,6 +277,29 @@ def test_public_simulate_reuses_its_compilation():
   assert sim._simulate_jit._cache_size() == before
 
 
+def test_a_near_tie_of_edge_chunks_reuses_the_bucket_compilation(monkeypatch):
+  # two graphs of one bucket whose best edge chunks (4 and 2) cost within 2% of each other:
+  # the second compiled every program of the bucket again (simulator, searches, policies)
+  from simulator import padding  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(padding, "_BUCKET_CHUNKS", {}, raising=False)
+  sim = __import__("sys").modules["simulator.simulate"]
+  g0, g1 = (load_graph(f"layered:n=60,width=8,seed={s}") for s in (0, 1))
+  assert [padding.choose_chunk(g.out_degree()) for g in (g0, g1)] == [4, 2]
+  topo = preset("nvlink4")
+  place = np.random.default_rng(0).integers(0, 4, (4, 60))
+  prio = np.random.default_rng(1).random((4, 60))
+  simulate(g0, topo, place, prio)
+  before = sim._simulate_jit._cache_size()
+  got = simulate(g1, topo, place, prio)
+  assert sim.padded(g1).chunk == 4 and sim._simulate_jit._cache_size() == before
+  own = sim.pad_to(load_graph("layered:n=60,width=8,seed=1"), chunk=2)  # its own best chunk
+  np.testing.assert_array_equal(np.asarray(got.makespan),
+                                np.asarray(simulate(own, topo, place, prio).makespan))
+  # out-degrees for which chunk 4 costs far more (43%) than the best (1) get the best
+  assert padding.choose_chunk(np.ones(50, int), sizes=(64, 128)) == 1
+  assert padding._BUCKET_CHUNKS == {(64, 128): [4, 1]}
+
+
 def test_commit_first_order_is_bit_identical():
   """The loop iteration's two orders (`commit_first`, the accelerators' default, and the CPU's
   edges first) give every field bit for bit, on float times with ties, plain (an edge chunk of

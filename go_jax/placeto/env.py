@@ -236,7 +236,7 @@ def stack(instances: Sequence[Instance], objective: str, max_devices: int,
     if any(w < h for w, h in zip(want, (mp, eg, np_, ep))):
       raise ValueError(f"instances need padded sizes {(mp, eg, np_, ep)}, more than {want}")
     mp, eg, np_, ep = want
-  chunk = choose_chunk(np.concatenate([i.graph.out_degree() for i in instances]))
+  chunk = choose_chunk(np.concatenate([i.graph.out_degree() for i in instances]), sizes=(np_, ep))
   obj = objectives.get_objective(objective)
   rows = []
   for inst in instances:

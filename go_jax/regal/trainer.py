@@ -167,7 +167,7 @@ def build_data(graphs, topologies, max_devices: int, objective: str,
                      f"({max_devices}); got {ds}")
   np_ = bucket(max(g.num_nodes for g in graphs))
   ep = bucket(max(g.num_edges for g in graphs))
-  chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]))
+  chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]), sizes=(np_, ep))
   stack = lambda xs: jax.tree_util.tree_map(lambda *a: jnp.stack([jnp.asarray(x) for x in a]),
                                             *xs)
   obj = objectives.get_objective(objective)

@@ -203,7 +203,7 @@ def build_problems(graphs: Sequence[CompGraph], topologies: Sequence[Topology], 
 
   np_ = bucket(max(g.num_nodes for g in graphs))
   ep = bucket(max(g.num_edges for g in graphs))
-  chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]))
+  chunk = choose_chunk(np.concatenate([g.out_degree() for g in graphs]), sizes=(np_, ep))
   d_sim = max(t.num_devices for t in topologies)
   padded, feats, topos = [], [], []
   ub, ref, lb, place, prio, tie, decides, fusible = [], [], [], [], [], [], [], []
