@@ -133,6 +133,20 @@ def test_update_chunk_never_retraces(trained):
   assert traces[-1] == traces[0] <= 1  # 0 if another test compiled the same config first
 
 
+def test_greedy_pass_is_shared_by_runs_of_other_optimiser_settings(trained):
+  # the greedy forward pass reads only the task: another learning rate or loss weight (the
+  # update's static hyper-parameters) recompiled it, seconds of a fine-tuning's budget
+  trainer, state, *_ = trained
+  want = jax.device_get(trainer.greedy_and_entropy(state.params))
+  before = ppo.TRACES["greedy"]
+  other = toy_trainer(learning_rate=TOY_CONFIG["learning_rate"] / 2, entropy_coef=0.0)
+  assert other.hp != trainer.hp
+  got = jax.device_get(other.greedy_and_entropy(state.params))
+  assert ppo.TRACES["greedy"] == before
+  for a, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_summary_rechecks_best_action_on_host(trained):
   trainer, state, *_ = trained
   (row,) = loop.summarize(trainer, state)

@@ -393,14 +393,21 @@ class Trainer:
   def sample_chunk(self, state: TrainState) -> Tuple[TrainState, Dict[str, jnp.ndarray]]:
     return sample_chunk(state, self.data, module=self.policy.module, hp=self.hp)
 
+  @property
+  def _greedy_hp(self) -> HParams:
+    """The one field of `hp` the greedy forward pass reads (its task), the others at their
+    defaults: a run of another learning rate or loss weight reuses the compiled greedy pass."""
+    return HParams(task=self.hp.task)
+
   def greedy(self, params):
     """Greedy action of every instance: (placement (I, Np) int32, priority (I, Np) float32,
     fuse (I, Np) bool or None)."""
-    return greedy_actions(params, self.data, module=self.policy.module, hp=self.hp)
+    return greedy_actions(params, self.data, module=self.policy.module, hp=self._greedy_hp)
 
   def greedy_and_entropy(self, params):
     """`greedy` and (I,) float32 the placement entropy per decision (ppo.greedy_and_entropy)."""
-    return greedy_and_entropy(params, self.data, module=self.policy.module, hp=self.hp)
+    return greedy_and_entropy(params, self.data, module=self.policy.module,
+                              hp=self._greedy_hp)
 
   @property
   def placements_per_update(self) -> int:
