@@ -15,6 +15,7 @@ and `cli.run` then, for a console script (`go-jax-place`) exactly as for `python
 * Bad input ends the command with ONE line on stderr, `<prog>: error: <what is wrong>`, and exit
   status 1: a `ValueError`, `app.UsageError` or `OSError` from `main`, a flag that does not
   parse, a typo in a config override (`--config.nosuch=3`). `--v=1` adds the traceback.
+  `--help` / `--helpfull` exit with status 0 (absl's own exit 1).
 * Third-party chatter is held back: orbax's INFO lines and JAX's "Unable to initialize backend"
   line (both below WARNING); warnings and errors still show. JAX_PLATFORMS is left to the user
   (setting it would hide a GPU).
@@ -129,12 +130,34 @@ def _override_error(name: str, argv: Sequence[str], error: Exception) -> str:
   return f"{' '.join(overrides) or '--' + name}: {type(error).__name__}: {one_line(error)}"
 
 
+# absl's help flags: each prints its text and leaves by SystemExit(1) while flags are parsed.
+HELP_FLAGS = ("help", "?", "helpshort", "helpfull", "helpxml")
+
+
+def _asks_for_help(argv: Sequence[str]) -> bool:
+  """Whether `argv` (before a "--") holds one of absl's HELP_FLAGS, bare or =true/=1."""
+  for arg in argv[1:]:
+    if arg == "--":
+      return False
+    name, _, value = arg.lstrip("-").partition("=")
+    if arg.startswith("-") and name in HELP_FLAGS and value.lower() in ("", "true", "1"):
+      return True
+  return False
+
+
 def _parse_flags(argv: Sequence[str]) -> List[str]:
-  """absl's flag parsing, every error one line (--help and --helpfull still print and exit)."""
+  """absl's flag parsing, every error one line; --help, --helpshort, --helpfull and --helpxml
+  print and exit with status 0 (absl exits 1 for them: a shell, `make` or a CI step that asks
+  a launcher for its help must not see a failure)."""
   if _DEFERRED_ERRORS:
     fail(_DEFERRED_ERRORS[0])
   try:
-    rest = FLAGS(argv)
+    try:
+      rest = FLAGS(argv)
+    except SystemExit as e:
+      if e.code == 1 and _asks_for_help(argv):
+        sys.exit(0)
+      raise
     _refuse_nan_flags(argv)
     return rest
   except flags.Error as e:

@@ -89,6 +89,30 @@ def test_every_console_script_help_shows_its_docstring_and_flags(tmp_path):
       assert "Presets:" in out and "nvlink8" in out, name
 
 
+_HELP_LAUNCHER = """
+from experiments import cli
+def main(argv):
+  print("main ran")
+cli.run(main, doc="a launcher")
+"""
+
+
+def test_help_flags_exit_zero_and_errors_one(tmp_path):
+  """absl exits 1 after --help / --helpfull; every launcher (cli.run) exits 0 there, and a bad
+  flag still exits 1, also after --help=false."""
+  path = tmp_path / "launcher.py"
+  path.write_text(_HELP_LAUNCHER)
+  cases = {("--help",): 0, ("--helpfull",): 0, ("-?",): 0, ("--helpshort",): 0,
+           ("--help=false", "--nosuch"): 1}
+  procs = {args: start([sys.executable, str(path), *args], tmp_path, PYTHONPATH=REPO)
+           for args in cases}
+  for args, proc in procs.items():
+    rc, out, err = finish(proc)
+    assert rc == cases[args], (args, rc, err[-2000:])
+    assert "main ran" not in out, args
+    assert ("a launcher" in out) == (rc == 0), (args, out[-500:])
+
+
 # ------------------------------------------------------------------ bad input
 BAD_NPZ_BYTES = b"\x80\x04not a zip archive at all" * 10
 
