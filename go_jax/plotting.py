@@ -91,10 +91,25 @@ def literal_text(fig: Figure) -> Figure:
   """Turns matplotlib's math text off in every text of `fig`: titles and labels hold graph
   names and file paths, and a '$' in one (`runs/m$x$.json`) was read as TeX, so the figure
   either failed to draw (`Unknown symbol`) or showed other text than the name. No figure of
-  the project uses math text."""
+  the project uses math text of its own. The numbers matplotlib's tick formatters write keep
+  theirs: a log axis labels its ticks in math text ('$\\mathdefault{10^{0}}$'), which was drawn
+  as that raw string (learning_curves); labels set as strings (method names under bars) are
+  literal."""
   from matplotlib.text import Text  # pylint: disable=g-import-not-at-top
-  for text in fig.findobj(Text):
-    text.set_parse_math(False)
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  numbers = (ticker.ScalarFormatter, ticker.LogFormatter, ticker.LogitFormatter)
+  texts = fig.findobj(Text)  # first: listing an axis' children can add ticks to it
+  generated = set()  # ids of the tick labels and offsets of matplotlib's number formatters
+  for ax in fig.axes:
+    for axis in (ax.xaxis, ax.yaxis):
+      for formatter, ticks in ((axis.get_major_formatter(), axis.majorTicks),
+                               (axis.get_minor_formatter(), axis.minorTicks)):
+        if isinstance(formatter, numbers):
+          generated.update(id(label) for tick in ticks for label in (tick.label1, tick.label2))
+          generated.add(id(axis.offsetText))
+  for text in texts:
+    if id(text) not in generated:
+      text.set_parse_math(False)
   return fig
 
 

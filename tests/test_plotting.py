@@ -120,3 +120,21 @@ def test_dollar_signs_in_names_are_literal_text(tmp_path, name):
   fig = plotting._figure()  # pylint: disable=protected-access
   fig.suptitle(name)
   assert not any(t.get_parse_math() for t in plotting.literal_text(fig).findobj(Text))
+
+
+def test_log_axis_tick_labels_render_as_numbers_not_raw_math_text():
+  """literal_text keeps math text in the labels matplotlib's tick formatters write: a log
+  axis (learning_curves) writes '$\\mathdefault{10^{0}}$', which was drawn as that string."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  fig = plotting._figure()  # pylint: disable=protected-access
+  ax = fig.add_subplot(1, 1, 1)
+  ax.plot([0, 1], [0.5, 20.0])
+  ax.set_yscale("log")
+  ax.set_title("m$x$")
+  plotting.literal_text(fig)
+  FigureCanvasAgg(fig).draw()
+  labels = [t for t in ax.yaxis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+  assert labels and any("$" in t.get_text() for t in labels)
+  raw = [t.get_text() for t in labels if "$" in t.get_text() and not t.get_parse_math()]
+  assert not raw, raw
+  assert not ax.title.get_parse_math()
