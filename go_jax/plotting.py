@@ -404,18 +404,36 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
       .checkpoint_curve; family "all" is drawn thick and black) and optionally "seconds".
     path: PNG file to write atomically.
     samples: K, for the label of the second panel.
+
+  ValueError naming the row where one lacks "step" or "family" or a ratio is not a positive
+  finite number (a log axis cannot show it: it was silently left out, an empty panel for a
+  curve of NaNs); a None ratio is no point.
   """
   rows = [r for r in rows if r.get("greedy_ratio") is not None]
   if not rows:
     raise ValueError("learning_curves: no rows to plot")
-  families = sorted({r["family"] for r in rows} - {"all"}) + ["all"]
+  for r in rows:
+    for key in ("step", "family"):
+      if r.get(key) is None:
+        raise ValueError(f"learning_curves: a row has no {key!r}: {dict(r)}")
+    for key in ("greedy_ratio", "best_ratio"):
+      value = r.get(key)
+      if value is not None and not (isinstance(value, (int, float, np.number)) and
+                                    np.isfinite(value) and value > 0):
+        raise ValueError(f"learning_curves: {key} {value!r} of family {r['family']!r} at step "
+                         f"{r['step']} is not a positive finite ratio")
+  present = {r["family"] for r in rows}
+  families = sorted(present - {"all"}) + ["all"] * ("all" in present)
   fig = _figure(figsize=(11.0, 4.0), dpi=_DPI)
   cmap = _colormap("tab10")
   for k, (key, label) in enumerate((("greedy_ratio", "greedy action"),
                                     ("best_ratio", f"best of {samples or 'K'} samples"))):
     ax = fig.add_subplot(1, 2, k + 1)
     for j, fam in enumerate(families):
-      pts = sorted((r["step"], r[key]) for r in rows if r["family"] == fam)
+      pts = sorted((r["step"], r[key]) for r in rows
+                   if r["family"] == fam and r.get(key) is not None)
+      if not pts:
+        continue
       x, y = zip(*pts)
       if fam == "all":
         ax.plot(x, y, color="black", lw=2.2, marker="o", ms=3, label="all (geo-mean)")
@@ -430,6 +448,7 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
   last = max(rows, key=lambda r: r["step"])
   secs = last.get("seconds")
   fig.suptitle(title or ("learning curves per training family" +
-                         (f" ({secs / 60:.0f} min of training)" if secs else "")), fontsize=11)
+                         (f" ({secs / 60:.0f} min of training)" if secs and np.isfinite(secs)
+                          else "")), fontsize=11)
   fig.axes[-1].legend(fontsize=7, loc="upper right")
   return save_figure(fig, path)

@@ -138,3 +138,23 @@ def test_log_axis_tick_labels_render_as_numbers_not_raw_math_text():
   raw = [t.get_text() for t in labels if "$" in t.get_text() and not t.get_parse_math()]
   assert not raw, raw
   assert not ax.title.get_parse_math()
+
+
+def _curve_row(step, family, greedy=1.2, best=1.1, **extra):
+  return dict(step=step, family=family, greedy_ratio=greedy, best_ratio=best, **extra)
+
+
+def test_learning_curves_without_an_all_family_and_with_bad_ratios(tmp_path):
+  """Rows of families but no "all" drew (zip of nothing: 'not enough values to unpack'); a NaN,
+  inf or 0 ratio was silently left off the log axis (a curve of NaNs: an empty panel)."""
+  path = str(tmp_path / "lc.png")
+  plotting.learning_curves([_curve_row(0, "a"), _curve_row(1, "a", 1.1, 1.0),
+                            _curve_row(0, "b", seconds=float("nan"))], path)
+  assert_png(path)
+  os.remove(path)
+  for bad in (float("nan"), float("inf"), 0.0, -1.0):
+    with pytest.raises(ValueError, match="best_ratio .* family 'all' at step 3"):
+      plotting.learning_curves([_curve_row(0, "all"), _curve_row(3, "all", best=bad)], path)
+  with pytest.raises(ValueError, match="no 'family'"):
+    plotting.learning_curves([dict(step=0, greedy_ratio=1.0, best_ratio=1.0)], path)
+  assert not os.listdir(tmp_path)
