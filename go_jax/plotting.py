@@ -79,9 +79,10 @@ def format_seconds(seconds: float, digits: int = 4) -> str:
 
 
 def format_bytes(nbytes: float, digits: int = 4) -> str:
-  """Human-readable size, e.g. '3.2 GB'; 'inf' for an unbounded capacity."""
+  """Human-readable size, e.g. '3.2 GB'; 'inf' for an unbounded capacity, 'nan' for NaN (it
+  read 'inf', an unbounded size, as did '-inf')."""
   if not np.isfinite(nbytes):
-    return "inf"
+    return str(float(nbytes))
   scale, name = byte_unit(nbytes)
   return f"{nbytes / scale:.{digits}g} {name}"
 

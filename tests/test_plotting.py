@@ -100,6 +100,8 @@ def test_unit_formatting():
   assert plotting.format_bytes(3.2e9) == "3.2 GB"
   assert plotting.format_bytes(np.inf) == "inf"
   assert plotting.format_bytes(12) == "12 B"
+  assert plotting.format_bytes(float("nan")) == "nan"
+  assert plotting.format_bytes(-np.inf) == "-inf"
 
 
 @pytest.mark.parametrize("name", ["m$\\bad$", "p$_1$", "cost $5 and $"])
