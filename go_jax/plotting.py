@@ -44,6 +44,7 @@ def _figure(**kwargs) -> "Figure":
 MAX_LABELED_OPS = 400
 _LABEL_FONTSIZE = 7
 _ROW_INCHES = 0.32  # height of one Gantt row
+_LEGEND_LINE_INCHES = 0.135  # height of one line of the memory legend (fontsize 7)
 _WIDTH_INCHES = 12.0
 _DPI = 110
 
@@ -219,9 +220,16 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
 
   rows = 2 * d
   gantt_h = max(1.6, _ROW_INCHES * rows + 0.6)
-  mem_h = 2.6
-  fig = _figure(figsize=(_WIDTH_INCHES, gantt_h + mem_h + 0.8), dpi=_DPI)
-  gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, mem_h], hspace=0.12)
+  # The memory legend has a line per device: the panel grows with D so that it fits beside it
+  # (64 devices ran 8 inches below the figure). Margins are in inches, not fractions of a
+  # figure whose height grows with D (they left 5-inch gaps at 64).
+  mem_h = max(2.6, _LEGEND_LINE_INCHES * (d + 1))
+  top_in, gap_in, bottom_in = 0.7, 0.3, 0.55
+  height = gantt_h + mem_h + top_in + gap_in + bottom_in
+  fig = _figure(figsize=(_WIDTH_INCHES, height), dpi=_DPI)
+  gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, mem_h],
+                        hspace=gap_in / ((gantt_h + mem_h) / 2), top=1 - top_in / height,
+                        bottom=bottom_in / height)
   ax_g = fig.add_subplot(gs[0])
   ax_m = fig.add_subplot(gs[1], sharex=ax_g)
 
@@ -254,7 +262,11 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
 
   ax_g.set_ylim(rows - 0.5, -0.5)
   ax_g.set_yticks(np.arange(rows))
-  ax_g.set_yticklabels([f"dev {k} ops" if r == 0 else f"dev {k} send"
+  busy = np.bincount(place, weights=finish - start, minlength=d)
+  util = busy / makespan if makespan > 0 else np.zeros(d)
+  # Each device's utilisation in its row's name: listed in the title, 64 devices' ran three
+  # figure widths wide.
+  ax_g.set_yticklabels([f"dev {k} ops {util[k]:.0%}" if r == 0 else f"dev {k} send"
                         for k in range(d) for r in (0, 1)], fontsize=8)
   for k in range(1, d):
     ax_g.axhline(2 * k - 0.5, color="0.75", lw=0.6)
@@ -262,11 +274,8 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
   ax_g.grid(axis="x", color="0.9", lw=0.5)
   ax_g.set_axisbelow(True)
   ax_g.tick_params(labelbottom=False)
-  busy = np.bincount(place, weights=finish - start, minlength=d)
-  util = busy / makespan if makespan > 0 else np.zeros(d)
-  ax_g.set_title("schedule: ops per device (colour = op) and outgoing transfers "
-                 f"(label = op\u2192destination); device utilisation "
-                 f"{', '.join(f'{u:.0%}' for u in util)}", fontsize=9)
+  ax_g.set_title("schedule: ops per device (colour = op; % = device utilisation) and outgoing "
+                 "transfers (label = op\u2192destination)", fontsize=9)
 
   _plot_memory(ax_m, topology, result, makespan, tscale)
   ax_m.set_xlabel(f"time ({tname})")
@@ -275,7 +284,7 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
     title = (f"{graph.name}: {n} ops, {graph.num_edges} edges on {d} devices, makespan "
              f"{format_seconds(makespan)}, {len(tr)} transfers"
              f"{', OUT OF MEMORY' if result.oom else ''}")
-  fig.suptitle(title, fontsize=11)
+  fig.suptitle(title, fontsize=11, y=1 - 0.12 / height)  # in inches too: above the top margin
   return save_figure(fig, path)
 
 
@@ -294,6 +303,17 @@ def plot_fused_schedule(graph, topology, placement, priority, fuse, path: str,
   return plot_schedule(fg.graph, topology, res, path, title, max_labeled_ops)
 
 
+def _device_colors(d: int) -> np.ndarray:
+  """A distinct colour per device: tab10 (tab20 up to 20 devices, then evenly along 'turbo'):
+  tab10 alone gave devices k and k + 10 the same colour, so the legend could not tell them
+  apart."""
+  if d <= 10:
+    return _colormap("tab10")(np.arange(d))
+  if d <= 20:
+    return _colormap("tab20")(np.arange(d))
+  return _colormap("turbo")(np.linspace(0.0, 1.0, d))
+
+
 def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   """Step lines of bytes in use per device, dashed capacity lines where finite and on scale."""
   d = topology.num_devices
@@ -306,7 +326,7 @@ def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   ymax = max(top, float(cap[on_scale].max(initial=0.0)))
   bscale, bname = byte_unit(ymax)
   from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
-  dev_colors = _colormap("tab10")(np.arange(d) % 10)
+  dev_colors = _device_colors(d)
   handles = []
   for k in range(d):
     ev = np.asarray(result.memory_events[k], float).reshape(-1, 2)

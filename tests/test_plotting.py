@@ -1,6 +1,7 @@
 """Tests of go_jax.plotting: PNGs are written (atomically) for small and mid-size schedules."""
 
 import os
+import struct
 
 import numpy as np
 import pytest
@@ -160,3 +161,28 @@ def test_learning_curves_without_an_all_family_and_with_bad_ratios(tmp_path):
   with pytest.raises(ValueError, match="no 'family'"):
     plotting.learning_curves([dict(step=0, greedy_ratio=1.0, best_ratio=1.0)], path)
   assert not os.listdir(tmp_path)
+
+
+def _png_size(path):
+  with open(path, "rb") as fh:
+    head = fh.read(24)
+  return struct.unpack(">II", head[16:24])
+
+
+def test_many_devices_stay_one_figure_wide_with_distinct_colours(tmp_path):
+  """With many devices the title listed every utilisation (64 devices: an image three figure
+  widths wide, the charts in its left third), the memory legend ran below the figure, the
+  margins grew with the height, and tab10 gave devices k and k + 10 one colour."""
+  g = layered(n=40, width=8)
+  few, many = str(tmp_path / "few.png"), str(tmp_path / "many.png")
+  for d, path in ((2, few), (32, many)):
+    topo = Topology.uniform(d, bandwidth=1e9, latency=1e-5)
+    res = reference_simulate(g, topo, np.arange(40) % d, np.zeros(40))
+    plotting.plot_schedule(g, topo, res, path)
+    assert_png(path)
+  (w_few, h_few), (w_many, h_many) = _png_size(few), _png_size(many)
+  assert w_many <= 1.05 * w_few, (w_few, w_many)
+  rows_inches = 2 * (32 - 2) * plotting._ROW_INCHES  # pylint: disable=protected-access
+  assert h_many <= h_few + (rows_inches + 32 * 0.2) * plotting._DPI  # pylint: disable=protected-access
+  colors = plotting._device_colors(64)  # pylint: disable=protected-access
+  assert len({tuple(c) for c in np.round(colors, 4)}) == 64
