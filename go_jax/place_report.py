@@ -201,8 +201,9 @@ def _verdict(result: PlaceResult) -> str:
     if not base.feasible:
       return (f"{best.method} won: {fmt(best.objective)}; no baseline found a feasible "
               f"placement (the best, {base.method}, is {results.infeasible_text(base.data)})")
-    return (f"{best.method} won: {fmt(best.objective)}, {1 - best.objective / base.objective:.2%}"
-            f" below the best baseline {base.method} ({fmt(base.objective)})")
+    return (f"{best.method} won: {fmt(best.objective)}, "
+            f"{_difference(best.objective, base.objective, obj)} the best baseline "
+            f"{base.method} ({fmt(base.objective)})")
   go = min((r for r in result.rows if r.kind == "go"), key=lambda r: r.objective, default=None)
   if go is None:
     return f"{best.method} won with {fmt(best.objective)}{skipped}"
@@ -212,7 +213,17 @@ def _verdict(result: PlaceResult) -> str:
     return (f"{best.method} ({best.kind}) won: {fmt(best.objective)}; GO found no feasible "
             f"placement (its best, {go.method}, is {results.infeasible_text(go.data)})")
   return (f"{best.method} ({best.kind}) won: {fmt(best.objective)}; GO's best ({go.method}, "
-          f"{fmt(go.objective)}) is {go.objective / best.objective - 1:.2%} above it")
+          f"{fmt(go.objective)}) is {_difference(go.objective, best.objective, obj)} it")
+
+
+def _difference(value: float, ref: float, objective: str) -> str:
+  """'3.20% below' or '3.20% above': `value` against `ref` in percent of `ref`, or in the
+  objective's unit where `ref` is 0 (a zero makespan or peak memory: the verdict divided by
+  zero)."""
+  word = "above" if value > ref else "below"
+  if ref > 0:
+    return f"{abs(value / ref - 1):.2%} {word}"
+  return f"{_fmt(abs(value - ref), objective)} {word}"
 
 
 def to_json(result: PlaceResult) -> Dict[str, Any]:

@@ -126,3 +126,16 @@ def test_heft_at_the_bound_reads_zero():
   assert _gap_cells(place_report.markdown_table(result)) == {"heft": "0.0%"}
   bound = results.value_text(dict(row.data, objective=result.lower_bound))
   assert place_report.bound_lines(result) == [f"objective: makespan (lower bound {bound})"]
+
+
+def test_verdict_against_a_zero_objective_names_the_difference():
+  """A best (baseline) objective of 0 (a graph of zero-cost ops or zero-byte tensors) made the
+  verdict divide by zero (ZeroDivisionError out of go-jax-place after its table)."""
+  go = lambda o: _row("go zero-shot (greedy)", o, LB, kind="go")
+  text = place_report.verdict(_result([go(0.01), _row("heft", 0.0, LB)]))
+  assert text == ("heft (baseline) won: 0 s; GO's best (go zero-shot (greedy), 10 ms) is "
+                  "10 ms above it"), text
+  text = place_report.verdict(_result([go(0.08), _row("heft", 0.1, LB)]))
+  assert text.endswith(", 20.00% below the best baseline heft (100 ms)"), text
+  text = place_report.verdict(_result([go(0.1), _row("heft", 0.08, LB)]))
+  assert text.endswith("is 25.00% above it"), text
