@@ -101,7 +101,10 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _mean_objectives(rows) -> Dict[Tuple, Dict[str, Any]]:
   """(objective, graph, topology, row name) -> mean objective over seeds, all feasible,
-  errors, the row of least objective (for what an infeasible one needs)."""
+  errors, rows with a non-finite objective, the row of least objective (for what an
+  infeasible one needs). A NaN or inf objective is left out of the mean, as the leaderboard
+  does (`leaderboard`): it made the pivot's cell NaN ('-') or bolded a -inf the leaderboard
+  ignores, and kept the whole setting's bar chart from being drawn."""
   groups: Dict[Tuple, List] = {}
   for r in rows:
     groups.setdefault((r["objective_kind"], r["graph"], r["topology"], results.row_name(r)),
@@ -109,9 +112,11 @@ def _mean_objectives(rows) -> Dict[Tuple, Dict[str, Any]]:
   out = {}
   for key, rs in groups.items():
     ok = [r for r in rs if not r.get("error") and r.get("objective") is not None]
-    out[key] = {"mean": float(np.mean([r["objective"] for r in ok])) if ok else None,
-                "feasible": all(r.get("feasible") for r in ok), "errors": len(rs) - len(ok),
-                "best_row": min(ok, key=lambda r: r["objective"]) if ok else None}
+    finite = [r for r in ok if leaderboard.is_finite(r["objective"])]
+    out[key] = {"mean": float(np.mean([r["objective"] for r in finite])) if finite else None,
+                "feasible": all(r.get("feasible") for r in finite), "errors": len(rs) - len(ok),
+                "non_finite": len(ok) - len(finite),
+                "best_row": min(finite, key=lambda r: r["objective"]) if finite else None}
   return out
 
 
@@ -134,13 +139,15 @@ def markdown_pivots(rows: Sequence[Mapping[str, Any]]) -> str:
           texts.append("")
           continue
         if c["mean"] is None:
-          text = "error"
+          text = "non-finite" if c["non_finite"] else "error"
         elif not c["feasible"]:
           text = results.infeasible_text(c["best_row"])
         else:
           text = _fmt(c["mean"], obj)
         if c["mean"] is not None and c["feasible"] and c["mean"] == best:
           text = f"**{text}**"
+        if c["mean"] is not None and c["non_finite"]:
+          text += f" ({c['non_finite']} non-finite left out)"
         texts.append(text)
       body.append([topo] + texts)
       none = results.no_feasible_text([r for r in rows if (r["objective_kind"], r["graph"],

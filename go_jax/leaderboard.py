@@ -27,7 +27,7 @@ def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
   for r in rows:
     if r.get("error") or r.get("objective") is None:
       continue
-    if not _finite(r["objective"]):
+    if not is_finite(r["objective"]):
       key = (r["objective_kind"], results.row_name(r))
       non_finite[key] = non_finite.get(key, 0) + 1
       continue
@@ -91,7 +91,8 @@ def markdown_leaderboard(rows: Sequence[Mapping[str, Any]]) -> str:
                                     for i, n in enumerate(notes))
 
 
-def _finite(x) -> bool:
+def is_finite(x) -> bool:
+  """Whether `x` is a finite number (False for NaN, inf and what is no number)."""
   try:
     return math.isfinite(float(x))
   except (TypeError, ValueError):

@@ -577,3 +577,19 @@ def test_a_stored_row_with_a_bad_number_is_named_by_file_row_and_field(clean_run
   assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
   assert f"{path}: row 0 (" in proc.stderr and "field 'seed' is 'abc'" in proc.stderr
   assert "--config=" not in proc.stderr
+
+
+def test_pivots_and_charts_leave_non_finite_objectives_out_as_the_leaderboard_does(tmp_path):
+  """A NaN seed made a method's pivot cell NaN ('-') and kept the setting's chart from being
+  drawn; a -inf was the bold best while the leaderboard (which leaves them out) named
+  another method."""
+  from go_jax import harness_reports
+  def row(method, objective, seed=0):
+    return {"method": method, "graph": "g", "topology": "t", "objective": objective,
+            "objective_kind": "makespan", "feasible": True, "seed": seed, "error": ""}
+  rows = [row("a", 1.0), row("a", float("nan"), seed=1), row("b", 2.0),
+          row("c", float("-inf")), row("d", float("inf"))]
+  cells = harness_reports.markdown_pivots(rows).splitlines()[-1].split(" | ")
+  assert cells == ["| t", "**1 s** (1 non-finite left out)", "2 s", "non-finite",
+                   "non-finite |"], cells
+  assert len(harness_reports.plot_comparisons(rows, str(tmp_path))) == 1
