@@ -360,14 +360,15 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
   """Writes a bar chart comparing one figure across methods (e.g. makespan per method).
 
   Args:
-    labels: one name per bar.
+    labels: one name per bar (cut to MAX_BAR_LABEL_CHARS characters).
     values: one value per bar (finite).
     path: PNG file to write atomically.
     title, ylabel: text of the chart.
     errors: optional error bars, one per bar: half-heights of shape (m,) (e.g. std over
       seeds), or (2, m) for the lengths below and above each bar (e.g. lowest and highest
       seed).
-    reference: optional value drawn as a dashed horizontal line (e.g. the single-device time).
+    reference: optional value drawn as a dashed horizontal line (e.g. the single-device time);
+      finite.
     highlight_min: colour the smallest bar differently (the best when lower is better).
 
   Returns:
@@ -380,6 +381,8 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
                      f"values of shape {values.shape}")
   if not np.all(np.isfinite(values)):
     raise ValueError(f"plot_bars: values must be finite, got {values.tolist()}")
+  if reference is not None and not np.isfinite(float(reference)):  # no line was drawn
+    raise ValueError(f"plot_bars: reference must be finite, got {reference}")
   if errors is not None:
     errors = np.asarray(errors, float)
     if errors.shape not in (values.shape, (2,) + values.shape):
@@ -403,7 +406,9 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
   if reference is not None:
     ax.axhline(float(reference), color="0.3", ls="--", lw=1.0)
   ax.set_xticks(x)
-  ax.set_xticklabels(labels, rotation=30 if m > 4 else 0, ha="right" if m > 4 else "center",
+  shown = [_short_label(s) for s in labels]
+  tilt = m > 4 or max(len(s) for s in shown) > _UPRIGHT_LABEL_CHARS
+  ax.set_xticklabels(shown, rotation=30 if tilt else 0, ha="right" if tilt else "center",
                      fontsize=8)
   if ylabel:
     ax.set_ylabel(ylabel)
@@ -413,6 +418,20 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
   ax.set_axisbelow(True)
   ax.margins(y=0.12)
   return save_figure(fig, path)
+
+
+# A bar's label is cut to at most this many characters (its start and end, joined by an
+# ellipsis): a 300-character method name ran across every other bar and made the PNG five
+# times as wide. Labels longer than _UPRIGHT_LABEL_CHARS are tilted so neighbours do not meet.
+MAX_BAR_LABEL_CHARS = 40
+_UPRIGHT_LABEL_CHARS = 12
+
+
+def _short_label(label: str) -> str:
+  if len(label) <= MAX_BAR_LABEL_CHARS:
+    return label
+  head = (MAX_BAR_LABEL_CHARS - 1) * 2 // 3
+  return label[:head] + "\u2026" + label[len(label) - (MAX_BAR_LABEL_CHARS - 1 - head):]
 
 
 def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = None,

@@ -186,3 +186,17 @@ def test_many_devices_stay_one_figure_wide_with_distinct_colours(tmp_path):
   assert h_many <= h_few + (rows_inches + 32 * 0.2) * plotting._DPI  # pylint: disable=protected-access
   colors = plotting._device_colors(64)  # pylint: disable=protected-access
   assert len({tuple(c) for c in np.round(colors, 4)}) == 64
+
+
+def test_bar_labels_are_cut_and_a_non_finite_reference_refused(tmp_path):
+  """A 300-character method name ran across the other bars (a PNG five times as wide); a NaN or
+  inf reference drew no line, silently."""
+  short, long_ = str(tmp_path / "short.png"), str(tmp_path / "long.png")
+  plotting.plot_bars(["a", "b", "c"], [1.0, 2.0, 3.0], short)
+  plotting.plot_bars(["a", "x" * 290 + "tail", "c"], [1.0, 2.0, 3.0], long_)
+  assert _png_size(long_)[0] <= 1.5 * _png_size(short)[0], (_png_size(short), _png_size(long_))
+  cut = plotting._short_label("x" * 290 + "tail")  # pylint: disable=protected-access
+  assert len(cut) == plotting.MAX_BAR_LABEL_CHARS and cut.endswith("tail") and "\u2026" in cut
+  for bad in (float("nan"), float("inf")):
+    with pytest.raises(ValueError, match="reference must be finite"):
+      plotting.plot_bars(["a"], [1.0], str(tmp_path / "r.png"), reference=bad)
