@@ -464,6 +464,8 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
                          f"{r['step']} is not a positive finite ratio")
   present = {r["family"] for r in rows}
   families = sorted(present - {"all"}) + ["all"] * ("all" in present)
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  first_step, last_step = min(r["step"] for r in rows), max(r["step"] for r in rows)
   fig = _figure(figsize=(11.0, 4.0), dpi=_DPI)
   cmap = _colormap("tab10")
   for k, (key, label) in enumerate((("greedy_ratio", "greedy action"),
@@ -482,6 +484,10 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
     ax.axhline(1.0, color="0.3", ls="--", lw=1.0)
     ax.set_yscale("log")
     ax.set_xlabel("PPO update (0: after imitation)")
+    # Updates are whole numbers: one point got ticks at -0.04 ... 0.04.
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    if last_step - first_step < 2:
+      ax.set_xlim(first_step - 1, last_step + 1)
     ax.set_ylabel("objective / reference (log)")
     ax.set_title(label, fontsize=10)
     ax.grid(color="0.9", lw=0.5)

@@ -200,3 +200,16 @@ def test_bar_labels_are_cut_and_a_non_finite_reference_refused(tmp_path):
   for bad in (float("nan"), float("inf")):
     with pytest.raises(ValueError, match="reference must be finite"):
       plotting.plot_bars(["a"], [1.0], str(tmp_path / "r.png"), reference=bad)
+
+
+def test_learning_curve_of_one_point_has_whole_update_ticks(tmp_path, monkeypatch):
+  """One point got ticks at fractional updates (-0.04 ... 0.04)."""
+  figures = []
+  real = plotting.save_figure
+  monkeypatch.setattr(plotting, "save_figure", lambda fig, path: figures.append(fig) or
+                      real(fig, path))
+  plotting.learning_curves([_curve_row(0, "all")], str(tmp_path / "lc.png"))
+  for ax in figures[0].axes:
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
