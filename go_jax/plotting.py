@@ -45,6 +45,11 @@ MAX_LABELED_OPS = 400
 _LABEL_FONTSIZE = 7
 _ROW_INCHES = 0.32  # height of one Gantt row
 _LEGEND_LINE_INCHES = 0.135  # height of one line of the memory legend (fontsize 7)
+# Bounds that keep a figure of many devices readable and small: the Gantt rows share at most
+# MAX_GANTT_INCHES (1100 devices drew a 96000-pixel-tall, 9 MB PNG in 20 s); the memory legend
+# names at most MAX_LEGEND_DEVICES devices, those of the highest peaks.
+MAX_GANTT_INCHES = 64.0
+MAX_LEGEND_DEVICES = 64
 _WIDTH_INCHES = 12.0
 _DPI = 110
 
@@ -219,11 +224,12 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
   many = n > max_labeled_ops
 
   rows = 2 * d
-  gantt_h = max(1.6, _ROW_INCHES * rows + 0.6)
+  row_in = min(_ROW_INCHES, MAX_GANTT_INCHES / rows)
+  gantt_h = max(1.6, row_in * rows + 0.6)
   # The memory legend has a line per device: the panel grows with D so that it fits beside it
   # (64 devices ran 8 inches below the figure). Margins are in inches, not fractions of a
   # figure whose height grows with D (they left 5-inch gaps at 64).
-  mem_h = max(2.6, _LEGEND_LINE_INCHES * (d + 1))
+  mem_h = max(2.6, _LEGEND_LINE_INCHES * (min(d, MAX_LEGEND_DEVICES) + 2))
   top_in, gap_in, bottom_in = 0.7, 0.3, 0.55
   height = gantt_h + mem_h + top_in + gap_in + bottom_in
   fig = _figure(figsize=(_WIDTH_INCHES, height), dpi=_DPI)
@@ -261,15 +267,21 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
                 bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.7))
 
   ax_g.set_ylim(rows - 0.5, -0.5)
-  ax_g.set_yticks(np.arange(rows))
   busy = np.bincount(place, weights=finish - start, minlength=d)
   util = busy / makespan if makespan > 0 else np.zeros(d)
   # Each device's utilisation in its row's name: listed in the title, 64 devices' ran three
-  # figure widths wide.
-  ax_g.set_yticklabels([f"dev {k} ops {util[k]:.0%}" if r == 0 else f"dev {k} send"
-                        for k in range(d) for r in (0, 1)], fontsize=8)
-  for k in range(1, d):
-    ax_g.axhline(2 * k - 0.5, color="0.75", lw=0.6)
+  # figure widths wide. Rows too thin for a name each: every k-th device's ops row is named.
+  if row_in >= _ROW_INCHES / 2:
+    ax_g.set_yticks(np.arange(rows))
+    ax_g.set_yticklabels([f"dev {k} ops {util[k]:.0%}" if r == 0 else f"dev {k} send"
+                          for k in range(d) for r in (0, 1)], fontsize=8)
+  else:
+    named = np.arange(0, d, int(np.ceil(_ROW_INCHES / 2 / (2 * row_in))))
+    ax_g.set_yticks(2 * named)
+    ax_g.set_yticklabels([f"dev {k} ops {util[k]:.0%}" for k in named], fontsize=8)
+  if d > 1:
+    ax_g.hlines(2 * np.arange(1, d) - 0.5, 0, 1, transform=ax_g.get_yaxis_transform(),
+                color="0.75", lw=0.6)
   ax_g.axvline(makespan / tscale, color="crimson", lw=1.0, ls=":")
   ax_g.grid(axis="x", color="0.9", lw=0.5)
   ax_g.set_axisbelow(True)
@@ -327,6 +339,9 @@ def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   bscale, bname = byte_unit(ymax)
   from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
   dev_colors = _device_colors(d)
+  listed = np.arange(d)
+  if d > MAX_LEGEND_DEVICES:
+    listed = np.sort(np.argsort(-peak, kind="stable")[:MAX_LEGEND_DEVICES - 1])
   handles = []
   for k in range(d):
     ev = np.asarray(result.memory_events[k], float).reshape(-1, 2)
@@ -339,9 +354,14 @@ def _plot_memory(ax, topology, result, makespan: float, tscale: float):
     if np.isfinite(cap[k]) and peak[k] > cap[k]:
       label += " OOM"
     ax.step(t / tscale, b / bscale, where="post", color=dev_colors[k], lw=1.2)
-    handles.append(Line2D([], [], color=dev_colors[k], lw=1.2, label=label))
+    if k in listed:
+      handles.append(Line2D([], [], color=dev_colors[k], lw=1.2, label=label))
     if on_scale[k]:
       ax.axhline(cap[k] / bscale, color=dev_colors[k], ls="--", lw=1.0, alpha=0.9)
+  if len(listed) < d:
+    rest = np.setdiff1d(np.arange(d), listed)
+    handles.append(Line2D([], [], color="none", label=f"{len(rest)} more devices, peak at most "
+                          f"{format_bytes(peak[rest].max(), 3)}"))
   if np.any(on_scale):
     handles.append(Line2D([], [], color="0.3", ls="--", lw=1.0, label="capacity"))
   ax.axvline(makespan / tscale, color="crimson", lw=1.0, ls=":")

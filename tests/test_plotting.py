@@ -213,3 +213,16 @@ def test_learning_curve_of_one_point_has_whole_update_ticks(tmp_path, monkeypatc
     lo, hi = ax.get_xlim()
     ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_hundreds_of_devices_give_a_bounded_figure(tmp_path):
+  """1100 devices drew a 96000-pixel-tall PNG (9 MB, 20 s): the Gantt rows share at most
+  MAX_GANTT_INCHES, every k-th device is named, the legend names the highest peaks."""
+  g = layered(n=30, width=6)
+  d = 260
+  topo = Topology.uniform(d, bandwidth=1e9, latency=1e-5)
+  res = reference_simulate(g, topo, np.arange(30) % d, np.zeros(30))
+  path = str(tmp_path / "many.png")
+  plotting.plot_schedule(g, topo, res, path)
+  gantt_in, legend_in = 64.0, 0.135 * (64 + 2)  # MAX_GANTT_INCHES, MAX_LEGEND_DEVICES lines
+  assert _png_size(path)[1] <= (gantt_in + legend_in + 3) * plotting._DPI  # pylint: disable=protected-access
