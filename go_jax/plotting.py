@@ -52,6 +52,7 @@ MAX_GANTT_INCHES = 64.0
 MAX_LEGEND_DEVICES = 64
 _WIDTH_INCHES = 12.0
 _DPI = 110
+MAX_TEXT_CHARS = 200  # longest text drawn (save_figure)
 
 _TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
 _BYTE_UNITS = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1.0, "B"))
@@ -122,8 +123,12 @@ def literal_text(fig: Figure) -> Figure:
 
 def save_figure(fig: Figure, path: str) -> str:
   """Writes `fig` as PNG to `path` atomically (creating the folder), its text literal
-  (`literal_text`); returns the path."""
-  literal_text(fig)
+  (`literal_text`) and no text longer than MAX_TEXT_CHARS (its start and end are kept: a
+  12000-character graph name in a title made the PNG 120000 pixels wide); returns the path."""
+  from matplotlib.text import Text  # pylint: disable=g-import-not-at-top
+  for text in literal_text(fig).findobj(Text):
+    if len(text.get_text()) > MAX_TEXT_CHARS:
+      text.set_text(_cut(text.get_text(), MAX_TEXT_CHARS))
   with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
     fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
   return path
@@ -426,7 +431,7 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
   if reference is not None:
     ax.axhline(float(reference), color="0.3", ls="--", lw=1.0)
   ax.set_xticks(x)
-  shown = [_short_label(s) for s in labels]
+  shown = [_cut(s, MAX_BAR_LABEL_CHARS) for s in labels]
   tilt = m > 4 or max(len(s) for s in shown) > _UPRIGHT_LABEL_CHARS
   ax.set_xticklabels(shown, rotation=30 if tilt else 0, ha="right" if tilt else "center",
                      fontsize=8)
@@ -447,11 +452,12 @@ MAX_BAR_LABEL_CHARS = 40
 _UPRIGHT_LABEL_CHARS = 12
 
 
-def _short_label(label: str) -> str:
-  if len(label) <= MAX_BAR_LABEL_CHARS:
-    return label
-  head = (MAX_BAR_LABEL_CHARS - 1) * 2 // 3
-  return label[:head] + "\u2026" + label[len(label) - (MAX_BAR_LABEL_CHARS - 1 - head):]
+def _cut(text: str, chars: int) -> str:
+  """`text` if it has at most `chars` characters, else its start and end joined by '\u2026'."""
+  if len(text) <= chars:
+    return text
+  head = (chars - 1) * 2 // 3
+  return text[:head] + "\u2026" + text[len(text) - (chars - 1 - head):]
 
 
 def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = None,

@@ -195,7 +195,7 @@ def test_bar_labels_are_cut_and_a_non_finite_reference_refused(tmp_path):
   plotting.plot_bars(["a", "b", "c"], [1.0, 2.0, 3.0], short)
   plotting.plot_bars(["a", "x" * 290 + "tail", "c"], [1.0, 2.0, 3.0], long_)
   assert _png_size(long_)[0] <= 1.5 * _png_size(short)[0], (_png_size(short), _png_size(long_))
-  cut = plotting._short_label("x" * 290 + "tail")  # pylint: disable=protected-access
+  cut = plotting._cut("x" * 290 + "tail", plotting.MAX_BAR_LABEL_CHARS)  # pylint: disable=protected-access
   assert len(cut) == plotting.MAX_BAR_LABEL_CHARS and cut.endswith("tail") and "\u2026" in cut
   for bad in (float("nan"), float("inf")):
     with pytest.raises(ValueError, match="reference must be finite"):
@@ -226,3 +226,13 @@ def test_hundreds_of_devices_give_a_bounded_figure(tmp_path):
   plotting.plot_schedule(g, topo, res, path)
   gantt_in, legend_in = 64.0, 0.135 * (64 + 2)  # MAX_GANTT_INCHES, MAX_LEGEND_DEVICES lines
   assert _png_size(path)[1] <= (gantt_in + legend_in + 3) * plotting._DPI  # pylint: disable=protected-access
+
+
+def test_a_very_long_name_is_cut_not_a_huge_png(tmp_path):
+  """A 12000-character graph name in the title made the PNG 120000 pixels wide."""
+  g = CompGraph(cost=[1.0, 2.0], senders=[0], receivers=[1], out_bytes=[1.0, 1.0],
+                name="n" * 12000)
+  topo = Topology.uniform(2, bandwidth=1.0)
+  path = str(tmp_path / "long.png")
+  plotting.plot_schedule(g, topo, reference_simulate(g, topo, [0, 1], np.zeros(2)), path)
+  assert _png_size(path)[0] <= 3000, _png_size(path)
