@@ -76,13 +76,14 @@ def leaderboard(rows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
 
 def markdown_leaderboard(rows: Sequence[Mapping[str, Any]]) -> str:
   """The leaderboard as a Markdown table."""
-  lines = ["| objective | method | settings | wins | ratio to best (geo. mean, feasible) | "
-           "infeasible | no method feasible |", "|---|---|---|---|---|---|---|"]
   board = leaderboard(rows)
-  for s in board:
-    ratio = "-" if s["ratio_to_best"] is None else f"{s['ratio_to_best']:.3f}"
-    lines.append(f"| {s['objective']} | {s['method']} | {s['settings']} | {s['wins']} | "
-                 f"{ratio} | {s['infeasible']} | {s['no_feasible_method']} |")
+  # results.markdown_table: a '|' in a method's label split its row into one more column.
+  lines = [results.markdown_table(
+      ("objective", "method", "settings", "wins", "ratio to best (geo. mean, feasible)",
+       "infeasible", "no method feasible"),
+      [(s["objective"], s["method"], s["settings"], s["wins"],
+        "-" if s["ratio_to_best"] is None else f"{s['ratio_to_best']:.3f}", s["infeasible"],
+        s["no_feasible_method"]) for s in board])]
   notes = [f"{s['method']} ({s['objective']}): {s['non_finite']} row(s) with a non-finite "
            "objective left out" for s in board if s["non_finite"]]
   notes += [f"{s['method']} ({s['objective']}): no ratio on {s['no_ratio']} setting(s) whose "

@@ -153,14 +153,14 @@ def no_feasible_text(rows: Sequence[Mapping[str, Any]]) -> Optional[str]:
 # ------------------------------------------------------------------ tables
 def markdown_table(head: Sequence[str], body: Iterable[Sequence[Any]],
                    align: Optional[Sequence[str]] = None) -> str:
-  """A Markdown table; `align` per column: 'l' or 'r' (default: left)."""
+  """A Markdown table; `align` per column: 'l' or 'r' (default: left). A '|' in a cell, head
+  included (a pivot's columns are method labels), reads '/': it would split the cell."""
   align = align or ["l"] * len(head)
-  lines = ["| " + " | ".join(head) + " |",
+  cell = lambda c: "-" if c is None else str(c).replace("|", "/").replace("\n", " ")
+  lines = ["| " + " | ".join(map(cell, head)) + " |",
            "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
   for cells in body:
-    lines.append("| " + " | ".join("-" if c is None else
-                                   str(c).replace("|", "/").replace("\n", " ")
-                                   for c in cells) + " |")
+    lines.append("| " + " | ".join(map(cell, cells)) + " |")
   return "\n".join(lines)
 
 

@@ -67,3 +67,13 @@ def test_a_best_of_zero_gives_no_ratio_unless_equal():
   assert board["b"]["ratio_to_best"] == pytest.approx(1.0) and board["b"]["no_ratio"] == 1
   assert board["c"]["ratio_to_best"] == pytest.approx(1.0) and board["c"]["wins"] == 1
   assert "b (makespan): no ratio on 1 setting(s)" in markdown_leaderboard(rows)
+
+
+def test_a_bar_in_a_label_keeps_every_table_row_to_its_columns():
+  """A '|' in a method's label split its leaderboard row (and the pivot's head) into one more
+  column."""
+  from go_jax import harness_reports
+  rows = [dict(row("a", "g1", "t", 1.0), label="go|lr=1e-3"), row("b", "g1", "t", 2.0)]
+  for table in (markdown_leaderboard(rows), harness_reports.markdown_pivots(rows)):
+    lines = [l for l in table.splitlines() if l.startswith("|")]
+    assert len({l.count("|") for l in lines}) == 1, table
