@@ -135,12 +135,12 @@ HELP_FLAGS = ("help", "?", "helpshort", "helpfull", "helpxml")
 
 
 def _asks_for_help(argv: Sequence[str]) -> bool:
-  """Whether `argv` (before a "--") holds one of absl's HELP_FLAGS, bare or =true/=1."""
+  """Whether `argv` (before a "--") holds one of absl's HELP_FLAGS, bare or =true, =t or =1."""
   for arg in argv[1:]:
     if arg == "--":
       return False
     name, _, value = arg.lstrip("-").partition("=")
-    if arg.startswith("-") and name in HELP_FLAGS and value.lower() in ("", "true", "1"):
+    if arg.startswith("-") and name in HELP_FLAGS and value.lower() in ("", "true", "t", "1"):
       return True
   return False
 

@@ -102,7 +102,7 @@ def test_help_flags_exit_zero_and_errors_one(tmp_path):
   flag still exits 1, also after --help=false."""
   path = tmp_path / "launcher.py"
   path.write_text(_HELP_LAUNCHER)
-  cases = {("--help",): 0, ("--helpfull",): 0, ("-?",): 0, ("--helpshort",): 0,
+  cases = {("--help",): 0, ("--helpfull",): 0, ("-?",): 0, ("--helpshort=t",): 0,
            ("--help=false", "--nosuch"): 1}
   procs = {args: start([sys.executable, str(path), *args], tmp_path, PYTHONPATH=REPO)
            for args in cases}
