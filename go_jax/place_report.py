@@ -38,7 +38,7 @@ import numpy as np
 
 from go_jax import objectives, place_tasks, plotting, results
 # The gap cell is go-jax-evaluate's too: one rule for both tables (re-exported here).
-from go_jax.harness_reports import gap_text
+from go_jax.harness_reports import gap_text, try_plot
 from simulator import fileio
 
 if TYPE_CHECKING:  # annotations only: go_jax.place imports this module
@@ -245,7 +245,9 @@ def _slug(key: str) -> str:
 
 def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[str, str]:
   """Writes results.json, results.csv, results.md, placement.npz and (with plots) the PNGs;
-  returns their paths. ValueError if another launcher's results are in `out`."""
+  returns their paths. ValueError if another launcher's results are in `out`. A plot that
+  cannot be drawn is a warning (`try_plot`), not an error: it stopped the writing after
+  placement.npz, beside the previous run's results.json and tables."""
   old = results.load(out, LAUNCHER)  # another launcher's folder: stop, never overwrite it
   os.makedirs(out, exist_ok=True)
   stale = _owned_files(out, (old or {}).get("files"))  # an earlier run's, removed at the end
@@ -275,15 +277,17 @@ def write_outputs(result: PlaceResult, out: str, *, plots: bool = True) -> Dict[
       path = os.path.join(out, f"gantt_{_slug(r.key)}.png")
       title = (f"{r.method} on {result.graph.name} / {result.settings['topology']}: {obj} "
                f"{results.value_text(r.data)}")
-      files[f"gantt_{r.key}"] = place_tasks.plot_gantt(result.graph, result.topology, r, path,
-                                                       title)
+      if not try_plot(f"{r.method}'s Gantt chart", place_tasks.plot_gantt, result.graph,
+                      result.topology, r, path, title):
+        files[f"gantt_{r.key}"] = path
     feasible = [r for r in result.rows if r.feasible]
-    if feasible:  # an infeasible row's objective is a penalty, not a value to draw
-      files["bars"] = plotting.plot_bars(
-          [r.method for r in feasible], [r.objective for r in feasible],
-          os.path.join(out, BARS_NAME), title=f"{result.graph.name} on "
-          f"{result.settings['topology']} (feasible methods)",
-          ylabel=f"{obj} ({objectives.get_objective(obj).unit})", reference=result.lower_bound)
+    path = os.path.join(out, BARS_NAME)
+    if feasible and not try_plot(  # an infeasible row's objective is a penalty, not a value
+        "the objective bars", plotting.plot_bars, [r.method for r in feasible],
+        [r.objective for r in feasible], path, title=f"{result.graph.name} on "
+        f"{result.settings['topology']} (feasible methods)",
+        ylabel=f"{obj} ({objectives.get_objective(obj).unit})", reference=result.lower_bound):
+      files["bars"] = path
   files["table"] = results.write_markdown(
       out, header(result) + "\n\n" + markdown_table(result) + "\n\n" + verdict(result))
   cols = results.COLUMNS + (("groups",) if any(r.fuse is not None for r in result.rows) else ())

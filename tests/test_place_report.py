@@ -139,3 +139,19 @@ def test_verdict_against_a_zero_objective_names_the_difference():
   assert text.endswith(", 20.00% below the best baseline heft (100 ms)"), text
   text = place_report.verdict(_result([go(0.1), _row("heft", 0.08, LB)]))
   assert text.endswith("is 25.00% above it"), text
+
+
+def test_a_plot_that_fails_is_a_warning_and_the_results_are_written(tmp_path, monkeypatch):
+  """A Gantt chart that raised stopped write_outputs after placement.npz: the folder held the
+  new placement beside the previous run's results.json and tables."""
+  rows = [_row("heft", 0.1, LB), _row("m_etf", 0.11, LB)]
+  for r in rows:
+    r.data["peak_memory"] = 0.0
+  def boom(*args, **kwargs):
+    raise ValueError("cannot draw")
+  monkeypatch.setattr(place_tasks, "plot_gantt", boom)
+  files = place_report.write_outputs(_result(rows), str(tmp_path))
+  assert not any(k.startswith("gantt_") for k in files) and "bars" in files
+  for name in ("results.json", "results.md", "results.csv", "placement.npz"):
+    assert (tmp_path / name).is_file(), name
+  assert not list(tmp_path.glob("gantt_*"))
