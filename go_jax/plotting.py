@@ -320,10 +320,10 @@ def plot_fused_schedule(graph, topology, placement, priority, fuse, path: str,
   return plot_schedule(fg.graph, topology, res, path, title, max_labeled_ops)
 
 
-def _device_colors(d: int) -> np.ndarray:
-  """A distinct colour per device: tab10 (tab20 up to 20 devices, then evenly along 'turbo'):
-  tab10 alone gave devices k and k + 10 the same colour, so the legend could not tell them
-  apart."""
+def _distinct_colors(d: int) -> np.ndarray:
+  """A distinct colour per device (or family): tab10 (tab20 up to 20, then evenly along
+  'turbo'): tab10 alone gave devices k and k + 10 the same colour, so the legend could not
+  tell them apart."""
   if d <= 10:
     return _colormap("tab10")(np.arange(d))
   if d <= 20:
@@ -343,7 +343,7 @@ def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   ymax = max(top, float(cap[on_scale].max(initial=0.0)))
   bscale, bname = byte_unit(ymax)
   from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
-  dev_colors = _device_colors(d)
+  dev_colors = _distinct_colors(d)
   listed = np.arange(d)
   if d > MAX_LEGEND_DEVICES:
     listed = np.sort(np.argsort(-peak, kind="stable")[:MAX_LEGEND_DEVICES - 1])
@@ -493,7 +493,7 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
   from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   first_step, last_step = min(r["step"] for r in rows), max(r["step"] for r in rows)
   fig = _figure(figsize=(11.0, 4.0), dpi=_DPI)
-  cmap = _colormap("tab10")
+  colors = _distinct_colors(len(families))
   for k, (key, label) in enumerate((("greedy_ratio", "greedy action"),
                                     ("best_ratio", f"best of {samples or 'K'} samples"))):
     ax = fig.add_subplot(1, 2, k + 1)
@@ -506,7 +506,7 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
       if fam == "all":
         ax.plot(x, y, color="black", lw=2.2, marker="o", ms=3, label="all (geo-mean)")
       else:
-        ax.plot(x, y, color=cmap(j % 10), lw=1.2, marker=".", ms=3, label=fam)
+        ax.plot(x, y, color=colors[j], lw=1.2, marker=".", ms=3, label=fam)
     ax.axhline(1.0, color="0.3", ls="--", lw=1.0)
     ax.set_yscale("log")
     ax.set_xlabel("PPO update (0: after imitation)")
@@ -522,5 +522,8 @@ def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = No
   fig.suptitle(title or ("learning curves per training family" +
                          (f" ({secs / 60:.0f} min of training)" if secs and np.isfinite(secs)
                           else "")), fontsize=11)
-  fig.axes[-1].legend(fontsize=7, loc="upper right")
+  # Beside the panels, in columns of at most 16: inside, 30 families ran over the curves and
+  # below the figure.
+  fig.axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                      borderaxespad=0.0, ncol=-(-len(families) // 16), frameon=False)
   return save_figure(fig, path)

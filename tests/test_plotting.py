@@ -184,7 +184,7 @@ def test_many_devices_stay_one_figure_wide_with_distinct_colours(tmp_path):
   assert w_many <= 1.05 * w_few, (w_few, w_many)
   rows_inches = 2 * (32 - 2) * plotting._ROW_INCHES  # pylint: disable=protected-access
   assert h_many <= h_few + (rows_inches + 32 * 0.2) * plotting._DPI  # pylint: disable=protected-access
-  colors = plotting._device_colors(64)  # pylint: disable=protected-access
+  colors = plotting._distinct_colors(64)  # pylint: disable=protected-access
   assert len({tuple(c) for c in np.round(colors, 4)}) == 64
 
 
@@ -236,3 +236,12 @@ def test_a_very_long_name_is_cut_not_a_huge_png(tmp_path):
   path = str(tmp_path / "long.png")
   plotting.plot_schedule(g, topo, reference_simulate(g, topo, [0, 1], np.zeros(2)), path)
   assert _png_size(path)[0] <= 3000, _png_size(path)
+
+
+def test_many_families_keep_their_legend_beside_the_curves(tmp_path):
+  """30 families' legend (inside the panel) covered the curves and ran below the figure, and
+  families 10 apart shared a colour."""
+  path = str(tmp_path / "lc.png")
+  rows = [_curve_row(s, f"f{i:02d}", 1.0 + i / 100) for i in range(30) for s in range(2)]
+  plotting.learning_curves(rows, path)
+  assert _png_size(path)[1] <= 4.4 * plotting._DPI  # pylint: disable=protected-access
