@@ -24,7 +24,10 @@ def atomic_open(path: str, mode: str = "w", make_dirs: bool = False) -> Iterator
   folder = os.path.dirname(os.path.abspath(path))
   if make_dirs:
     os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+  try:
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+  except OSError as e:  # named the random temporary file ('/x/.tmp_k2j4.png'), not `path`
+    raise OSError(e.errno, e.strerror, path) from e
   try:
     with os.fdopen(fd, mode) as fh:
       yield fh

@@ -25,9 +25,11 @@ def test_atomic_open_replaces_only_on_success(tmp_path):
 
 
 def test_missing_folder(tmp_path):
-  with pytest.raises(FileNotFoundError):
+  """The error names the file asked for, not the random temporary ('.tmp_k2j4.txt')."""
+  with pytest.raises(FileNotFoundError) as info:
     with fileio.atomic_open(str(tmp_path / "no" / "f.txt")) as fh:
       fh.write("x")
+  assert info.value.filename == str(tmp_path / "no" / "f.txt") and ".tmp_" not in str(info.value)
   with fileio.atomic_open(str(tmp_path / "a" / "b" / "f.bin"), "wb", make_dirs=True) as fh:
     fh.write(b"x")
   assert (tmp_path / "a" / "b" / "f.bin").read_bytes() == b"x"
