@@ -34,7 +34,7 @@ def _colormap(name: str):
   return colormaps[name]
 
 
-def _figure(**kwargs) -> "Figure":
+def new_figure(**kwargs) -> "Figure":
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top,redefined-outer-name
   return Figure(**kwargs)
 
@@ -51,7 +51,7 @@ _LEGEND_LINE_INCHES = 0.135  # height of one line of the memory legend (fontsize
 MAX_GANTT_INCHES = 64.0
 MAX_LEGEND_DEVICES = 64
 _WIDTH_INCHES = 12.0
-_DPI = 110
+DPI = 110
 MAX_TEXT_CHARS = 200  # longest text drawn (save_figure)
 
 _TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
@@ -130,7 +130,7 @@ def save_figure(fig: Figure, path: str) -> str:
     if len(text.get_text()) > MAX_TEXT_CHARS:
       text.set_text(_cut(text.get_text(), MAX_TEXT_CHARS))
   with fileio.atomic_open(path, "wb", make_dirs=True) as fh:
-    fig.savefig(fh, format="png", dpi=_DPI, bbox_inches="tight")
+    fig.savefig(fh, format="png", dpi=DPI, bbox_inches="tight")
   return path
 
 
@@ -237,7 +237,7 @@ def plot_schedule(graph, topology, result, path: str, title: Optional[str] = Non
   mem_h = max(2.6, _LEGEND_LINE_INCHES * (min(d, MAX_LEGEND_DEVICES) + 2))
   top_in, gap_in, bottom_in = 0.7, 0.3, 0.55
   height = gantt_h + mem_h + top_in + gap_in + bottom_in
-  fig = _figure(figsize=(_WIDTH_INCHES, height), dpi=_DPI)
+  fig = new_figure(figsize=(_WIDTH_INCHES, height), dpi=DPI)
   gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, mem_h],
                         hspace=gap_in / ((gantt_h + mem_h) / 2), top=1 - top_in / height,
                         bottom=bottom_in / height)
@@ -320,7 +320,7 @@ def plot_fused_schedule(graph, topology, placement, priority, fuse, path: str,
   return plot_schedule(fg.graph, topology, res, path, title, max_labeled_ops)
 
 
-def _distinct_colors(d: int) -> np.ndarray:
+def distinct_colors(d: int) -> np.ndarray:
   """A distinct colour per device (or family): tab10 (tab20 up to 20, then evenly along
   'turbo'): tab10 alone gave devices k and k + 10 the same colour, so the legend could not
   tell them apart."""
@@ -343,7 +343,7 @@ def _plot_memory(ax, topology, result, makespan: float, tscale: float):
   ymax = max(top, float(cap[on_scale].max(initial=0.0)))
   bscale, bname = byte_unit(ymax)
   from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
-  dev_colors = _distinct_colors(d)
+  dev_colors = distinct_colors(d)
   listed = np.arange(d)
   if d > MAX_LEGEND_DEVICES:
     listed = np.sort(np.argsort(-peak, kind="stable")[:MAX_LEGEND_DEVICES - 1])
@@ -417,7 +417,7 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], path: str,
       raise ValueError(f"plot_bars: errors must be finite and non-negative, got "
                        f"{errors.tolist()}")
   m = len(labels)
-  fig = _figure(figsize=(max(4.0, 0.7 * m + 2.0), 3.6), dpi=_DPI)
+  fig = new_figure(figsize=(max(4.0, 0.7 * m + 2.0), 3.6), dpi=DPI)
   ax = fig.add_subplot(1, 1, 1)
   colors = np.tile(np.array(_colormap("tab10")(0)), (m, 1))
   if highlight_min:
@@ -458,72 +458,3 @@ def _cut(text: str, chars: int) -> str:
     return text
   head = (chars - 1) * 2 // 3
   return text[:head] + "\u2026" + text[len(text) - (chars - 1 - head):]
-
-
-def learning_curves(rows: Sequence[dict], path: str, samples: Optional[int] = None,
-                    title: Optional[str] = None) -> str:
-  """Writes the learning curves of a training run: per graph family, the greedy action's and
-  the best of K sampled actions' objective ratio to the reference method, over updates.
-
-  Args:
-    rows: dicts with "step", "family", "greedy_ratio", "best_ratio" (go_jax.training.evaluation
-      .checkpoint_curve; family "all" is drawn thick and black) and optionally "seconds".
-    path: PNG file to write atomically.
-    samples: K, for the label of the second panel.
-
-  ValueError naming the row where one lacks "step" or "family" or a ratio is not a positive
-  finite number (a log axis cannot show it: it was silently left out, an empty panel for a
-  curve of NaNs); a None ratio is no point.
-  """
-  rows = [r for r in rows if r.get("greedy_ratio") is not None]
-  if not rows:
-    raise ValueError("learning_curves: no rows to plot")
-  for r in rows:
-    for key in ("step", "family"):
-      if r.get(key) is None:
-        raise ValueError(f"learning_curves: a row has no {key!r}: {dict(r)}")
-    for key in ("greedy_ratio", "best_ratio"):
-      value = r.get(key)
-      if value is not None and not (isinstance(value, (int, float, np.number)) and
-                                    np.isfinite(value) and value > 0):
-        raise ValueError(f"learning_curves: {key} {value!r} of family {r['family']!r} at step "
-                         f"{r['step']} is not a positive finite ratio")
-  present = {r["family"] for r in rows}
-  families = sorted(present - {"all"}) + ["all"] * ("all" in present)
-  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
-  first_step, last_step = min(r["step"] for r in rows), max(r["step"] for r in rows)
-  fig = _figure(figsize=(11.0, 4.0), dpi=_DPI)
-  colors = _distinct_colors(len(families))
-  for k, (key, label) in enumerate((("greedy_ratio", "greedy action"),
-                                    ("best_ratio", f"best of {samples or 'K'} samples"))):
-    ax = fig.add_subplot(1, 2, k + 1)
-    for j, fam in enumerate(families):
-      pts = sorted((r["step"], r[key]) for r in rows
-                   if r["family"] == fam and r.get(key) is not None)
-      if not pts:
-        continue
-      x, y = zip(*pts)
-      if fam == "all":
-        ax.plot(x, y, color="black", lw=2.2, marker="o", ms=3, label="all (geo-mean)")
-      else:
-        ax.plot(x, y, color=colors[j], lw=1.2, marker=".", ms=3, label=fam)
-    ax.axhline(1.0, color="0.3", ls="--", lw=1.0)
-    ax.set_yscale("log")
-    ax.set_xlabel("PPO update (0: after imitation)")
-    # Updates are whole numbers: one point got ticks at -0.04 ... 0.04.
-    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-    if last_step - first_step < 2:
-      ax.set_xlim(first_step - 1, last_step + 1)
-    ax.set_ylabel("objective / reference (log)")
-    ax.set_title(label, fontsize=10)
-    ax.grid(color="0.9", lw=0.5)
-  last = max(rows, key=lambda r: r["step"])
-  secs = last.get("seconds")
-  fig.suptitle(title or ("learning curves per training family" +
-                         (f" ({secs / 60:.0f} min of training)" if secs and np.isfinite(secs)
-                          else "")), fontsize=11)
-  # Beside the panels, in columns of at most 16: inside, 30 families ran over the curves and
-  # below the figure.
-  fig.axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      borderaxespad=0.0, ncol=-(-len(families) // 16), frameon=False)
-  return save_figure(fig, path)

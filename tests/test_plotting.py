@@ -8,7 +8,7 @@ import pytest
 
 from simulator import CompGraph, Topology, reference_simulate
 from simulator.sources import synthetic
-from go_jax import plotting
+from go_jax import plotting, plotting_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -120,7 +120,7 @@ def test_dollar_signs_in_names_are_literal_text(tmp_path, name):
   plotting.plot_bars([name, "heft"], [1.0, 2.0], bars, title=name, ylabel=name)
   assert_png(bars)
   from matplotlib.text import Text
-  fig = plotting._figure()  # pylint: disable=protected-access
+  fig = plotting.new_figure()  # pylint: disable=protected-access
   fig.suptitle(name)
   assert not any(t.get_parse_math() for t in plotting.literal_text(fig).findobj(Text))
 
@@ -129,7 +129,7 @@ def test_log_axis_tick_labels_render_as_numbers_not_raw_math_text():
   """literal_text keeps math text in the labels matplotlib's tick formatters write: a log
   axis (learning_curves) writes '$\\mathdefault{10^{0}}$', which was drawn as that string."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg
-  fig = plotting._figure()  # pylint: disable=protected-access
+  fig = plotting.new_figure()  # pylint: disable=protected-access
   ax = fig.add_subplot(1, 1, 1)
   ax.plot([0, 1], [0.5, 20.0])
   ax.set_yscale("log")
@@ -151,15 +151,15 @@ def test_learning_curves_without_an_all_family_and_with_bad_ratios(tmp_path):
   """Rows of families but no "all" drew (zip of nothing: 'not enough values to unpack'); a NaN,
   inf or 0 ratio was silently left off the log axis (a curve of NaNs: an empty panel)."""
   path = str(tmp_path / "lc.png")
-  plotting.learning_curves([_curve_row(0, "a"), _curve_row(1, "a", 1.1, 1.0),
+  plotting_curves.learning_curves([_curve_row(0, "a"), _curve_row(1, "a", 1.1, 1.0),
                             _curve_row(0, "b", seconds=float("nan"))], path)
   assert_png(path)
   os.remove(path)
   for bad in (float("nan"), float("inf"), 0.0, -1.0):
     with pytest.raises(ValueError, match="best_ratio .* family 'all' at step 3"):
-      plotting.learning_curves([_curve_row(0, "all"), _curve_row(3, "all", best=bad)], path)
+      plotting_curves.learning_curves([_curve_row(0, "all"), _curve_row(3, "all", best=bad)], path)
   with pytest.raises(ValueError, match="no 'family'"):
-    plotting.learning_curves([dict(step=0, greedy_ratio=1.0, best_ratio=1.0)], path)
+    plotting_curves.learning_curves([dict(step=0, greedy_ratio=1.0, best_ratio=1.0)], path)
   assert not os.listdir(tmp_path)
 
 
@@ -183,8 +183,8 @@ def test_many_devices_stay_one_figure_wide_with_distinct_colours(tmp_path):
   (w_few, h_few), (w_many, h_many) = _png_size(few), _png_size(many)
   assert w_many <= 1.05 * w_few, (w_few, w_many)
   rows_inches = 2 * (32 - 2) * plotting._ROW_INCHES  # pylint: disable=protected-access
-  assert h_many <= h_few + (rows_inches + 32 * 0.2) * plotting._DPI  # pylint: disable=protected-access
-  colors = plotting._distinct_colors(64)  # pylint: disable=protected-access
+  assert h_many <= h_few + (rows_inches + 32 * 0.2) * plotting.DPI  # pylint: disable=protected-access
+  colors = plotting.distinct_colors(64)  # pylint: disable=protected-access
   assert len({tuple(c) for c in np.round(colors, 4)}) == 64
 
 
@@ -208,7 +208,7 @@ def test_learning_curve_of_one_point_has_whole_update_ticks(tmp_path, monkeypatc
   real = plotting.save_figure
   monkeypatch.setattr(plotting, "save_figure", lambda fig, path: figures.append(fig) or
                       real(fig, path))
-  plotting.learning_curves([_curve_row(0, "all")], str(tmp_path / "lc.png"))
+  plotting_curves.learning_curves([_curve_row(0, "all")], str(tmp_path / "lc.png"))
   for ax in figures[0].axes:
     lo, hi = ax.get_xlim()
     ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
@@ -225,7 +225,7 @@ def test_hundreds_of_devices_give_a_bounded_figure(tmp_path):
   path = str(tmp_path / "many.png")
   plotting.plot_schedule(g, topo, res, path)
   gantt_in, legend_in = 64.0, 0.135 * (64 + 2)  # MAX_GANTT_INCHES, MAX_LEGEND_DEVICES lines
-  assert _png_size(path)[1] <= (gantt_in + legend_in + 3) * plotting._DPI  # pylint: disable=protected-access
+  assert _png_size(path)[1] <= (gantt_in + legend_in + 3) * plotting.DPI  # pylint: disable=protected-access
 
 
 def test_a_very_long_name_is_cut_not_a_huge_png(tmp_path):
@@ -243,5 +243,5 @@ def test_many_families_keep_their_legend_beside_the_curves(tmp_path):
   families 10 apart shared a colour."""
   path = str(tmp_path / "lc.png")
   rows = [_curve_row(s, f"f{i:02d}", 1.0 + i / 100) for i in range(30) for s in range(2)]
-  plotting.learning_curves(rows, path)
-  assert _png_size(path)[1] <= 4.4 * plotting._DPI  # pylint: disable=protected-access
+  plotting_curves.learning_curves(rows, path)
+  assert _png_size(path)[1] <= 4.4 * plotting.DPI  # pylint: disable=protected-access

@@ -16,7 +16,7 @@ before ':' of its graph spec); `by_family` aggregates with the geometric mean an
 family "all". `checkpoint_curve` evaluates the parameters after imitation (update 0, when the
 run cloned) and at every checkpoint the run kept, with the wall-clock seconds of each point
 read from the run's metrics (imitation included), and writes `<workdir>/eval.jsonl` and
-`<workdir>/learning_curves.png` (go_jax.plotting.learning_curves).
+`<workdir>/learning_curves.png` (go_jax.plotting_curves.learning_curves).
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def checkpoint_curve(workdir: str, trainer, *, samples: int = 16, seed: int = 0,
     for r in out_rows:
       fh.write(json.dumps(r, allow_nan=False) + "\n")
   if plot:
-    from go_jax import plotting  # pylint: disable=g-import-not-at-top  (matplotlib)
-    plotting.learning_curves(out_rows, os.path.join(workdir, PLOT_NAME), samples=samples)
+    from go_jax import plotting_curves  # pylint: disable=g-import-not-at-top  (matplotlib)
+    plotting_curves.learning_curves(out_rows, os.path.join(workdir, PLOT_NAME), samples=samples)
   return out_rows
 
 
