@@ -342,6 +342,19 @@ def test_place_header_shows_every_capacity_and_skips_go_beyond_its_devices():
   assert "GO skipped" in place_lib.verdict(result)
 
 
+def test_a_zero_reference_objective_skips_go_and_the_baselines_answer():
+  """A graph of zero-byte tensors has a peak memory of 0 under HEFT, which GO's rewards cannot
+  be normalised by: GO is skipped with the reason and the baselines' 0 answers (the job stopped
+  with one line)."""
+  graph = CompGraph(cost=[1.0, 2.0, 1.0], senders=[0, 1], receivers=[1, 2],
+                    out_bytes=[0.0, 0.0, 0.0], name="zero_bytes")
+  result = place_lib.place(graph, "nvlink2", objective="peak_memory", finetune_seconds=0,
+                           baselines=["heft", "single"])
+  assert [r.kind for r in result.rows] == ["baseline", "baseline"]
+  assert "reference objective of 'heft' is 0.0" in result.settings["go_skipped"]
+  assert all(r.objective == 0.0 for r in result.rows)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(objective="latency"), "unknown objective"),
     (dict(finetune_seconds=-1), "finetune_seconds must be >= 0"),

@@ -146,8 +146,11 @@ def _reference(graph, topology, objective: str, method: str, placement, name: st
   else:
     value = hints.solve_once(method, graph, topology, objective, solved).objective
   if not (np.isfinite(value) and value > 0):
-    raise ValueError(f"instance {name}: reference objective of '{method}' is {value}; rewards "
-                     "are normalised by it, so it must be finite and > 0 (a graph of zero cost?)")
+    # Refused, not a bad option: go-jax-place then runs the baselines alone (a graph of zero
+    # cost or bytes, whose reference answer of 0 is already optimal, stopped the whole job).
+    raise methods.Refused(f"instance {name}: reference objective of '{method}' is {value}; "
+                          "rewards are normalised by it, so it must be finite and > 0 (a graph "
+                          "of zero cost?)")
   return float(value)
 
 
