@@ -7,6 +7,7 @@ bound (the critical path), so "optimal" is "ratio 1.0 to the bound". Grouping th
 groups gives one group per chain.
 """
 
+import json
 import os
 
 import jax
@@ -100,6 +101,22 @@ def test_method_from_a_trained_workdir_is_honest(toy_run):
   again = methods.evaluate(chains(), TOPO, sol.placement, sol.priority)
   assert sol.objective == again["objective"]
   np.testing.assert_array_equal(sol.priority, upward_rank(chains()))
+
+
+def test_run_that_never_drew_an_instance_writes_its_summary(tmp_path):
+  # 1 update drawing 1 of 2 instances: the other has no best yet (inf in the state), which
+  # summary.json (strict JSON) must hold as null, not fail the run after training.
+  workdir = str(tmp_path / "run")
+  result = trainer.train(toy_config(updates=1), workdir, progress=False,
+                         instances=([chains(), chains(cost=5.0, name="half")], [TOPO, TOPO],
+                                    ["toy", "half"]))
+  with open(os.path.join(workdir, "summary.json")) as fh:
+    rows = json.load(fh)["summary"]
+  assert os.path.isfile(os.path.join(workdir, "params.msgpack"))
+  unseen = [r for r in rows if r["best_objective"] is None]
+  assert len(unseen) == 1 and unseen[0]["best_ratio"] is None
+  assert all(np.isfinite(r["greedy_objective"]) for r in rows)
+  assert sum("not drawn yet" in line for line in trainer.SPEC.report(result)) == 1
 
 
 UNSEEN = "layered:n=60,width=6,seed=7"  # no training graph of the shipped checkpoint

@@ -266,16 +266,19 @@ class TrainResult:
 
 
 def summarize(trainer: Trainer, state: PlacetoState) -> List[Dict[str, Any]]:
-  """Per instance: the greedy episode's final objective and the best found, over the bound."""
+  """Per instance: the greedy episode's final objective and the best found, over the bound.
+  An instance no update has drawn yet (a run shorter than the instance list) has no best:
+  None (null in summary.json, which is strict JSON), not the state's inf."""
   ep = jax.device_get(trainer.greedy(state.params))
   best = np.asarray(jax.device_get(state.best_objective))
   rows = []
   for i, inst in enumerate(trainer.instances):
     greedy = float(ep.objectives[i, 0, -1])
+    found = float(best[i]) if np.isfinite(best[i]) else None
     rows.append({"instance": inst.name, "lower_bound": inst.lower_bound,
                  "greedy_objective": greedy, "greedy_ratio": greedy / inst.lower_bound,
-                 "best_objective": float(best[i]),
-                 "best_ratio": float(best[i]) / inst.lower_bound})
+                 "best_objective": found,
+                 "best_ratio": None if found is None else found / inst.lower_bound})
   return rows
 
 
@@ -304,7 +307,8 @@ def train(config, workdir: Optional[str] = None, *, progress: bool = True,
 
 def _report(result: TrainResult) -> List[str]:
   return [f"{row['instance']}: greedy episode x{row['greedy_ratio']:.4f} of the lower bound, "
-          f"best found x{row['best_ratio']:.4f}" for row in result.summary]
+          + ("not drawn yet" if row["best_ratio"] is None
+             else f"best found x{row['best_ratio']:.4f}") for row in result.summary]
 
 
 # The go-jax-train entry of `config.algorithm = "placeto"` (go_jax/training/trainers.py).
