@@ -39,3 +39,16 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
                            [test_imitation.tight_topology(graphs[0])])
   with pytest.raises(ValueError, match="no checkpoint"):
     evaluation.checkpoint_curve(str(tmp_path), trainer, progress=False)
+
+
+def test_ppo_report_of_an_instance_no_update_drew():
+  """A run shorter than its instance list leaves an instance without a best: the report said
+  'best None = None x heft'."""
+  import types  # pylint: disable=g-import-not-at-top
+  from go_jax.training import trainers  # pylint: disable=g-import-not-at-top
+  rows = [dict(instance="a", best_objective=None, best_ratio=None, reference_method="heft",
+               greedy_objective=2.0),
+          dict(instance="b", best_objective=1.5, best_ratio=1.25, reference_method="heft",
+               greedy_objective=1.6)]
+  lines = trainers.get({}).report(types.SimpleNamespace(summary=rows))
+  assert lines == ["a: best not drawn yet, greedy 2.0", "b: best 1.5 = 1.25 x heft, greedy 1.6"]

@@ -48,9 +48,12 @@ def _ppo_train(config, workdir, progress=True):
 
 
 def _ppo_report(result) -> List[str]:
-  return [f"{row['instance']}: best {row['best_objective']} = {row['best_ratio']} x "
-          f"{row['reference_method']}, greedy {row['greedy_objective']}"
-          for row in result.summary]
+  """One line per instance; one no update drew yet (a run shorter than its instance list) has
+  no best ('best None = None x heft' before)."""
+  return [f"{row['instance']}: " + (
+      "best not drawn yet" if row["best_objective"] is None else
+      f"best {row['best_objective']} = {row['best_ratio']} x {row['reference_method']}")
+          + f", greedy {row['greedy_objective']}" for row in result.summary]
 
 
 def _ppo_curves(workdir, config, samples=16, progress=True, trained=None) -> str:
