@@ -22,8 +22,6 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 from absl import app
 
-from experiments.cli import fail, one_line
-
 
 def nvlink_counts(values: Sequence[str], flag: str = "devices") -> List[int]:
   """The device counts of a list flag whose count D means the `nvlink<D>` preset; UsageError
@@ -213,3 +211,8 @@ def worker_result(proc, queue, timeout: float | None = None, poll: float = 0.5) 
   proc.join(5)
   stop_worker(proc)
   return out
+
+
+# Imported last, as experiments.cli imports this module last: either can then be imported first
+# (`import experiments.cli_tables` alone failed on the circle). Only the functions above use them.
+from experiments.cli import fail, one_line  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position

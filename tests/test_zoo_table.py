@@ -9,7 +9,7 @@ import time
 import pytest
 
 from experiments import zoo_cells
-from experiments import cli_tables  # after zoo_cells: experiments.cli imports it first
+from experiments import cli_tables
 
 
 class FakeCell:
@@ -115,3 +115,14 @@ def test_an_interrupt_ends_the_worker_and_goes_on():
 def test_death_text():
   assert cli_tables.death_text(-signal.SIGSEGV) == "signal 11: Segmentation fault"
   assert cli_tables.death_text(2) == "exit status 2"
+
+
+def test_cli_tables_imports_on_its_own():
+  """`import experiments.cli_tables` first failed on its circle with experiments.cli (which
+  re-exports it): 'cannot import name duration_text from partially initialized module'."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  done = subprocess.run([sys.executable, "-c", "import experiments.cli_tables"],
+                        capture_output=True, text=True, check=False,
+                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert done.returncode == 0, done.stderr[-2000:]
