@@ -93,7 +93,10 @@ def markdown_leaderboard(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def is_finite(x) -> bool:
-  """Whether `x` is a finite number (False for NaN, inf and what is no number)."""
+  """Whether `x` is a finite number (False for NaN, inf and what is no number: a string such as
+  "1.5" in a hand-edited row is none, though float() reads it; summing it was a TypeError)."""
+  if isinstance(x, (str, bytes, bool)):
+    return False
   try:
     return math.isfinite(float(x))
   except (TypeError, ValueError):

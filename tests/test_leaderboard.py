@@ -56,6 +56,9 @@ def test_non_finite_objectives_are_left_out_and_never_win():
   text = markdown_leaderboard(rows)
   assert "inf |" not in text and "nan" not in text.lower().replace("non-finite", "")
   assert "a (makespan): 1 row(s) with a non-finite objective left out" in text
+  # A string (a hand-edited row) is no number, though float() reads it: summing it raised.
+  board = {s["method"]: s for s in leaderboard(rows + [row("e", "g1", "t", "1.5")])}
+  assert board["e"]["non_finite"] == 1 and board["b"]["wins"] == 1
 
 
 def test_a_best_of_zero_gives_no_ratio_unless_equal():
