@@ -299,12 +299,15 @@ class _Joint:
 
 @register("cpsat", "joint",
           "CP-SAT joint placement + schedule of a relaxed simulator (small graphs); lower bound",
-          time_limit_s=10.0, num_workers=2, max_ops=40, time_unit=None, resolution=10,
+          time_limit_s=10.0, num_workers=1, max_ops=40, time_unit=None, resolution=10,
           memory=True)
 def cpsat(problem: Problem, config) -> Proposal:
   """Optimal (within the time limit) placement and start times of the relaxed model.
 
-  Config: time_limit_s, num_workers, max_ops (ValueError above it), time_unit (seconds per
+  Config: time_limit_s, num_workers (default 1: one search, so one seed gives one answer; more
+  run CP-SAT's parallel portfolio, whose workers race, so that even a proven optimum may be
+  another optimal solution of the relaxation, which simulates differently, from run to run),
+  max_ops (ValueError above it), time_unit (seconds per
   integer step; None: smallest positive duration or transfer time / `resolution`, coarsened to
   keep the horizon within MAX_TIME_STEPS), memory (when the relaxation's action runs out of
   memory in the simulator, solve a second model with a conservative memory constraint, which
