@@ -62,6 +62,7 @@ from absl import app, flags, logging
 from go_jax import distributed, place_execute, place_tasks, pretrained
 from simulator import runtime, topology_spec
 from go_jax import place as place_lib
+from go_jax.methods import MAX_SEED
 from experiments import cli
 
 FLAGS = flags.FLAGS
@@ -78,7 +79,7 @@ flags.DEFINE_string("topology", place_lib.DEFAULT_TOPOLOGY, cli.topology_help(
     "('nvlink8@mem=0.6x')."))
 flags.DEFINE_enum("objective", "makespan", ["makespan", "peak_memory"], "What to minimise.")
 flags.DEFINE_integer("seed", 0, "Seed of GO and of the randomised baselines.",
-                     lower_bound=0)
+                     lower_bound=0, upper_bound=MAX_SEED)
 flags.DEFINE_enum("task", "joint", list(place_tasks.TASKS),
                   "What to compare: joint (placement and priority), fusion (fuse requests on "
                   "--placement_from's fixed schedule) or joint3 (placement, priority and "

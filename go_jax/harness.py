@@ -134,6 +134,9 @@ def settings(config) -> Dict[str, Any]:
   seeds = out["seeds"]
   if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
     raise ValueError(f"harness config: seeds must be integers >= 0, got {list(seeds)}")
+  if any(s > methods.MAX_SEED for s in seeds):  # before the first cell, not in every cell
+    raise ValueError(f"harness config: seeds must be at most {methods.MAX_SEED} (2**31 - 1, "
+                     f"methods.MAX_SEED), got {list(seeds)}")
   out["seeds"] = [int(s) for s in seeds]
   budget = out["budget"]
   if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer))

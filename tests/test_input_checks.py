@@ -35,6 +35,9 @@ def test_solve_checks_its_arguments():
       (dict(name="random", budget=0), "budget .* integer >= 1"),
       (dict(name="random", seed=-1), "seed must be an integer >= 0"),
       (dict(name="brkga", seed=1.5), "seed must be an integer >= 0"),
+      # JAX's keys keep 32 bits: brkga with seed 2**32 gave seed 0's answer
+      (dict(name="brkga", seed=2**32), r"seed must be an integer >= 0 and <= 2147483647"),
+      (dict(name="metis", seed=2**63), r"seed must be an integer >= 0 and <= 2147483647"),
       (dict(name="random", samples=2.5), "samples=2.5 must be an integer"),
   ]
   for kwargs, match in cases:

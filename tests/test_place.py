@@ -461,3 +461,19 @@ def test_a_brkga_budget_below_one_generation_is_an_error_not_a_skipped_row():
   # without a BRKGA baseline the budget is not used, so not checked
   assert place_lib.place(graph, "nvlink2", method=None, baselines=["heft"],
                          brkga_budget=50).best.method == "heft"
+
+
+def test_place_launcher_refuses_a_seed_that_the_generators_would_truncate():
+  """--seed above methods.MAX_SEED (JAX's keys keep 32 bits: 2**32 was seed 0 again) is one
+  line from the flag parser, before any work."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments import place  # pylint: disable=g-import-not-at-top
+  seed = place.FLAGS["seed"]
+  value, present = seed.value, seed.present
+  try:
+    with pytest.raises(flags.IllegalFlagValueError, match="2147483647"):
+      seed.parse(str(2**32))
+    seed.parse(str(methods.MAX_SEED))
+    assert seed.value == methods.MAX_SEED
+  finally:
+    seed.value, seed.present = value, present

@@ -241,11 +241,22 @@ def integral(value) -> bool:
       isinstance(value, (float, np.floating)) and float(value).is_integer())
 
 
+# The largest seed `solve` takes. Every seed source keeps at most 31 bits of it: JAX's keys
+# (`jax.random.key`, without x64) the low 32 bits, CP-SAT's random_seed the seed mod 2**31 and
+# METIS a C int, so a larger seed silently gave another seed's answer (brkga with seed 2**32 is
+# seed 0's), or a traceback from deep inside a library (2**63 and up).
+MAX_SEED = 2**31 - 1
+
+
 def _check_arguments(name: str, spec: "MethodSpec", seed, budget, overrides) -> None:
-  """ValueError for a seed that is not an integer >= 0, a budget that is not an integer >= 1
-  (or None), and a fractional value for an option whose default is an integer."""
+  """ValueError for a seed that is not an integer in [0, MAX_SEED], a budget that is not an
+  integer >= 1 (or None), and a fractional value for an option whose default is an integer."""
   if not integral(seed) or seed < 0:
     raise ValueError(f"method '{name}': seed must be an integer >= 0, got {seed!r}")
+  if seed > MAX_SEED:
+    raise ValueError(f"method '{name}': seed must be an integer >= 0 and <= {MAX_SEED} "
+                     f"(2**31 - 1: the random number generators keep 31 bits of it, so a "
+                     f"larger seed repeats a smaller one's answer), got {seed!r}")
   if budget is not None and (not integral(budget) or budget < 1):
     raise ValueError(f"method '{name}': budget (simulator evaluations) must be an integer >= 1 "
                      f"or None, got {budget!r}")
