@@ -182,6 +182,9 @@ def test_config_errors(tmp_path):
   for budget in (0, -3, 2.5):
     with pytest.raises(ValueError, match="brkga_budget .* must be an integer >= 1"):
       transfer.settings(dict(tiny_config(tmp_path), brkga_budget=budget))
+  for seed in (-1, 1.5, True, 2**32):  # 2**32: seed 0's answer in every JAX search
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2147483647\]"):
+      transfer.settings(dict(tiny_config(tmp_path), seed=seed))
   with pytest.raises(ValueError, match=r"finetune_seconds\['default'\] must be finite seconds"):
     transfer.settings(dict(tiny_config(tmp_path), finetune_seconds={"default": -1.0}))
   for bad, match in (  # each would fail every learned cell alike, or mislabel the table
