@@ -256,3 +256,15 @@ def test_a_missing_project_module_is_a_bug_not_an_option(monkeypatch):
                       methods.BUILTIN_MODULES + ("go_jax.methods.no_such_module",))
   with pytest.raises(ImportError, match="no_such_module"):
     methods.available()
+
+
+def test_metis_seed_offsets_near_the_largest_seed_wrap_instead_of_overflowing():
+  """gp_dfs / regal_hint add their seeds' offsets to the problem seed: at methods.MAX_SEED the
+  sum passed METIS' C int (pymetis read another seed, or raised TypeError at 2**63); it wraps
+  to its last 31 bits."""
+  pytest.importorskip("pymetis")
+  from go_jax.methods import partition  # pylint: disable=g-import-not-at-top
+  g = load_graph("layered:n=40,width=6,seed=0")
+  topo = preset("nvlink4")
+  (wrapped, _), (low, _) = partition.metis_placements(g, topo, [methods.MAX_SEED + 5, 4])
+  np.testing.assert_array_equal(wrapped, low)

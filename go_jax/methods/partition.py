@@ -100,7 +100,9 @@ def metis_placements(g, topo, seeds, ufactor: int = 30, speed_weights: bool = Tr
       if speed_weights and np.ptp(topo.speed) > 0:
         frac = topo.speed[by_speed] / topo.speed.sum()  # part p is meant for the p-th fastest
         tpwgts = (frac / frac.sum()).tolist()  # pymetis >= 2025 warns unless they sum to 1
-      opts = pymetis.Options(seed=int(seed), ufactor=int(ufactor))
+      # METIS takes a C int: an option's seed offset plus a problem seed near methods.MAX_SEED
+      # went past it (pymetis read some other seed, or raised); it wraps to the seed's last 31 bits.
+      opts = pymetis.Options(seed=int(seed) % 2**31, ufactor=int(ufactor))
       if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025 deprecates the xadj/adjncy keywords
         graph = {"adjacency": pymetis.CSRAdjacency(xadj, adjncy)}
       else:
