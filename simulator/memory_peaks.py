@@ -22,9 +22,19 @@ def resident_base(events: "Events", num_devices: int) -> "Events":
   """The events with `base` (B, D): each device's resident parameter bytes, from the per-op
   (resident bytes, device) pairs (B, Np) the loop's events carry."""
   resident, place = events.base
-  base = jax.vmap(lambda r, p: jax.ops.segment_sum(r, p, num_segments=num_devices))(
-      resident, place)
+  with jax.enable_x64(True):  # float64 sums (`_wide`); `peak_memory` rounds the peaks back
+    base = jax.vmap(lambda r, p: jax.ops.segment_sum(r, p, num_segments=num_devices))(
+        _wide(resident), place)
   return events.replace(base=base)
+
+
+def _wide(x):
+  """x as float64 (call under `jax.enable_x64(True)`). Byte sums are taken in float64 and only
+  the peaks rounded to the working dtype: a float32 running sum drifts, as each + or - rounds
+  to the ulp of the running total (64 bytes at 1 GB), by up to 1e-3 relative over the events
+  of a 60k-op graph (measured: docs/design.md section 4, Precision), where the exact sum of
+  float32 byte counts is within 2**-24 of the peak."""
+  return x.astype(jnp.float64)
 
 
 @flax.struct.dataclass
@@ -92,7 +102,6 @@ def peak_memory(ev: Events, method: Optional[str] = None):
     return peak_memory_segments(ev)
   order, key = rank_order(ev.time)
   dev = jnp.take_along_axis(ev.dev, order, -1)
-  delta = jnp.take_along_axis(ev.delta, order, -1)
   last = jnp.concatenate([key[:, 1:] != key[:, :-1], jnp.ones_like(key[:, :1], bool)], -1)
   d = ev.base.shape[-1]
   dev_ids = jnp.arange(d)
@@ -104,9 +113,12 @@ def peak_memory(ev: Events, method: Optional[str] = None):
     peak = jnp.where(end[:, None], jnp.maximum(peak, running), peak)
     return (running, peak), None
 
-  zero = jnp.zeros_like(ev.base)
-  (_, peak), _ = jax.lax.scan(step, (zero, zero), (dev.T, delta.T, last.T))
-  return ev.base + peak
+  with jax.enable_x64(True):  # the running sums in float64 (`_wide`)
+    delta = jnp.take_along_axis(_wide(ev.delta), order, -1)
+    base = _wide(ev.base)
+    zero = jnp.zeros_like(base)
+    (_, peak), _ = jax.lax.scan(step, (zero, zero), (dev.T, delta.T, last.T))
+    return (base + peak).astype(ev.delta.dtype)
 
 
 def segment_key_bits(ev: Events) -> int:
@@ -136,12 +148,13 @@ def peak_memory_segments(ev: Events):
     dev = (key >> (32 + idx_bits)).astype(jnp.int32)
     last = jnp.concatenate([instant[:, 1:] != instant[:, :-1],
                             jnp.ones_like(instant[:, :1], bool)], -1)
-  delta = jnp.take_along_axis(ev.delta, order, -1)
-  total = jnp.cumsum(delta, -1)
-  first = jnp.concatenate([jnp.ones_like(dev[:, :1], bool), dev[:, 1:] != dev[:, :-1]], -1)
-  # The cumulative sum just before each event's segment began (its start index, carried along).
-  start = jax.lax.cummax(jnp.where(first, jnp.arange(m, dtype=jnp.int32), 0), axis=1)
-  before = jnp.take_along_axis(total - delta, start, -1)
-  sampled = jnp.where(last, total - before, 0.0)
-  peak = jax.vmap(lambda v, g: jax.ops.segment_max(v, g, num_segments=d))(sampled, dev)
-  return ev.base + jnp.maximum(peak, 0.0)  # devices without events: the scan's zero start
+    delta = jnp.take_along_axis(_wide(ev.delta), order, -1)  # float64 sums (`_wide`)
+    total = jnp.cumsum(delta, -1)
+    first = jnp.concatenate([jnp.ones_like(dev[:, :1], bool), dev[:, 1:] != dev[:, :-1]], -1)
+    # The cumulative sum just before each event's segment began (its start index, carried along).
+    start = jax.lax.cummax(jnp.where(first, jnp.arange(m, dtype=jnp.int32), 0), axis=1)
+    before = jnp.take_along_axis(total - delta, start, -1)
+    sampled = jnp.where(last, total - before, 0.0)
+    peak = jax.vmap(lambda v, g: jax.ops.segment_max(v, g, num_segments=d))(sampled, dev)
+    # devices without events: the scan's zero start
+    return (_wide(ev.base) + jnp.maximum(peak, 0.0)).astype(ev.delta.dtype)

@@ -425,6 +425,25 @@ def test_oom_flag():
   np.testing.assert_array_equal(np.asarray(res.oom), [True, False])
 
 
+@pytest.mark.parametrize("method", ["scan", "segments"])
+def test_peak_sums_do_not_drift_in_float32(method):
+  """A 2**26-byte output live all step, then 100 outputs of 4 bytes each: in a float32 running
+  sum every + 4 rounds away (ulp 8 at 2**26, ties to even), so the peak read 2**26 and a
+  2**26 + 200 capacity fit where the exact peak, 2**26 + 400, does not. The sums are float64."""
+  n = 101
+  g = CompGraph(cost=np.ones(n), senders=[], receivers=[],
+                out_bytes=np.r_[2.0 ** 26, np.full(n - 1, 4.0)])
+  topo = Topology.uniform(1, bandwidth=1e9, mem_capacity=2.0 ** 26 + 200)
+  ref = reference_simulate(g, topo, np.zeros(n, int), -np.arange(n, dtype=float))
+  assert ref.peak_memory[0] == 2.0 ** 26 + 400 and ref.oom
+  pg = pad_graph(g)
+  np_ = pg.num_nodes_padded
+  pl, pr = np.zeros((2, np_), np.int32), np.zeros((2, np_))
+  pr[:, :n] = -np.arange(n)
+  res = jax.jit(functools.partial(simulate_padded, peak_method=method))(pg, topo, pl, pr)
+  assert float(res.peak_memory[0, 0]) == 2.0 ** 26 + 400 and bool(res.oom[0])
+
+
 @pytest.mark.parametrize("placement,priority,match", [
     ([0, 0, 2, 0], [0, 0, 0, 0], "not a device id"),
     ([0, 0, -1, 0], [0, 0, 0, 0], "not a device id"),
