@@ -129,6 +129,15 @@ def check_time_range(graph: CompGraph, topology: Topology, cost=None) -> None:
                      f"Precision)")
 
 
+def exceeds(peak, capacity) -> bool:
+  """The OOM verdict of both simulators: some peak above its device's capacity, both rounded to
+  the jitted simulator's working dtype (float32 unless JAX's x64 mode is on), so a capacity
+  within float32's precision of a peak fits in both (docs/design.md section 4, Precision)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  dt = np.float64 if jax.config.jax_enable_x64 else np.float32
+  return bool(np.any(np.asarray(peak, dt) > np.asarray(capacity, dt)))
+
+
 def reference_simulate(graph: CompGraph, topology: Topology, placement,
                        priority, fuse=None) -> ReferenceResult:
   """Simulates one action exactly by section 4 (float64).
@@ -253,10 +262,9 @@ def reference_simulate(graph: CompGraph, topology: Topology, placement,
 
   makespan = max(finish)
   peak, events = _memory(graph, topology, place, start, finish, arrivals, makespan, succ, sptr)
-  cap = np.asarray(topology.mem_capacity, np.float64)
   return ReferenceResult(
       makespan=makespan, start=np.asarray(start), finish=np.asarray(finish),
-      peak_memory=peak, oom=bool(np.any(peak > cap)), placement=np.asarray(place),
+      peak_memory=peak, oom=exceeds(peak, topology.mem_capacity), placement=np.asarray(place),
       order=np.asarray(order), transfers=tuple(transfers), memory_events=events)
 
 

@@ -444,6 +444,18 @@ def test_peak_sums_do_not_drift_in_float32(method):
   assert float(res.peak_memory[0, 0]) == 2.0 ** 26 + 400 and bool(res.oom[0])
 
 
+def test_oom_verdicts_agree_within_float32_rounding():
+  """A 1e8 + 1 byte peak on a 1e8 byte device: float32 cannot tell the two apart (ulp 8), so
+  both simulators say it fits (design.md section 4, Precision); the reference's own peak stays
+  exact. A capacity one float32 step lower is OOM in both."""
+  g = CompGraph(cost=[1.0], senders=[], receivers=[], out_bytes=[1e8 + 1])
+  for cap, oom in ((1e8, False), (1e8 - 8, True)):
+    topo = Topology.uniform(1, bandwidth=1e9, mem_capacity=cap)
+    ref = reference_simulate(g, topo, [0], [0.0])
+    assert ref.peak_memory[0] == 1e8 + 1
+    assert ref.oom == oom and bool(simulate(g, topo, [0], [0.0]).oom[0]) == oom
+
+
 @pytest.mark.parametrize("placement,priority,match", [
     ([0, 0, 2, 0], [0, 0, 0, 0], "not a device id"),
     ([0, 0, -1, 0], [0, 0, 0, 0], "not a device id"),
