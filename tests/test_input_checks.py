@@ -148,6 +148,9 @@ def test_fusion_and_partition_inputs_are_checked():
   long = load_graph("chain:n=40,seed=0")  # more ops than numpy's 32 meshgrid axes
   one = [np.array([0])] * long.num_nodes
   assert brute_force(long, generic_space(long, 2), allowed=one).strategy.tolist() == [0] * 40
+  wide = load_graph("chain:n=2000,seed=0")  # 2^2000 assignments: beyond float64, refused
+  with pytest.raises(ValueError, match="more than 1e308 assignments.*exceeds the limit"):
+    brute_force(wide, generic_space(wide, 2))
   topo = Topology.uniform(4, bandwidth=1e9)
   for opts, match in ((dict(degree=2.5), "degree must be an integer"),
                       (dict(degree=True), "degree must be an integer"),

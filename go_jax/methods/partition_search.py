@@ -190,10 +190,14 @@ def brute_force(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequen
                 limit: int = 200_000) -> SearchResult:
   """The exact minimum of `comm_bytes` by enumerating every assignment (at most `limit`)."""
   allow = _allowed(space, allowed)
-  total = int(np.prod([a.size for a in allow], dtype=np.float64))
-  if total > limit:
-    raise ValueError(f"brute force over {total} assignments of '{graph.name}' exceeds the "
-                     f"limit of {limit}; use a smaller graph")
+  # float64: a large graph's count overflows to inf (int() of it raised OverflowError)
+  count = float(np.prod([a.size for a in allow], dtype=np.float64))
+  if not count <= limit:
+    shown = f"{count:.0f}" if np.isfinite(count) else "more than 1e308"
+    raise ValueError(f"brute force over {shown} assignments of '{graph.name}' "
+                     f"({graph.num_nodes} ops) exceeds the limit of {limit}; use a smaller "
+                     f"graph")
+  total = int(count)
   out_lay, in_lay = _tables(space)
   # Every assignment, in meshgrid "ij" order (the last op fastest), as mixed-radix digits: a
   # meshgrid has one array axis per op, and numpy allows at most 32 (64) of them.
