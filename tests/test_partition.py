@@ -10,8 +10,9 @@ from go_jax.methods import partition_search as search
 from go_jax.methods import partitioning
 from simulator import CompGraph, Topology
 from simulator import partition as pt
-from simulator.partition import P, R, OpSpace, Option, StrategySpace, programs, split
+from simulator.partition import P, R, OpSpace, Option, StrategySpace, generic_space, programs, split
 from simulator.reference import reference_simulate
+from simulator.sources import load_graph
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
 
@@ -109,6 +110,22 @@ def test_tofu_dp_matches_brute_force_on_a_tiny_program():
   got = search.dp(g, space, allowed)
   assert got.exact and got.comm_bytes <= 1.05 * best.comm_bytes
   assert got.comm_bytes == pytest.approx(pt.comm_bytes(space, got.strategy))
+
+
+def test_dp_state_holds_only_the_live_ops():
+  # A state is the live tensors' layouts, not a row of all N ops: on a chain one op is live at
+  # a time, so megatron / tofu on a graph of tens of thousands of ops do not copy (beam, N)
+  # arrays per op (O(N^2): 61 s at 5,000 layered ops). The answer is the brute force's.
+  g = load_graph("chain:n=400,seed=0")
+  space = generic_space(g, 2)
+  got = search.dp(g, space)
+  assert got.width == 1 and got.exact
+  assert got.comm_bytes == pytest.approx(pt.comm_bytes(space, got.strategy))
+  small = load_graph("layered:n=9,width=3,seed=0")
+  space = generic_space(small, 2)
+  got, best = search.dp(small, space), search.brute_force(small, space)
+  assert 1 < got.width < small.num_nodes
+  assert got.comm_bytes == pytest.approx(best.comm_bytes)
 
 
 def test_partition_methods_solve_on_the_expanded_graph():

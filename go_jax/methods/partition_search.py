@@ -44,6 +44,7 @@ class SearchResult:
   comm_bytes: float  # the objective: bytes moved between workers
   exact: bool  # the beam never overflowed (the DP is exact) / brute force
   states: int  # the largest number of distinct states held at one cut
+  width: int = 0  # `dp`: the most live ops a state held (its columns; never all N ops)
 
 
 def _tables(space: StrategySpace):
@@ -121,11 +122,23 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
   words = 1 + max(groups.values(), default=0) // 64 if groups else 1
   rng = np.random.default_rng(seed)
   salt = rng.integers(1, 2**62, size=(1 + words, n), dtype=np.int64) | 1
-  opt = np.zeros((1, n), np.int64)  # option of every op per state
-  lay = np.zeros((1, n), np.int64)  # output layout of every op per state
-  # bitmask of layouts delivered per producer per state, in `words` int64 words
-  paid = np.zeros((1, n, words), np.int64)
+  # A state holds only its live ops (produced, read later), each in a slot (column) that a
+  # dead op's successor reuses, so a step costs O(beam x live ops), not O(beam x N); the
+  # options of the ops already dead are recovered at the end from per-step back pointers.
+  born = np.zeros(n + 1, np.int64)
+  np.add.at(born, pos[last_use > pos], 1)
+  np.add.at(born, last_use[last_use > pos], -1)
+  width = max(1, int(np.cumsum(born).max()))  # the most ops live after one step
+  slot = np.full(n, -1, np.int64)
+  free = list(range(width - 1, -1, -1))
+  opt = np.zeros((1, width), np.int64)  # option of every live op per state
+  lay = np.zeros((1, width), np.int64)  # output layout of every live op per state
+  # bitmask of layouts delivered per live producer per state, in `words` int64 words
+  paid = np.zeros((1, width, words), np.int64)
   cost = np.zeros(1)
+  back: List[np.ndarray] = []  # per step: the state each kept state extends
+  picked: List[np.ndarray] = []  # per step: the option each kept state gave the step's op
+  live: List[int] = []  # the live ops, in topological order
   exact, most = True, 1
   for t, v in enumerate(order.tolist()):
     choices = allow[v]
@@ -137,8 +150,8 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
       x = in_lay[v][choices, p]  # (c,) layout needed of u
       offset = groups.get((v, p), 0) if groups else 0
       word, shift = divmod(offset, 64)
-      src = out_lay[u][opt[:, u]]  # (b,)
-      fresh = ((paid[:, u, word, None] >> (x[None, :] + shift)) & 1) == 0
+      src = out_lay[u][opt[:, slot[u]]]  # (b,)
+      fresh = ((paid[:, slot[u], word, None] >> (x[None, :] + shift)) & 1) == 0
       dup = np.zeros(c, bool)  # an earlier input position of v already asked u for x
       for q in range(p):
         if inputs[q] == u and (groups.get((v, q), 0) if groups else 0) == offset:
@@ -151,22 +164,25 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
       new_bits[(u, word)] = new_bits.get((u, word), 0) | (np.int64(1) << (x + shift))
     if ties and v in ties:
       u, table = ties[v]
-      want = table[opt[:, u]]  # (b,) the option the group gives v, -1: free
+      want = table[opt[:, slot[u]]]  # (b,) the option the group gives v, -1: free
       hit = choices[None, :] == want[:, None]
       cand = np.where(hit | ~hit.any(1, keepdims=True), cand, np.inf)
     rows, cols = np.divmod(np.arange(b * c), c)
     flat = cand.reshape(-1)
     # State key after the step: live ops' options' layouts and paid masks.
-    live = order[: t + 1][last_use[order[: t + 1]] > t]
-    lay_live = lay[rows][:, live]
-    paid_live = paid[rows][:, live]
-    if live.size:
-      lay_live[:, live == v] = out_lay[v][choices[cols]][:, None]
-      for (u, word), bits in new_bits.items():
-        paid_live[:, live == u, word] |= bits[cols][:, None]
-    key = lay_live @ salt[0, live]  # wraps: a hash
+    stay = [u for u in live if last_use[u] > t]
+    cols_live = slot[np.array(stay, np.int64)]
+    lay_live = lay[rows[:, None], cols_live[None, :]]
+    paid_live = paid[rows[:, None], cols_live[None, :]]
+    at = {u: i for i, u in enumerate(stay)}
+    for (u, word), bits in new_bits.items():
+      if u in at:
+        paid_live[:, at[u], word] |= bits[cols]
+    key = lay_live @ salt[0, stay]  # wraps: a hash
     for word in range(words):
-      key = key + paid_live[:, :, word] @ salt[1 + word, live]
+      key = key + paid_live[:, :, word] @ salt[1 + word, stay]
+    if last_use[v] > t:  # v's own column: its layout, nothing delivered yet
+      key = key + out_lay[v][choices[cols]] * salt[0, v]
     idx = np.lexsort((np.arange(b * c), flat))
     idx = idx[np.isfinite(flat[idx])]
     _, first = np.unique(key[idx], return_index=True)
@@ -178,12 +194,28 @@ def dp(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = Non
       keep = keep[:beam]
     r, cc = rows[keep], cols[keep]
     opt, lay, paid, cost = opt[r], lay[r], paid[r], flat[keep]
-    opt[:, v] = choices[cc]
-    lay[:, v] = out_lay[v][choices[cc]]
+    back.append(r)
+    picked.append(choices[cc])
     for (u, word), bits in new_bits.items():
-      paid[:, u, word] |= bits[cc]
+      if u in at:
+        paid[:, slot[u], word] |= bits[cc]
+    for u in live:
+      if last_use[u] <= t:  # read for the last time: its slot is free
+        free.append(int(slot[u]))
+    live = stay
+    if last_use[v] > t:
+      slot[v] = free.pop()
+      opt[:, slot[v]] = choices[cc]
+      lay[:, slot[v]] = out_lay[v][choices[cc]]
+      paid[:, slot[v]] = 0
+      live.append(v)
   best = int(np.argmin(cost))
-  return SearchResult(opt[best].copy(), float(cost[best]), exact, int(most))
+  strategy = np.zeros(n, np.int64)
+  state = best
+  for t in range(n - 1, -1, -1):
+    strategy[order[t]] = picked[t][state]
+    state = int(back[t][state])
+  return SearchResult(strategy, float(cost[best]), exact, int(most), width)
 
 
 def brute_force(graph: CompGraph, space: StrategySpace, allowed: Optional[Sequence] = None,
