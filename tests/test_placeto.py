@@ -167,6 +167,10 @@ def test_finetuning_compiles_once_per_bucket_and_honours_the_budget(toy_run):
                          budget=2 * per_episode + 2 * 8 * per_episode, **tune)
   assert capped.info["updates"] == 2
   assert capped.evaluations == 2 * per_episode + 2 * 8 * per_episode
+  # a budget the zero-shot episode already spent starts no update (on a large graph one update
+  # of K whole-graph episodes ran minutes past it)
+  late = methods.solve("placeto", chains(), TOPO, **dict(tune, finetune_seconds=1e-6))
+  assert late.info["updates"] == 0 and late.info["stage"] == "zero-shot greedy"
   fresh = methods.solve("placeto", chains(), TOPO, max_updates=10, **dict(
       tune, checkpoint="none"))  # fresh parameters: fine-tuning only
   assert [s["stage"] for s in fresh.info["stages"]] == ["fine-tuned"]

@@ -13,7 +13,10 @@ likely device at every step, from the all-on-device-0 or random start of the che
 `init`): that is the zero-shot stage. With `finetune_seconds > 0` (or `max_updates`), the
 REINFORCE update of go_jax/placeto/trainer.py then runs on this instance from the checkpoint's
 parameters, K = `samples` episodes per update, for that wall-clock budget (loading, grouping
-and compilation included); the fine-tuned stage is the best placement simulated on the way.
+and compilation included; an update starts only if it is expected to end in time, the first
+one too, by one greedy episode's seconds: every step of an episode simulates the whole graph,
+so on a large graph one update takes minutes); the fine-tuned stage is the best placement
+simulated on the way.
 Every stage is re-simulated with `methods.evaluate`; the answer is the best stage (the earliest
 on ties). A problem `budget` caps the simulated placements (every state of every episode
 counts, the greedy episodes included).

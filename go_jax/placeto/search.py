@@ -100,7 +100,12 @@ def search(config, graph: CompGraph, topology: Topology, params: Any = None, *,
   state = trainer.init(int(seed), params=params)
   setup = time.perf_counter() - t0 - (clock() - compiled_before)
   deadline = None if max_seconds is None else t0 + float(max_seconds)
+  compiling, started = clock(), time.perf_counter()
   ep = jax.device_get(trainer.greedy(state.params, seed))
+  # an update runs K such episodes: before any update is timed, one episode is the estimate
+  # (a lower bound), so a deadline that zero-shot already (nearly) spent starts no update,
+  # which on a large graph (every step simulates the whole graph) ran minutes past it
+  episode_seconds = time.perf_counter() - started - (clock() - compiling)
   zero_group = np.asarray(ep.placements[0, 0, -1])
   zero_obj = float(ep.objectives[0, 0, -1])
   zero_seconds = time.perf_counter() - t0
@@ -110,8 +115,9 @@ def search(config, graph: CompGraph, topology: Topology, params: Any = None, *,
   last_log = -math.inf
   while tune and int(state.step) < cap:
     now = time.perf_counter()
+    estimate = np.mean(call_seconds[-8:]) if call_seconds else episode_seconds
     if deadline is not None and distributed.agree(  # process 0's clock decides for all
-        bool(call_seconds) and now + np.mean(call_seconds[-8:]) > deadline):
+        now + estimate > deadline):
       break
     compiling = clock()
     state, metrics = trainer.update_chunk(state)
