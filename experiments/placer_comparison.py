@@ -107,6 +107,7 @@ def as_settings(config) -> Dict[str, Any]:
     if name not in names:
       raise ValueError(f"config.budgets / config.seen: {name!r} is not a method of the config")
   objectives.get_objective(cfg["objective"])
+  methods.check_seed(cfg["seed"], "config")  # solve_cell's int() would truncate 1.5 and True
   secs = cfg["seconds"]
   if not secs or not all(isinstance(t, (int, float)) and t > 0 for t in secs):
     raise ValueError(f"config.seconds: give search times > 0, got {secs}")

@@ -156,11 +156,7 @@ def settings(config) -> Dict[str, Any]:
   if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
     raise ValueError(f"transfer config: brkga_budget (simulator evaluations of BRKGA) must be "
                      f"an integer >= 1, got {budget!r}")
-  seed = cfg["seed"]
-  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= methods.MAX_SEED:
-    # every cell's methods.solve would refuse it (or, above MAX_SEED, once repeated another)
-    raise ValueError(f"transfer config: seed must be an integer in [0, {methods.MAX_SEED}], "
-                     f"got {seed!r}")
+  methods.check_seed(cfg["seed"], "transfer config")
   for row, secs in dict(cfg["finetune_seconds"]).items():
     if isinstance(secs, bool) or not isinstance(secs, (int, float)) or not 0 <= secs < math.inf:
       raise ValueError(f"transfer config: finetune_seconds[{row!r}] must be finite seconds "

@@ -156,6 +156,15 @@ def test_bad_config_fields_are_named(field, value, match):
     pc.as_settings(cfg)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, True, 2**32])
+def test_a_bad_seed_is_refused_before_any_cell(seed):
+  """The seed went to every cell's methods.solve as int(seed): 1.5 and True ran as seed 1, and
+  2**32 failed every cell (it is above methods.MAX_SEED, where it would be seed 0's answer)."""
+  cfg = dict(learned_placers.get_config("tiny").to_dict(), seed=seed)
+  with pytest.raises(ValueError, match=r"config: seed must be an integer in \[0, 2147483647\]"):
+    pc.as_settings(cfg)
+
+
 def test_a_classic_method_missing_its_extra_is_skipped_unless_it_is_the_reference(
     monkeypatch, capsys):
   """As every sweep does (docs/design.md section 8): metis without pymetis is dropped with a

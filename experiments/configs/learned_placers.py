@@ -103,7 +103,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.seen = {"go": go_seen, "gdp": go_seen,
             "placeto": seen(c.graphs, pretrain_placeto.TRAIN_GRAPHS)}
   c.objective = "makespan"
-  c.seed = 0
+  c.seed = 0  # an integer in [0, methods.MAX_SEED], checked before the first cell
   c.samples = ml_collections.config_dict.placeholder(int)  # None: each method's K
   c.within = 0.05  # "time to within 5% of the final result"
   c.compare_at = 120.0  # GO against Placeto and HDP after this many seconds

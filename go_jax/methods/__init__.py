@@ -248,6 +248,15 @@ def integral(value) -> bool:
 MAX_SEED = 2**31 - 1
 
 
+def check_seed(seed, where: str) -> int:
+  """A sweep config's seed, checked before its first cell: ValueError (naming `where`) unless
+  it is an int (not a bool, not a float) in [0, MAX_SEED]; every cell's `solve` would refuse it
+  (or, above MAX_SEED, silently repeat another seed's answer)."""
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+    raise ValueError(f"{where}: seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
+  return seed
+
+
 def _check_arguments(name: str, spec: "MethodSpec", seed, budget, overrides) -> None:
   """ValueError for a seed that is not an integer in [0, MAX_SEED], a budget that is not an
   integer >= 1 (or None), and a fractional value for an option whose default is an integer."""
