@@ -13,7 +13,7 @@ import pytest
 from go_jax import objectives
 from go_jax.methods import available, solve
 from go_jax.methods import exact
-from simulator import CompGraph, Topology
+from simulator import CompGraph, Topology, preset, sources
 from simulator.sources import synthetic
 
 pytestmark = pytest.mark.fast_compile  # compile time dominates: tests/conftest.py
@@ -80,11 +80,10 @@ RANDOM_CASES = [  # (nodes, width, seed, topology)
 
 
 def test_cpsat_default_gives_one_answer_per_seed():
-  """One worker by default: CP-SAT's parallel workers race, and on this graph two of three
-  default solves (then 2 workers) proved different optima of the relaxation, which simulate to
-  different makespans."""
+  """One worker by default (several run the interleaved search, below): in CP-SAT's default
+  portfolio parallel workers race, and on this graph two of three solves with 2 workers proved
+  different optima of the relaxation, which simulate to different makespans."""
   from go_jax import methods  # pylint: disable=g-import-not-at-top
-  from simulator import preset  # pylint: disable=g-import-not-at-top
   assert methods.get("cpsat").defaults["num_workers"] == 1
   assert methods.get("cpsat_memory").defaults["num_workers"] == 1
   g = synthetic.layered_dag(40, 6, seed=0)
@@ -92,6 +91,32 @@ def test_cpsat_default_gives_one_answer_per_seed():
   assert {s.info["status"] for s in sols} == {"OPTIMAL"}
   for s in sols[1:]:
     assert np.array_equal(s.placement, sols[0].placement) and s.objective == sols[0].objective
+
+
+def test_cpsat_workers_interleave_and_deterministic_time_is_passed_on():
+  """Several workers run CP-SAT's interleaved search, whose answer does not depend on which
+  thread finishes first; deterministic_time is CP-SAT's max_deterministic_time, and
+  time_limit_s=None sets no wall-clock limit."""
+  solver = exact.make_solver({"time_limit_s": None, "deterministic_time": 3.0,
+                              "num_workers": 2}, seed=5)
+  assert solver.parameters.interleave_search and solver.parameters.num_workers == 2
+  assert solver.parameters.max_deterministic_time == 3.0
+  assert solver.parameters.max_time_in_seconds == float("inf")
+  assert not exact.make_solver({"time_limit_s": 1.0, "deterministic_time": None,
+                                "num_workers": 1}, seed=5).parameters.interleave_search
+
+
+def test_cpsat_deterministic_time_gives_one_answer_where_the_limit_stops_it():
+  """Stopped by a wall-clock limit (1 s), this graph gave another placement run to run with 1
+  or 2 workers (the search reached another point); a deterministic-time limit stops it at the
+  same point on every run, with 2 workers too."""
+  g = sources.load_graph("regal:n=80,seed=1")
+  opts = {"time_limit_s": None, "deterministic_time": 0.05, "num_workers": 2, "max_ops": 80}
+  sols = [solve("cpsat", g, preset("nvlink2"), seed=1, **opts) for _ in range(2)]
+  assert sols[0].info["status"] == "FEASIBLE"  # the limit stopped it, not a proof
+  assert sols[0].info["model_objective"] == sols[1].info["model_objective"]
+  assert np.array_equal(sols[0].placement, sols[1].placement)
+  assert np.array_equal(sols[0].priority, sols[1].priority)
 
 
 @pytest.mark.parametrize("n,width,seed,topo", RANDOM_CASES)
@@ -253,7 +278,8 @@ def test_cpsat_memory_multi_device_placement_keeps_other_devices():
 
 @pytest.mark.parametrize("name,option", [
     ("cpsat", {"time_limit_s": float("nan")}), ("cpsat_memory", {"time_limit_s": float("nan")}),
-    ("cpsat", {"time_limit_s": 0.0}), ("cpsat_memory", {"device": 1.5}),
+    ("cpsat", {"time_limit_s": 0.0}), ("cpsat", {"deterministic_time": float("nan")}),
+    ("cpsat_memory", {"deterministic_time": -1.0}), ("cpsat_memory", {"device": 1.5}),
     ("cpsat_memory", {"device": True}), ("cpsat_memory", {"device": "0"})])
 def test_cpsat_bad_options_are_value_errors(name, option):
   """A NaN time limit passed the `<= 0` check and CP-SAT rejected the model (reported as a bug
@@ -263,6 +289,8 @@ def test_cpsat_bad_options_are_value_errors(name, option):
   place = np.zeros(4, int) if name == "cpsat_memory" else None
   with pytest.raises(ValueError, match=f"{name}: {next(iter(option))} must be"):
     solve(name, g, topo, placement=place, **option)
+  with pytest.raises(ValueError, match=f"{name}: time_limit_s and deterministic_time are both"):
+    solve(name, g, topo, placement=place, time_limit_s=None)  # no limit at all
 
 
 # ------------------------------------------------------------------ metis

@@ -42,6 +42,10 @@ def test_shipped_config_is_valid():
   assert cfg["objective"] == "peak_memory" and list(cfg["device_counts"]) == [2, 4, 8]
   assert set(cfg["methods"]) == {"brkga", "brkga_tuned", "gp_dfs", "local_search", "cpsat",
                                  "gas", "xla_memory", "regal", "regal_hint"}
+  # reproducible CP-SAT: a deterministic-time budget, no wall-clock limit (which made the
+  # answer depend on the machine's load), 2 workers in CP-SAT's interleaved search
+  cpsat = cfg["method_options"]["cpsat"]
+  assert cpsat["time_limit_s"] is None and cpsat["deterministic_time"] > 0
 
 
 def test_config_refuses_mislabelled_and_repeated_instances():

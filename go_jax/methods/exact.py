@@ -69,22 +69,40 @@ def cp_model_module():
 
 
 def check_common(name: str, n: int, config) -> None:
-  """ValueError for more than `max_ops` ops, a time limit that is not > 0 (NaN included: CP-SAT
-  rejects such a model as invalid, which would read as a bug of the model) and fewer than one
-  worker."""
+  """ValueError for more than `max_ops` ops, a time limit (time_limit_s, deterministic_time)
+  that is neither None nor > 0 (NaN included: CP-SAT rejects such a model as invalid, which
+  would read as a bug of the model), neither limit given, and fewer than one worker."""
   if n > int(config["max_ops"]):
     raise ValueError(f"{name}: {n} ops exceed max_ops={config['max_ops']}; the exact model is "
                      f"meant for small graphs (raise max_ops to try anyway)")
-  if not float(config["time_limit_s"]) > 0:
-    raise ValueError(f"{name}: time_limit_s must be > 0, got {config['time_limit_s']}")
+  for key in ("time_limit_s", "deterministic_time"):
+    if config[key] is not None and not float(config[key]) > 0:
+      raise ValueError(f"{name}: {key} must be > 0 or None, got {config[key]}")
+  if config["time_limit_s"] is None and config["deterministic_time"] is None:
+    raise ValueError(f"{name}: time_limit_s and deterministic_time are both None; give at "
+                     f"least one limit")
   if int(config["num_workers"]) < 1:
     raise ValueError(f"{name}: num_workers must be >= 1, got {config['num_workers']}")
 
 
 def make_solver(config, seed: int) -> cp_model.CpSolver:
+  """A CpSolver whose answer depends only on the model, the seed and the config, unless the
+  wall-clock limit `time_limit_s` stops it first (see `cpsat`, "Reproducibility").
+
+  With more than one worker it runs CP-SAT's interleaved search (`interleave_search`): the
+  workers' tasks run in batches and share what they found only between batches, so the result
+  does not depend on which thread finishes first (CP-SAT's default parallel portfolio lets
+  them race: the same seed gave different optima from run to run). `deterministic_time` is
+  CP-SAT's `max_deterministic_time`, a budget of counted work (about one second of search on
+  the machine CP-SAT's counters were fitted on) that ends the search at the same point on
+  every run, whatever the machine's speed or load."""
   solver = cp_model_module().CpSolver()
-  solver.parameters.max_time_in_seconds = float(config["time_limit_s"])
+  if config["time_limit_s"] is not None:
+    solver.parameters.max_time_in_seconds = float(config["time_limit_s"])
+  if config["deterministic_time"] is not None:
+    solver.parameters.max_deterministic_time = float(config["deterministic_time"])
   solver.parameters.num_workers = int(config["num_workers"])
+  solver.parameters.interleave_search = int(config["num_workers"]) > 1
   solver.parameters.random_seed = int(seed) % (2**31)
   return solver
 
@@ -98,8 +116,9 @@ def no_solution(name: str, solver: cp_model.CpSolver, status, model: cp_model.Cp
     return (f"{name}: CP-SAT rejected the model (MODEL_INVALID: {model.Validate()!r}; a bug, "
             f"please report it)")
   if status == cp_model.UNKNOWN:
-    return (f"{name}: CP-SAT found no solution within time_limit_s={config['time_limit_s']} "
-            f"(UNKNOWN)")
+    limits = " / ".join(f"{k}={config[k]}" for k in ("time_limit_s", "deterministic_time")
+                        if config[k] is not None)
+    return f"{name}: CP-SAT found no solution within {limits} (UNKNOWN)"
   return f"{name}: CP-SAT found no solution ({status_name})"
 
 
@@ -299,20 +318,31 @@ class _Joint:
 
 @register("cpsat", "joint",
           "CP-SAT joint placement + schedule of a relaxed simulator (small graphs); lower bound",
-          time_limit_s=10.0, num_workers=1, max_ops=40, time_unit=None, resolution=10,
-          memory=True)
+          time_limit_s=10.0, deterministic_time=None, num_workers=1, max_ops=40,
+          time_unit=None, resolution=10, memory=True)
 def cpsat(problem: Problem, config) -> Proposal:
   """Optimal (within the time limit) placement and start times of the relaxed model.
 
-  Config: time_limit_s, num_workers (default 1: one search, so one seed gives one answer; more
-  run CP-SAT's parallel portfolio, whose workers race, so that even a proven optimum may be
-  another optimal solution of the relaxation, which simulates differently, from run to run),
-  max_ops (ValueError above it), time_unit (seconds per
+  Config: time_limit_s (wall-clock seconds, None: none), deterministic_time (CP-SAT's
+  deterministic-time budget, None: none; at least one of the two), num_workers (default 1;
+  more run CP-SAT's interleaved parallel search, `make_solver`), max_ops (ValueError above
+  it), time_unit (seconds per
   integer step; None: smallest positive duration or transfer time / `resolution`, coarsened to
   keep the horizon within MAX_TIME_STEPS), memory (when the relaxation's action runs out of
   memory in the simulator, solve a second model with a conservative memory constraint, which
   only admits OOM-free placements, and keep its action if it simulates better; so the search
   can take up to twice time_limit_s).
+
+  Reproducibility: the same graph, topology, seed and config (num_workers included: another
+  count batches the interleaved search differently) give the same answer on every run of one
+  install, when the search ends by itself (a proven optimum or infeasibility) or at
+  `deterministic_time`; OR-Tools promises nothing across machines or versions. A wall-clock
+  `time_limit_s` that is reached first can never be reproducible: where the search stands after
+  that many seconds depends on the machine's speed and load (on 2 shared cores, one worker and
+  1 s gave three different makespans in three runs). For a reproducible table give
+  deterministic_time and time_limit_s=None (experiments/configs/regal_table.py does). The
+  interleaved search costs time: 2 workers proved one 40-op optimum in about 3 s, against
+  0.2 s racing.
 
   On devices of finite memory the relaxation holds conditions every OOM-free action meets;
   when CP-SAT proves them infeasible (no action fits), it is solved again without them and

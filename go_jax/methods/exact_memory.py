@@ -182,7 +182,7 @@ def _hinted_live(dm: "_DeviceMemory", pos: List[int], i: int, k: int) -> bool:
 
 @register("cpsat_memory", "schedule",
           "CP-SAT minimum-peak-memory order of the ops of one device (small graphs)",
-          time_limit_s=15.0, num_workers=1, max_ops=60, device=None)
+          time_limit_s=15.0, deterministic_time=None, num_workers=1, max_ops=60, device=None)
 def cpsat_memory(problem: Problem, config) -> Proposal:
   """Minimum-peak-memory topological order of the ops placed on device `device` (default
   None: the placement's only device when it uses one, else device 0).
@@ -195,7 +195,8 @@ def cpsat_memory(problem: Problem, config) -> Proposal:
   The solver is hinted with the best of the memory_greedy, DFS and critical-path orders, and
   that order is returned whenever the solver finds nothing better (info["reason"]).
   info: status, model_objective and model_bound (bytes, params included), heuristic_peak.
-  num_workers: 1 by default, as `cpsat` (more workers race: the order may vary run to run).
+  time_limit_s, deterministic_time, num_workers: as `cpsat`, which says when the answer is
+  reproducible (not where the wall-clock time_limit_s stops the search).
   """
   g = problem.graph
   place = np.asarray(problem.placement, np.int64)[g.colocation_root()]  # rule 1
