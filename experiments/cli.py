@@ -15,7 +15,7 @@ and `cli.run` then, for a console script (`go-jax-place`) exactly as for `python
 * Bad input ends the command with ONE line on stderr, `<prog>: error: <what is wrong>`, and exit
   status 1: a `ValueError`, `app.UsageError` or `OSError` from `main`, a flag that does not
   parse, a typo in a config override (`--config.nosuch=3`). `--v=1` adds the traceback.
-  `--help` / `--helpfull` exit with status 0 (absl's own exit 1).
+  `--help` / `--helpfull` exit with status 0 (absl's own exit 1), also given in a --flagfile.
 * Third-party chatter is held back: orbax's INFO lines and JAX's "Unable to initialize backend"
   line (both below WARNING); warnings and errors still show. JAX_PLATFORMS is left to the user
   (setting it would hide a GPU).
@@ -145,6 +145,16 @@ def _asks_for_help(argv: Sequence[str]) -> bool:
   return False
 
 
+def _expand_flagfiles(argv: Sequence[str]) -> List[str]:
+  """`argv` with every --flagfile (nested ones too, '--flagfile=F' or '--flagfile F') replaced
+  by its lines, as absl reads them, so that a help flag given in a flagfile is seen; `argv`
+  itself where the files no longer read (absl then failed for its own reason, not help)."""
+  try:
+    return [argv[0]] + FLAGS.read_flags_from_files(list(argv[1:]), force_gnu=False)
+  except Exception:  # pylint: disable=broad-except
+    return list(argv)
+
+
 def _parse_flags(argv: Sequence[str]) -> List[str]:
   """absl's flag parsing, every error one line; --help, --helpshort, --helpfull and --helpxml
   print and exit with status 0 (absl exits 1 for them: a shell, `make` or a CI step that asks
@@ -155,7 +165,7 @@ def _parse_flags(argv: Sequence[str]) -> List[str]:
     try:
       rest = FLAGS(argv)
     except SystemExit as e:
-      if e.code == 1 and _asks_for_help(argv):
+      if e.code == 1 and (_asks_for_help(argv) or _asks_for_help(_expand_flagfiles(argv))):
         sys.exit(0)
       raise
     _refuse_nan_flags(argv)

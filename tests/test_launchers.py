@@ -98,12 +98,17 @@ cli.run(main, doc="a launcher")
 
 
 def test_help_flags_exit_zero_and_errors_one(tmp_path):
-  """absl exits 1 after --help / --helpfull; every launcher (cli.run) exits 0 there, and a bad
-  flag still exits 1, also after --help=false."""
+  """absl exits 1 after --help / --helpfull; every launcher (cli.run) exits 0 there, also for
+  help given in a --flagfile (nested, or '--flagfile FILE'), and a bad flag or a missing
+  flagfile still exits 1, also after --help=false."""
   path = tmp_path / "launcher.py"
   path.write_text(_HELP_LAUNCHER)
+  (tmp_path / "help.flags").write_text("--helpfull\n")
+  (tmp_path / "outer.flags").write_text(f"--flagfile={tmp_path / 'help.flags'}\n")
   cases = {("--help",): 0, ("--helpfull",): 0, ("-?",): 0, ("--helpshort=t",): 0,
-           ("--help=false", "--nosuch"): 1}
+           ("--help=false", "--nosuch"): 1, ("--flagfile=help.flags",): 0,
+           ("--flagfile", "help.flags"): 0, ("--flagfile=outer.flags",): 0,
+           ("--flagfile=missing.flags",): 1}
   procs = {args: start([sys.executable, str(path), *args], tmp_path, PYTHONPATH=REPO)
            for args in cases}
   for args, proc in procs.items():
@@ -111,6 +116,8 @@ def test_help_flags_exit_zero_and_errors_one(tmp_path):
     assert rc == cases[args], (args, rc, err[-2000:])
     assert "main ran" not in out, args
     assert ("a launcher" in out) == (rc == 0), (args, out[-500:])
+    if rc:
+      assert len(err.strip().splitlines()) == 1, (args, err[-2000:])
 
 
 # ------------------------------------------------------------------ bad input
