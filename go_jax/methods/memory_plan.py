@@ -271,6 +271,7 @@ class _LiveMemory(_MemoryBase):
     self.finish = [0.0] * n
     lat, inv_bw = topology.link_tables()
     self.lat, self.inv_bw = lat.tolist(), inv_bw.tolist()
+    self.released = [0.0] * d  # bytes released from each device's last level so far
 
   def _steps(self, j: int, d: int, start: float, finish: float):
     """What j on d at [start, finish) adds over time: sorted (time, delta bytes) steps."""
@@ -314,6 +315,28 @@ class _LiveMemory(_MemoryBase):
                              else _INF, t1))
     return peak, t_ok
 
+  def lasting_excess(self, j: int, d: int) -> float:
+    """Bytes by which j on d would overflow d for good, at any start: d's last level plus what
+    j leaves there to the end of the step (its output, copies of its remote inputs not yet on
+    d, its group's parameters) minus capacity; -inf where j leaves nothing. Above a small
+    margin (`lasting_margin`), `check` would find the overflow open-ended (t_ok inf). Until
+    d's memory is released again it only grows: what d gains is d's level, and a copy that
+    another consumer brings to d moves from j's part to d's level."""
+    const = self.group_param[self.root[j]] if self.group_device[self.root[j]] < 0 else 0.0
+    level = self.out[j]
+    for i in self.preds[j]:
+      e = self.place[i]
+      if e >= 0 and e != d and d not in self.last_use[i]:
+        level += self.out[i]
+    if not (level > 0 or const > 0):
+      return -_INF
+    return float(self.profiles[d].vals[-1]) + level + self.base[d] + const - self.capacity[d]
+
+  def lasting_margin(self, d: int) -> float:
+    """Rounding margin of `lasting_excess` on d: a near tie is left to `check`."""
+    return 1e-6 * (self.capacity[d] + self.base[d] + abs(float(self.profiles[d].vals[-1])) +
+                   self.released[d])
+
   def peak_with(self, j, d, start=0.0, finish=0.0):
     return self.check(j, d, start, finish)[0]
 
@@ -347,7 +370,9 @@ class _LiveMemory(_MemoryBase):
       if x != e:
         end = max(end, f + self.lat[e][x] + nbytes * self.inv_bw[e][x])
         self.profiles[x].add(last, _INF, -nbytes)
+        self.released[x] += nbytes
     self.profiles[e].add(end, _INF, -nbytes)
+    self.released[e] += nbytes
     return list(set(uses) | {e})
 
   def estimated_peak(self):
