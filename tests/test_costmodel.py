@@ -432,3 +432,38 @@ def test_dot_peak_per_compute_dtype():
   v100 = device_spec("v100")  # no int8 entry: the f32 peak
   assert roofline.peak_by_dtype(v100)[s8] == v100.peak("f32")
   assert roofline.peak_by_dtype(v100)[opclass.DTYPE_IDS["f64"]] == 7.8e12
+
+
+def test_float8_dots_and_convs_use_the_f8_peak_else_the_16_bit_one():
+  """An f8 dot or conv (pre-optimisation HLO keeps it; XLA:CPU upcasts it after) runs at the
+  spec's fp8 peak (H100/H200 1979 TFLOPS dense), else at its f16 or bf16 peak (XLA:GPU converts
+  f8 operands to f16 where there are no fp8 units), else f32; f8e8m0fnu (a scale type) at f32."""
+  from simulator.costmodel import opclass, roofline
+
+  def leaf(text, cls):
+    lv = features(hlo_graph(text))
+    (k,) = [i for i, c in enumerate(lv.op_class) if OP_CLASSES[c] == cls]
+    return opclass.NODE_DTYPES[lv.dtype[k]], lv.flops[k]
+
+  f8 = jax.ShapeDtypeStruct((4096, 4096), jnp.float8_e4m3fn)
+  dot = lower_hlo_text(lambda x, y: lax.dot(x, y, preferred_element_type=jnp.float32), f8, f8,
+                       stage="pre")
+  assert "f8e4m3fn[4096,4096]{1,0} parameter(0)" in dot  # f8 operands
+  flops = 2 * 4096 ** 3
+  assert leaf(dot, "dot") == ("f8", flops)
+  assert leaf(dot.replace("f8e4m3fn", "f8e5m2"), "dot") == ("f8", flops)
+  assert leaf(dot.replace("f8e4m3fn", "f8e4m3fnuz"), "dot") == ("f8", flops)
+  assert leaf(dot.replace("f8e4m3fn", "f8e8m0fnu"), "dot")[0] == "other"
+  conv = lower_hlo_text(lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "SAME"),
+                        jnp.ones((1, 3, 8, 8), jnp.float8_e5m2),
+                        jnp.ones((4, 3, 3, 3), jnp.float8_e5m2), stage="pre")
+  assert leaf(conv, "conv_eigen")[0] == "f8"
+  # the dot is compute bound on both (its 96 MB at 0.7 x bandwidth take under half the time)
+  for name, peak in (("h100", 1979e12), ("h200", 1979e12), ("a100", 312e12)):
+    spec = device_spec(name)
+    assert roofline.peak_by_dtype(spec)[opclass.DTYPE_IDS["f8"]] == peak
+    assert durations(hlo_graph(dot), spec).max() == pytest.approx(
+        flops / (DEFAULT_FLOPS_EFF["dot"] * peak) + spec.launch_overhead, rel=1e-12)
+  f8_peak = {n: roofline.peak_by_dtype(device_spec(n))[opclass.DTYPE_IDS["f8"]]
+             for n in ("v100", "tpu_v4", "k80")}
+  assert f8_peak == {"v100": 125e12, "tpu_v4": 275e12, "k80": device_spec("k80").peak("f32")}

@@ -58,6 +58,7 @@ from simulator.costmodel import microbench, roofline
 from simulator.costmodel.calibration import (CONTENTION_BOUNDS, DISPATCH_BOUNDS, EFF_BOUNDS,
                                               FIRST_TOUCH_BOUNDS, OVERHEAD_BOUNDS, TW_BOUNDS,
                                               Calibration)
+from simulator.costmodel.devices import peak_of
 
 US = 1e-6
 # Dots and convs stream their operands at no less than half the measured bandwidth: without this
@@ -253,8 +254,7 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
     raise ValueError("fit: measured times must be finite and > 0")
   flat, graph_of = feat.OpLeaves.concat(leaves)
   program_of = graph_of  # one graph per program
-  peak = np.array([peak_flops.get(d, peak_flops["f32"]) if d != "other" else peak_flops["f32"]
-                   for d in feat.NODE_DTYPES])
+  peak = np.array([peak_of(peak_flops, d if d != "other" else "f32") for d in feat.NODE_DTYPES])
   fresh = np.zeros(len(times)) if fresh is None else np.asarray(fresh, np.float64)
   concurrent = (np.zeros(len(times), bool) if concurrent is None
                 else np.asarray(concurrent, bool))

@@ -28,10 +28,15 @@ GB = 1e9
 GiB = 2.0**30
 US = 1e-6
 
-# dtypes the roofline distinguishes ("s8": 8-bit integer dots, in ops/s); a dtype without an
-# entry, and anything else (other ints, f8, ...), uses the "f32" peak. Complex dots use their
-# real precision's peak (c64 f32, c128 f64) on 4x the flops (`opclass.PEAK_DTYPE`).
-DTYPES = ("f64", "f32", "bf16", "f16", "s8")
+# dtypes the roofline distinguishes ("s8": 8-bit integer dots, in ops/s; "f8": 8-bit float
+# dots); a dtype without an entry uses the first of its PEAK_FALLBACK the spec has, else the
+# "f32" peak, as does anything else (other ints, ...). Complex dots use their real precision's
+# peak (c64 f32, c128 f64) on 4x the flops (`opclass.PEAK_DTYPE`).
+DTYPES = ("f64", "f32", "bf16", "f16", "s8", "f8")
+# A device without f8 units runs an f8 dot on its 16-bit ones: XLA:GPU's float normalization
+# converts the f8 operands to f16 where the GPU has no f8 gemm (before Hopper / Ada), and
+# e4m3 / e5m2 values are exact in f16 and bf16 (bf16: a TPU's MXU). s8 keeps the f32 peak.
+PEAK_FALLBACK = {"f8": ("f16", "bf16")}
 
 
 def finite_number(v) -> bool:
@@ -48,7 +53,8 @@ class DeviceSpec:
 
   Attributes:
     name: registry name.
-    peak_flops: FLOP/s per dtype name ("f32" required; "bf16", "f16", "f64", "s8" optional).
+    peak_flops: FLOP/s per dtype name ("f32" required; "bf16", "f16", "f64", "s8", "f8"
+      optional).
     mem_bandwidth: bytes/s between the device's main memory and its compute units.
     launch_overhead: seconds added to every op that launches (a kernel, a thunk).
     mem_capacity: bytes of device memory.
@@ -83,8 +89,16 @@ class DeviceSpec:
     object.__setattr__(self, "peak_flops", {k: float(v) for k, v in flops.items()})
 
   def peak(self, dtype: str = "f32") -> float:
-    """Peak FLOP/s for `dtype`; dtypes without an entry use the f32 peak."""
-    return self.peak_flops.get(dtype, self.peak_flops["f32"])
+    """Peak FLOP/s for `dtype`; a dtype without an entry uses its PEAK_FALLBACK, else f32."""
+    return peak_of(self.peak_flops, dtype)
+
+
+def peak_of(peak_flops: Mapping[str, float], dtype: str) -> float:
+  """`peak_flops[dtype]`, else that of the first of its PEAK_FALLBACK present, else the f32."""
+  for d in (dtype,) + PEAK_FALLBACK.get(dtype, ()):
+    if d in peak_flops:
+      return peak_flops[d]
+  return peak_flops["f32"]
 
 
 DEVICES: Dict[str, DeviceSpec] = {}
@@ -112,23 +126,26 @@ register(DeviceSpec(
     5 * US, 32 * GB, "Tesla V100-SXM2-32GB"))
 
 # NVIDIA A100 datasheet (SXM4 40GB): 19.5 TFLOPS f32 (156 TF32 tensor), 9.7 f64, 312 TFLOPS
-# bf16/f16 tensor cores, 624 TOPS int8 tensor (dense), 1555 GB/s HBM2, 40 GB.
+# bf16/f16 tensor cores, 624 TOPS int8 tensor (dense), 1555 GB/s HBM2, 40 GB. No fp8 units
+# (they came with Ada / Hopper): an f8 dot gets the f16 peak (PEAK_FALLBACK), as on the V100.
 register(DeviceSpec(
     "a100", {"f32": 19.5 * TFLOPS, "f64": 9.7 * TFLOPS, "bf16": 312 * TFLOPS,
              "f16": 312 * TFLOPS, "s8": 624 * TFLOPS}, 1555 * GBPS, 5 * US, 40 * GB,
     "A100-SXM4-40GB"))
 
 # NVIDIA H100 datasheet (SXM5): 67 TFLOPS f32, 34 f64, 989 TFLOPS bf16/f16 tensor, 1979 TOPS
-# int8 tensor (dense; twice that with sparsity), 3.35 TB/s HBM3, 80 GB.
+# int8 and 1979 TFLOPS fp8 tensor (dense; twice that with sparsity), 3.35 TB/s HBM3, 80 GB.
 register(DeviceSpec(
     "h100", {"f32": 67 * TFLOPS, "f64": 34 * TFLOPS, "bf16": 989 * TFLOPS, "f16": 989 * TFLOPS,
-             "s8": 1979 * TFLOPS}, 3350 * GBPS, 5 * US, 80 * GB, "H100-SXM5-80GB"))
+             "s8": 1979 * TFLOPS, "f8": 1979 * TFLOPS}, 3350 * GBPS, 5 * US, 80 * GB,
+    "H100-SXM5-80GB"))
 
 # NVIDIA H200 datasheet (SXM): the H100's compute (67 TFLOPS f32, 34 f64, 989 bf16/f16 dense,
-# 1979 TOPS int8 dense) with 4.8 TB/s HBM3e and 141 GB.
+# 1979 TOPS int8 and 1979 TFLOPS fp8 dense) with 4.8 TB/s HBM3e and 141 GB.
 register(DeviceSpec(
     "h200", {"f32": 67 * TFLOPS, "f64": 34 * TFLOPS, "bf16": 989 * TFLOPS, "f16": 989 * TFLOPS,
-             "s8": 1979 * TFLOPS}, 4800 * GBPS, 5 * US, 141 * GB, "H200-SXM-141GB"))
+             "s8": 1979 * TFLOPS, "f8": 1979 * TFLOPS}, 4800 * GBPS, 5 * US, 141 * GB,
+    "H200-SXM-141GB"))
 
 # TPU v3, ONE CORE (a chip has two TensorCores, each its own XLA device). Jouppi et al., "A
 # Domain-Specific Supercomputer for Training Deep Neural Networks", CACM 2020: 123 TFLOPS bf16,

@@ -60,20 +60,22 @@ from simulator import ops
 from simulator.frontends import hlo as hlo_frontend
 from simulator.frontends.hlo import HloGraph, hlo_to_graph, module_graph, parse_hlo
 from simulator.frontends.hlo_costs import Costs
-from simulator.frontends.hlo_parse import COMPLEX_MAC_FACTOR, while_trip_count
+from simulator.frontends.hlo_parse import COMPLEX_MAC_FACTOR, DTYPE_BYTES, while_trip_count
 from simulator.graph import CompGraph
 
 OP_CLASSES = ("dot", "dot_small", "conv", "conv_grouped", "conv_filter", "conv_eigen",
               "elementwise", "reduce", "pool", "transpose", "data_movement", "gather", "scatter",
               "custom_call", "control", "other", "free")
 CLASS_IDS = {c: i for i, c in enumerate(OP_CLASSES)}
-# Peaks a node's compute dtype may use (index into this tuple); "other" and a dtype the device
-# has no peak for use the f32 peak (`DeviceSpec.peak`). PEAK_DTYPE maps HLO types that use
-# another type's peak: complex dots the real units of their precision (their flops count the
-# real arithmetic: `hlo_costs`), 8-bit integer dots the int8 units; the rest is "other".
-NODE_DTYPES = ("f32", "bf16", "f16", "f64", "other", "s8")
+# Peaks a node's compute dtype may use (index into this tuple; new ones go last); "other" uses
+# the f32 peak, a dtype the device lacks its fallback (`DeviceSpec.peak`: f8 16-bit, else f32).
+# PEAK_DTYPE maps HLO types that use another type's peak: complex dots the real units of their
+# precision (their flops count the real arithmetic: `hlo_costs`), 8-bit integer dots the int8
+# units, 8-bit float ones the fp8 units but f8e8m0fnu (a scale type: XLA:GPU makes it f32).
+NODE_DTYPES = ("f32", "bf16", "f16", "f64", "other", "s8", "f8")
 DTYPE_IDS = {d: i for i, d in enumerate(NODE_DTYPES)}
-PEAK_DTYPE = {"c64": "f32", "c128": "f64", "s8": "s8", "u8": "s8"}
+PEAK_DTYPE = {"c64": "f32", "c128": "f64", "s8": "s8", "u8": "s8",
+              **{d: "f8" for d in DTYPE_BYTES if d.startswith("f8") and d != "f8e8m0fnu"}}
 
 
 def dtype_id(hlo_dtype: str) -> int:
