@@ -437,7 +437,8 @@ def test_dot_peak_per_compute_dtype():
 def test_float8_dots_and_convs_use_the_f8_peak_else_the_16_bit_one():
   """An f8 dot or conv (pre-optimisation HLO keeps it; XLA:CPU upcasts it after) runs at the
   spec's fp8 peak (H100/H200 1979 TFLOPS dense), else at its f16 or bf16 peak (XLA:GPU converts
-  f8 operands to f16 where there are no fp8 units), else f32; f8e8m0fnu (a scale type) at f32."""
+  f8 operands to f16 where there are no fp8 units), else f32; the 8-bit floats no fp8 unit runs
+  (fnuz, e3m4, ...) at the f16 peak; f8e8m0fnu (a scale type) at f32."""
   from simulator.costmodel import opclass, roofline
 
   def leaf(text, cls):
@@ -452,7 +453,8 @@ def test_float8_dots_and_convs_use_the_f8_peak_else_the_16_bit_one():
   flops = 2 * 4096 ** 3
   assert leaf(dot, "dot") == ("f8", flops)
   assert leaf(dot.replace("f8e4m3fn", "f8e5m2"), "dot") == ("f8", flops)
-  assert leaf(dot.replace("f8e4m3fn", "f8e4m3fnuz"), "dot") == ("f8", flops)
+  for other in ("f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e3m4"):  # no fp8 unit runs them
+    assert leaf(dot.replace("f8e4m3fn", other), "dot") == ("f16", flops)  # XLA:GPU: to f16
   assert leaf(dot.replace("f8e4m3fn", "f8e8m0fnu"), "dot")[0] == "other"
   conv = lower_hlo_text(lambda x, k: lax.conv_general_dilated(x, k, (1, 1), "SAME"),
                         jnp.ones((1, 3, 8, 8), jnp.float8_e5m2),

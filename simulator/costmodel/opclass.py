@@ -71,11 +71,15 @@ CLASS_IDS = {c: i for i, c in enumerate(OP_CLASSES)}
 # the f32 peak, a dtype the device lacks its fallback (`DeviceSpec.peak`: f8 16-bit, else f32).
 # PEAK_DTYPE maps HLO types that use another type's peak: complex dots the real units of their
 # precision (their flops count the real arithmetic: `hlo_costs`), 8-bit integer dots the int8
-# units, 8-bit float ones the fp8 units but f8e8m0fnu (a scale type: XLA:GPU makes it f32).
+# units, the 8-bit floats that fp8 units run (e4m3fn, e5m2: Hopper's formats) the fp8 units;
+# the other 8-bit floats (fnuz, e4m3, e3m4, b11fnuz) the f16 units, to which XLA:GPU converts
+# them; f8e8m0fnu (a scale type, made f32) and the rest are "other".
 NODE_DTYPES = ("f32", "bf16", "f16", "f64", "other", "s8", "f8")
 DTYPE_IDS = {d: i for i, d in enumerate(NODE_DTYPES)}
+FP8_UNIT_DTYPES = ("f8e4m3fn", "f8e5m2")
 PEAK_DTYPE = {"c64": "f32", "c128": "f64", "s8": "s8", "u8": "s8",
-              **{d: "f8" for d in DTYPE_BYTES if d.startswith("f8") and d != "f8e8m0fnu"}}
+              **{d: "f16" for d in DTYPE_BYTES if d.startswith("f8") and d != "f8e8m0fnu"},
+              **{d: "f8" for d in FP8_UNIT_DTYPES}}
 
 
 def dtype_id(hlo_dtype: str) -> int:
