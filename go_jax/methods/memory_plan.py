@@ -272,6 +272,7 @@ class _LiveMemory(_MemoryBase):
     lat, inv_bw = topology.link_tables()
     self.lat, self.inv_bw = lat.tolist(), inv_bw.tolist()
     self.released = [0.0] * d  # bytes released from each device's last level so far
+    self.freed: Dict[int, List[Tuple[float, float]]] = {}  # last commit: d -> (from, bytes)
 
   def _steps(self, j: int, d: int, start: float, finish: float):
     """What j on d at [start, finish) adds over time: sorted (time, delta bytes) steps."""
@@ -286,9 +287,11 @@ class _LiveMemory(_MemoryBase):
     steps.sort()
     return steps
 
-  def check(self, j: int, d: int, start: float, finish: float) -> Tuple[float, float]:
+  def check(self, j: int, d: int, start: float, finish: float) -> Tuple[float, float, float]:
     """(estimated peak bytes on d over the times j touches, the time after which the overflow
-    found would be over, inf where it is open-ended: see `_list_schedule`)."""
+    found would be over, inf where it is open-ended: see `_list_schedule`, and the bytes by
+    which d overflows just before that time, -inf where j fits). Until memory on d is released
+    before that time, that overflow stays: what d gains only adds to it (`_list_schedule`)."""
     prof = self.profiles[d]
     const = self.group_param[self.root[j]] if self.group_device[self.root[j]] < 0 else 0.0
     base = self.base[d] + const
@@ -303,7 +306,7 @@ class _LiveMemory(_MemoryBase):
       t_next = steps[k + 1][0] if k + 1 < len(steps) else _INF
       if t_next > t and (level > 0 or const > 0):
         segments.append((t, t_next, level))
-    peak, t_ok = base, -_INF
+    peak, t_ok, excess = base, -_INF, -_INF
     for t0, t1, level in segments:
       k0, k1 = prof.window(t0, t1)
       piece = prof.vals[k0:k1]
@@ -311,9 +314,11 @@ class _LiveMemory(_MemoryBase):
       peak = max(peak, top)
       if top > cap:
         last = k0 + int(np.flatnonzero(piece + (level + base) > cap)[-1])
-        t_ok = max(t_ok, min(float(prof.times[last + 1]) if last + 1 < prof.times.size
-                             else _INF, t1))
-    return peak, t_ok
+        end = min(float(prof.times[last + 1]) if last + 1 < prof.times.size else _INF, t1)
+        over = float(prof.vals[last]) + (level + base) - cap
+        if end > t_ok or (end == t_ok and over < excess):
+          t_ok, excess = end, over
+    return peak, t_ok, excess
 
   def lasting_excess(self, j: int, d: int) -> float:
     """Bytes by which j on d would overflow d for good, at any start: d's last level plus what
@@ -332,6 +337,18 @@ class _LiveMemory(_MemoryBase):
       return -_INF
     return float(self.profiles[d].vals[-1]) + level + self.base[d] + const - self.capacity[d]
 
+  def adds_before(self, j: int, d: int, t: float, start: float) -> bool:
+    """Whether j on d, started at or after `start` (and before t when t > start), adds bytes
+    to d just before t: its group's parameters, its output (t > start), or else copies of its
+    remote inputs that reach d before t and are not on d yet. While this holds and d has not
+    released memory before t, an overflow of d found just before t (`check`) stays."""
+    if self.group_device[self.root[j]] < 0 and self.group_param[self.root[j]] > 0:
+      return True
+    if t > start:
+      return self.out[j] > 0
+    return any(self.place[i] != d and d not in self.last_use[i] and self.finish[i] < t and
+               self.out[i] > 0 for i in self.preds[j])
+
   def lasting_margin(self, d: int) -> float:
     """Rounding margin of `lasting_excess` on d: a near tie is left to `check`."""
     return 1e-6 * (self.capacity[d] + self.base[d] + abs(float(self.profiles[d].vals[-1])) +
@@ -341,6 +358,7 @@ class _LiveMemory(_MemoryBase):
     return self.check(j, d, start, finish)[0]
 
   def commit(self, j, d, start=0.0, finish=0.0):
+    self.freed = {}
     if self._bind(j, d):
       self.base[d] += self.group_param[self.root[j]]
     prof = self.profiles[d]
@@ -371,8 +389,10 @@ class _LiveMemory(_MemoryBase):
         end = max(end, f + self.lat[e][x] + nbytes * self.inv_bw[e][x])
         self.profiles[x].add(last, _INF, -nbytes)
         self.released[x] += nbytes
+        self.freed.setdefault(x, []).append((last, nbytes))
     self.profiles[e].add(end, _INF, -nbytes)
     self.released[e] += nbytes
+    self.freed.setdefault(e, []).append((end, nbytes))
     return list(set(uses) | {e})
 
   def estimated_peak(self):
