@@ -218,21 +218,34 @@ class _StaticMemory(_MemoryBase):
 
 class _Profile:
   """One device's planned bytes over time: level `vals[k]` on [times[k], times[k + 1]), the
-  last level to the end of the step. Half-open intervals, as in the simulator's rule 7."""
+  last level to the end of the step. Half-open intervals, as in the simulator's rule 7.
+  `times` and `vals` are views of the first K entries of buffers with spare room, so a split
+  shifts the tail in place instead of copying both arrays (np.insert made m_sct's splits
+  quadratic in time on long profiles); the buffers double when full."""
 
-  __slots__ = ("times", "vals")
+  __slots__ = ("times", "vals", "_tbuf", "_vbuf")
 
   def __init__(self):
-    self.times = np.zeros(1)  # (K,) ascending, times[0] = 0
-    self.vals = np.zeros(1)  # (K,) bytes
+    self._tbuf = np.zeros(64)
+    self._vbuf = np.zeros(64)
+    self.times = self._tbuf[:1]  # (K,) ascending, times[0] = 0
+    self.vals = self._vbuf[:1]  # (K,) bytes
 
   def _cut(self, t: float) -> int:
     """Index of the piece starting at t (split there if needed); t >= 0."""
     k = int(np.searchsorted(self.times, t))
-    if k < self.times.size and self.times[k] == t:
+    size = self.times.size
+    if k < size and self.times[k] == t:
       return k
-    self.times = np.insert(self.times, k, t)
-    self.vals = np.insert(self.vals, k, self.vals[k - 1])
+    if size == self._tbuf.size:
+      self._tbuf = np.concatenate([self._tbuf, np.zeros(size)])
+      self._vbuf = np.concatenate([self._vbuf, np.zeros(size)])
+    tb, vb = self._tbuf, self._vbuf
+    tb[k + 1:size + 1] = tb[k:size]  # overlapping copies: numpy buffers them
+    vb[k + 1:size + 1] = vb[k:size]
+    tb[k] = t
+    vb[k] = vb[k - 1]
+    self.times, self.vals = tb[:size + 1], vb[:size + 1]
     return k
 
   def add(self, t0: float, t1: float, nbytes: float):
