@@ -267,7 +267,7 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
   blocked = [[] for _ in range(d)]  # live model: heaps of (time the overflow ends, op, its
   # start, bytes over just before that time, bytes released before that time since)
   lasting = [[] for _ in range(d)]  # live model: heaps of (released bytes to wait for, op)
-  pending = set()  # ready ops not yet committed
+  pending = []  # heap of (-level, op) of the ready ops; committed ones are skipped lazily
   every = list(range(d))
 
   members: Dict[int, List[int]] = {}  # colocation root -> ops of its group (groups of 2+)
@@ -289,7 +289,7 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
   def make_ready(j, parent=-1):
     """Offers newly ready j; True when j is `parent`'s favourite child to run right after it."""
     ready_at[j] = _ready_vector(j, mem.preds[j], mem.place, finish, mem.out, lat, inv_bw, d)
-    pending.add(j)
+    heapq.heappush(pending, (-level[j], j))
     bound = mem.bound_device(j)
     urgent = False
     if bound >= 0:
@@ -373,7 +373,9 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
     else:
       cands = [c for c in (candidate(e) for e in every) if c is not None]
       if not cands:  # live model: every ready op waits for memory somewhere
-        j = max(pending, key=lambda v: (level[v], -v))
+        while done[pending[0][1]]:
+          heapq.heappop(pending)
+        j = pending[0][1]  # highest level, then lowest id
         slots = {x: slot(j, x) for x in every}
         e = mem.choose_fallback(j, every, slots)
         only[j], forced[j], dropped[j, e] = e, True, False
@@ -402,7 +404,6 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
         continue
     first_of_group = mem.bound_device(j) < 0
     done[j] = True
-    pending.discard(j)
     finish[j] = fin
     free[e] = fin
     released = mem.commit(j, e, start, fin)
