@@ -58,7 +58,6 @@ from simulator.costmodel import microbench, roofline
 from simulator.costmodel.calibration import (CONTENTION_BOUNDS, DISPATCH_BOUNDS, EFF_BOUNDS,
                                               FIRST_TOUCH_BOUNDS, OVERHEAD_BOUNDS, TW_BOUNDS,
                                               Calibration)
-from simulator.costmodel.devices import peak_of
 
 US = 1e-6
 # Dots and convs stream their operands at no less than half the measured bandwidth: without this
@@ -254,7 +253,7 @@ def fit(leaves: List[feat.OpLeaves], times: np.ndarray, peak_flops: Dict[str, fl
     raise ValueError("fit: measured times must be finite and > 0")
   flat, graph_of = feat.OpLeaves.concat(leaves)
   program_of = graph_of  # one graph per program
-  peak = np.array([peak_of(peak_flops, d if d != "other" else "f32") for d in feat.NODE_DTYPES])
+  peak = roofline.peaks_by_dtype(peak_flops)
   fresh = np.zeros(len(times)) if fresh is None else np.asarray(fresh, np.float64)
   concurrent = (np.zeros(len(times), bool) if concurrent is None
                 else np.asarray(concurrent, bool))

@@ -30,7 +30,7 @@ from typing import Dict, Mapping, Optional
 import numpy as np
 
 from simulator.costmodel import opclass as feat
-from simulator.costmodel.devices import DeviceSpec
+from simulator.costmodel.devices import DeviceSpec, peak_of
 from simulator.costref import CostReference
 from simulator.graph import CompGraph
 
@@ -130,7 +130,12 @@ def leaf_durations(leaves: feat.OpLeaves, peak: np.ndarray, bandwidth: float,
 
 def peak_by_dtype(spec: DeviceSpec) -> np.ndarray:
   """(len(NODE_DTYPES),) the spec's peak FLOP/s for each node dtype ("other" -> f32)."""
-  return np.array([spec.peak(d if d != "other" else "f32") for d in feat.NODE_DTYPES])
+  return peaks_by_dtype(spec.peak_flops)
+
+
+def peaks_by_dtype(peak_flops: Mapping[str, float]) -> np.ndarray:
+  """`peak_by_dtype` of a {dtype: FLOP/s} map (a spec's or a calibration fit's)."""
+  return np.array([peak_of(peak_flops, d if d != "other" else "f32") for d in feat.NODE_DTYPES])
 
 
 def _params(calibration) -> RooflineParams:
