@@ -301,6 +301,26 @@ def test_auto_memory_model_falls_back_when_the_live_plan_overflows(name):
   np.testing.assert_array_equal(auto.placement, static.placement)
 
 
+def _count_live_checks(monkeypatch):
+  """[n]: n counts the calls of the live memory model's `check` from now on."""
+  from go_jax.methods import memory_plan
+  checks = [0]
+  check = memory_plan._LiveMemory.check
+
+  def counted(self, *args):
+    checks[0] += 1
+    return check(self, *args)
+
+  monkeypatch.setattr(memory_plan._LiveMemory, "check", counted)
+  return checks
+
+
+def _assert_same_schedule(a, b):
+  np.testing.assert_array_equal(a.placement, b.placement)
+  np.testing.assert_array_equal(a.priority, b.priority)
+  assert a.info == b.info
+
+
 def test_m_sct_tight_memory_does_not_retry_every_waiting_op(monkeypatch):
   """Under tight memory (live model) hundreds of ops wait for a full device; re-trying each at
   every release of memory made m-SCT quadratic (zoo:gnmt2 at mem=0.2x: minutes). Ops that
@@ -310,21 +330,12 @@ def test_m_sct_tight_memory_does_not_retry_every_waiting_op(monkeypatch):
   g = load_graph("layered:n=600,width=32")
   problem = Problem(g, load_topology("nvlink4@mem=0.2x", g), "makespan", 0, None, None)
   config = dict(METHODS_REGISTRY["m_sct"].defaults, memory_model="live")
-  checks = [0]
-  check = memory_plan._LiveMemory.check
-
-  def counted(self, *args):
-    checks[0] += 1
-    return check(self, *args)
-
-  monkeypatch.setattr(memory_plan._LiveMemory, "check", counted)
+  checks = _count_live_checks(monkeypatch)
   fast = ls.m_sct(problem, config)
   assert checks[0] < 15 * g.num_nodes  # was 37 per op here, and growing with the graph
   monkeypatch.setattr(memory_plan._LiveMemory, "lasting_excess", lambda *_: -np.inf)
   every = ls.m_sct(problem, config)  # every waiting op re-tried at every release
-  np.testing.assert_array_equal(fast.placement, every.placement)
-  np.testing.assert_array_equal(fast.priority, every.priority)
-  assert fast.info == every.info
+  _assert_same_schedule(fast, every)
 
 
 def test_m_etf_tight_memory_does_not_retry_overflows_a_release_cannot_end(monkeypatch):
@@ -337,18 +348,9 @@ def test_m_etf_tight_memory_does_not_retry_overflows_a_release_cannot_end(monkey
   g = load_graph("zoo:bert_base,size=tiny")
   problem = Problem(g, load_topology("nvlink4@mem=0.3x", g), "makespan", 0, None, None)
   config = dict(METHODS_REGISTRY["m_etf"].defaults, memory_model="live")
-  checks = [0]
-  check = memory_plan._LiveMemory.check
-
-  def counted(self, *args):
-    checks[0] += 1
-    return check(self, *args)
-
-  monkeypatch.setattr(memory_plan._LiveMemory, "check", counted)
+  checks = _count_live_checks(monkeypatch)
   fast = ls.m_etf(problem, config)
   assert checks[0] < 8 * g.num_nodes  # was 18 per op here
   monkeypatch.setattr(memory_plan._LiveMemory, "adds_before", lambda *_: False)
   every = ls.m_etf(problem, config)  # every blocked op re-tried at every release
-  np.testing.assert_array_equal(fast.placement, every.placement)
-  np.testing.assert_array_equal(fast.priority, every.priority)
-  assert fast.info == every.info
+  _assert_same_schedule(fast, every)
