@@ -90,13 +90,11 @@ def settings(config) -> Dict[str, Any]:
     seen = [x for i, x in enumerate(out[field]) if x in out[field][:i]]  # a cell twice
     if seen:
       raise ValueError(f"harness config: {field} gives {seen[0]!r} twice")
-  seeds = out["seeds"]
-  if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in seeds):
-    raise ValueError(f"harness config: seeds must be integers >= 0, got {list(seeds)}")
-  if any(s > methods.MAX_SEED for s in seeds):  # before the first cell, not in every cell
-    raise ValueError(f"harness config: seeds must be at most {methods.MAX_SEED} (2**31 - 1, "
-                     f"methods.MAX_SEED), got {list(seeds)}")
-  out["seeds"] = [int(s) for s in seeds]
+  # Before the first cell, not in every cell; the one seed rule of every sweep config
+  # (methods.check_seed), with a NumPy integer taken as the int it is.
+  out["seeds"] = [methods.check_seed(int(s) if isinstance(s, np.integer) else s,
+                                     f"harness config: seeds[{i}]")
+                  for i, s in enumerate(out["seeds"])]
   budget = out["budget"]
   if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer))
                              or budget < 1):

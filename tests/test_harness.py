@@ -256,9 +256,10 @@ def test_unavailable_methods_are_skipped_and_typos_stop_the_plan(tmp_path, monke
     harness.plan(harness.settings(tiny_config(methods=["optional_one"])))
   with pytest.raises(ValueError, match=r"methods: unknown method\(s\) \['no_such_method'\]"):
     harness.plan(harness.settings(tiny_config(methods=["round_robin", "no_such_method"])))
-  with pytest.raises(ValueError, match=r"seeds must be integers >= 0, got \[0, -1\]"):
+  with pytest.raises(ValueError, match=r"harness config: seeds\[1\]: seed must be an integer "
+                                       r"in \[0, 2147483647\], got -1"):
     harness.settings(tiny_config(seeds=[0, -1]))
-  with pytest.raises(ValueError, match=r"seeds must be at most 2147483647 .*got \[0, 4294967296\]"):
+  with pytest.raises(ValueError, match=r"seeds\[1\]: .*in \[0, 2147483647\], got 4294967296"):
     harness.settings(tiny_config(seeds=[0, 2**32]))  # seed 0's answer again (methods.MAX_SEED)
   for budget in (0, -5, 2.5, True):
     with pytest.raises(ValueError, match="budget .* must be an integer >= 1 or None"):
