@@ -3,7 +3,7 @@
   go-jax-transfer --config=experiments/configs/ablation.py --out=results/ablation
 
 Rows: the full model `go` and the ablations of `go` without GNN, attention, segment
-recurrence, superposition, device-load state or imitation warm start (go_jax/transfer.py ROWS),
+recurrence, superposition, device-load state or imitation warm start (go_jax/transfer_rows.py ROWS),
 each with three pretraining seeds (e.g. no_gnn, no_gnn_s1, no_gnn_s2: the spread of every row).
 Every row is pretrained on the same 161 instances (experiments/configs/pretrain.py) with the
 shipped `go`'s recipe (the copy term on, `comm=1`; it only acts where the load state is on) and

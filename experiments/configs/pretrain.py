@@ -5,7 +5,7 @@
   go-jax-train --config=experiments/configs/pretrain.py:no_gnn,seed=1 --workdir=runs/abl/no_gnn_1
   go-jax-train --config=experiments/configs/pretrain.py:go,updates=800,imitation_steps=600 ...
 
-The argument names the row (`ROWS`, go_jax/transfer.py) and optionally a seed ("go,seed=2") and
+The argument names the row (`ROWS`, go_jax/transfer_rows.py) and optionally a seed ("go,seed=2") and
 a fixed step budget in place of the wall-clock one ("updates=U,imitation_steps=S"):
 "go" (default: the paper's GO with go-jax's device-load state, no hint), "gdp" (placement only,
 no superposition), "go_hint" (GO with the best list scheduler's placement as a hint) and the
