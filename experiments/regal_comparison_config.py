@@ -76,8 +76,12 @@ def as_settings(config) -> Dict[str, Any]:
   seeds = list(cfg["seeds"])
   if not seeds:
     raise ValueError("config.seeds is empty")
-  if len(set(seeds)) != len(seeds) or any(int(x) < 0 for x in seeds):
-    raise ValueError(f"config.seeds: give distinct seeds >= 0, got {seeds}")
+  # the one seed rule of the sweeps (methods.check_seed): 1.5 or True would run as seed 1, and
+  # a seed above methods.MAX_SEED would silently repeat another seed's answer
+  seeds = [methods.check_seed(x, f"config.seeds[{i}]") for i, x in enumerate(seeds)]
+  if len(set(seeds)) != len(seeds):
+    raise ValueError(f"config.seeds: give distinct seeds, got {seeds}")
+  cfg["seeds"] = seeds
   if cfg["budget"] is not None and int(cfg["budget"]) < 1:
     raise ValueError(f"config.budget must be >= 1, got {cfg['budget']}")
   _check_generation_budget(cfg, names)

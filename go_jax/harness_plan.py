@@ -91,9 +91,8 @@ def settings(config) -> Dict[str, Any]:
     if seen:
       raise ValueError(f"harness config: {field} gives {seen[0]!r} twice")
   # Before the first cell, not in every cell; the one seed rule of every sweep config
-  # (methods.check_seed), with a NumPy integer taken as the int it is.
-  out["seeds"] = [methods.check_seed(int(s) if isinstance(s, np.integer) else s,
-                                     f"harness config: seeds[{i}]")
+  # (methods.check_seed).
+  out["seeds"] = [methods.check_seed(s, f"harness config: seeds[{i}]")
                   for i, s in enumerate(out["seeds"])]
   budget = out["budget"]
   if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, np.integer))

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from experiments import placer_comparison as pc
@@ -163,6 +164,14 @@ def test_a_bad_seed_is_refused_before_any_cell(seed):
   cfg = dict(learned_placers.get_config("tiny").to_dict(), seed=seed)
   with pytest.raises(ValueError, match=r"config: seed must be an integer in \[0, 2147483647\]"):
     pc.as_settings(cfg)
+
+
+def test_a_numpy_integer_seed_is_taken_as_the_int_it_is():
+  """methods.solve takes NumPy integers; the sweep configs' one seed rule did not."""
+  got = methods.check_seed(np.int64(3), "config")
+  assert got == 3 and type(got) is int
+  with pytest.raises(ValueError, match="config: seed must be an integer"):
+    methods.check_seed(np.int64(2**32), "config")
 
 
 def test_a_classic_method_missing_its_extra_is_skipped_unless_it_is_the_reference(

@@ -49,11 +49,16 @@ def test_shipped_config_is_valid():
 
 
 def test_config_refuses_mislabelled_and_repeated_instances():
-  """A topology whose device count is not the table's D, a repeated count or seed."""
+  """A topology whose device count is not the table's D, a repeated count or seed, a seed that
+  is not an integer in [0, methods.MAX_SEED]."""
   for field, value, match in (("topology", "nvlink4", "'nvlink4' has 4 devices, not the 2"),
                               ("topology", "nvlink", "unknown preset 'nvlink'"),
                               ("device_counts", (2, 2), "a count is given twice"),
-                              ("seeds", (0, 0), "give distinct seeds >= 0")):
+                              ("seeds", (0, 0), "give distinct seeds"),
+                              # before, only int(x) < 0 was refused: 2**32 ran as seed 0 again
+                              ("seeds", (0, 2**32), r"seeds\[1\]: seed must be an integer"),
+                              ("seeds", (1.5,), r"seeds\[0\]: seed must be an integer"),
+                              ("seeds", (True,), r"seeds\[0\]: seed must be an integer")):
     config = tiny_config()
     setattr(config, field, value)
     with pytest.raises(ValueError, match=match):

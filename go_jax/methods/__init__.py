@@ -250,8 +250,11 @@ MAX_SEED = 2**31 - 1
 
 def check_seed(seed, where: str) -> int:
   """A sweep config's seed, checked before its first cell: ValueError (naming `where`) unless
-  it is an int (not a bool, not a float) in [0, MAX_SEED]; every cell's `solve` would refuse it
-  (or, above MAX_SEED, silently repeat another seed's answer)."""
+  it is an int (not a bool, not a float; a NumPy integer counts, as in `solve`) in
+  [0, MAX_SEED]; every cell's `solve` would refuse it (or, above MAX_SEED, silently repeat
+  another seed's answer). Returns it as an int."""
+  if isinstance(seed, np.integer):
+    seed = int(seed)
   if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
     raise ValueError(f"{where}: seed must be an integer in [0, {MAX_SEED}], got {seed!r}")
   return seed
