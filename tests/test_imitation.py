@@ -147,7 +147,8 @@ def test_canonical_devices_only_where_the_topology_allows_it():
 @pytest.mark.parametrize("field,value,match", [
     ("steps", 30, "multiple of"), ("graphs_per_step", 0, "graphs_per_step"),
     ("learning_rate", 0.0, "learning_rate"), ("label_smoothing", 1.0, "label_smoothing"),
-    ("teachers", (), "teachers"), ("checkpoint_every", 0, "checkpoint_every")])
+    ("teachers", (), "teachers"), ("checkpoint_every", 0, "checkpoint_every"),
+    ("on_policy", 1.5, "on_policy"), ("on_policy", -0.1, "on_policy")])
 def test_bad_imitation_config_raises_clear_errors(field, value, match):
   cfg = imitation.default_config()
   cfg[field] = value
@@ -224,13 +225,53 @@ def test_interrupted_cloning_resumes_bit_exactly(toy_run, tmp_path, monkeypatch,
   assert report["steps"] == 100 and len(report["instances"]) == len(result.summary)
 
 
+def test_on_policy_cloning_decodes_against_the_policys_own_loads(toy_run):
+  """imitation.on_policy: a picked instance's load state is the policy's own greedy placement
+  (DAgger's states), the labels stay the teachers'; the share ramps from 0 at step 0 to
+  `on_policy` from half the steps on, and at 0 cloning is plain teacher forcing."""
+  cfg, _, _, _, result = toy_run
+  trainer = result.trainer
+  task = rollout.get_task("joint")
+  module, data, params = trainer.policy.module, trainer.data, result.state.params
+  targets, _ = imitation.build_targets(trainer.problems, data, TEACHERS, 4, task,
+                                       progress=False)
+  own = jax.vmap(module.apply, in_axes=(None, 0))(params, data.feats)
+  own = np.argmax(np.asarray(own.greedy_placement_logits), -1).astype(np.int32)
+  real = np.asarray(data.decides_place & data.feats.node_mask)
+  assert (own != np.asarray(targets.placement))[real].any()  # else the test shows nothing
+  forced = imitation._losses(params, module, task, data, targets, 0.1)
+  on_own = imitation._losses(params, module, task, data, targets, 0.1, own)
+  assert float(on_own[0]) != pytest.approx(float(forced[0]), rel=1e-3)
+  total = 100
+
+  def first_loss(on_policy, step):
+    state = imitation.CloneState(
+        params=params, opt_state=imitation._optimizer(1e-3, total).init(params),
+        key=jax.random.key_data(jax.random.key(0, impl=trainer.hp.prng_impl)),
+        step=np.int32(step))
+    _, m = imitation.bc_chunk(state, data, targets, module=module, task_name="joint",
+                              graphs=trainer.problems.num_instances, steps=1, lr=1e-3,
+                              priority_weight=1.0, smoothing=0.1,
+                              prng_impl=trainer.hp.prng_impl, total=total, on_policy=on_policy)
+    return float(m["ce_placement"][0])
+
+  assert first_loss(0.0, total) == pytest.approx(float(forced[0]), rel=1e-5)
+  assert first_loss(1.0, 0) == pytest.approx(float(forced[0]), rel=1e-5)  # the ramp's start
+  assert first_loss(1.0, total // 2) == pytest.approx(float(on_own[0]), rel=1e-5)
+
+
 def test_resume_check_ignores_only_the_resumable_cloning_settings(tmp_path):
   cfg = toy_config()
   saved = json.loads(cfg.to_json())
   del saved["imitation"]["checkpoint_every"]  # a run written before the field existed
+  del saved["imitation"]["on_policy"]  # ... and one before on_policy: it cloned with it off
   saved["imitation"]["max_seconds"] = 60.0
   (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
   loop.check_resume(str(tmp_path), cfg)
+  on = toy_config()
+  on.imitation.on_policy = 0.5
+  with pytest.raises(ValueError, match="imitation"):
+    loop.check_resume(str(tmp_path), on)
   saved["imitation"]["steps"] = 40
   (tmp_path / loop.CONFIG_NAME).write_text(json.dumps(saved))
   with pytest.raises(ValueError, match="imitation"):

@@ -296,6 +296,10 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert pretrain.get_config("go,rank=1").policy.decode_order == "rank"
   with pytest.raises(ValueError, match="rank must be 0 or 1"):
     pretrain.get_config("go,rank=2")
+  assert full.imitation.on_policy == 0.0
+  assert pretrain.get_config("go,on_policy=0.5").imitation.on_policy == 0.5
+  with pytest.raises(ValueError, match="on_policy must be in"):
+    pretrain.get_config("go,on_policy=1.5")
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):

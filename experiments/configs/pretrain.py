@@ -91,14 +91,16 @@ def small_policy(row: str):
 # "time=1" turns on the load state's time term (policy.load_time, go_jax/policies/load_time.py).
 # "rank=1" makes the policy walk HEFT's upward-rank order (policy.decode_order "rank",
 # go_jax/policies/features.py) instead of Kahn's topological order.
+# "on_policy=B" decodes a share B of the cloning's instances against the policy's own loads
+# (imitation.on_policy, go_jax/training/imitation.py; a float in [0, 1]).
 OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm", "group_copies",
-           "greedy_block", "time", "rank")
+           "greedy_block", "time", "rank", "on_policy")
 
 
 def _number(key: str, value: str):
   """The option's value (float for self_imitation, else int), or None where it is not one."""
   try:
-    return float(value) if key == "self_imitation" else int(value)
+    return float(value) if key in ("self_imitation", "on_policy") else int(value)
   except ValueError:
     return None
 
@@ -163,6 +165,10 @@ def get_config(arg: str = "go"):
   config.imitation.steps_per_call = 20
   config.imitation.graphs_per_step = 8
   config.imitation.max_seconds = 420.0
+  if "on_policy" in opts:
+    if not 0.0 <= opts["on_policy"] <= 1.0:
+      raise ValueError(f"pretrain.py: on_policy must be in [0, 1] in {arg!r}")
+    config.imitation.on_policy = opts["on_policy"]
   if "updates" in opts or "imitation_steps" in opts:
     # A step budget: no wall-clock caps; a row without imitation gets the PPO updates that
     # the cloning steps' time buys (a cloning step costs about half a PPO update here:

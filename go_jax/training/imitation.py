@@ -67,6 +67,9 @@ PARAMS_NAME, SUMMARY_NAME = "imitation.msgpack", "imitation.json"
 PARTIAL_NAME = "imitation_partial.msgpack"  # the cloning carry of an unfinished run
 # imitation config fields a resumed cloning may change (the rest must match the partial file)
 RESUMABLE_CHANGES = ("max_seconds", "checkpoint_every")
+# imitation config fields added after runs were saved without them, each with the default that
+# means what those runs did: at that value the field is left out of the resume checks
+ADDED_DEFAULTS = {"on_policy": 0.0}
 DEFAULT_TEACHERS = ("heft", "m_etf", "m_sct", "metis", "expert")
 TRACES: Dict[str, int] = {"bc_chunk": 0}
 
@@ -84,6 +87,10 @@ def default_config() -> ml_collections.ConfigDict:
   # share of each target spread uniformly over the choices: keeps the cloned policy from
   # collapsing onto one action, so PPO still samples around it, and curbs memorising
   c.label_smoothing = 0.1
+  # share of each step's instances whose load state is the policy's own greedy decode rather
+  # than the target's (DAgger's states, Ross et al. 2011; labels stay the teachers'): teacher
+  # forcing alone never shows the policy the loads its own mistakes lead to
+  c.on_policy = 0.0
   c.max_seconds = ml_collections.config_dict.placeholder(float)  # wall budget of the cloning
   c.checkpoint_every = 200  # steps between writes of the cloning carry (resumable cloning)
   c.seed = 0
@@ -210,13 +217,15 @@ class CloneState:
 
 
 def _losses(params, module, task: rollout.Task, data: TrainData, targets: Targets,
-            smoothing: float = 0.0):
+            smoothing: float = 0.0, state_placement: Optional[jnp.ndarray] = None):
   """(placement cross-entropy, level cross-entropy, placement accuracy, level accuracy), each
   a mean over the decisions the task counts; the cross-entropies with label smoothing (a
-  `smoothing` share of the target spread uniformly over the real devices / the levels)."""
+  `smoothing` share of the target spread uniformly over the real devices / the levels).
+  `state_placement` (G, Np): the placement whose load the load state counts (default: the
+  target's, teacher forcing)."""
   if getattr(module, "load_state", False):  # teacher forcing: the load of the target placement
-    out = jax.vmap(lambda f, pl: module.apply(params, f, placement=pl))(data.feats,
-                                                                        targets.placement)
+    state_pl = targets.placement if state_placement is None else state_placement
+    out = jax.vmap(lambda f, pl: module.apply(params, f, placement=pl))(data.feats, state_pl)
   else:
     out = jax.vmap(module.apply, in_axes=(None, 0))(params, data.feats)
   real = data.feats.node_mask
@@ -243,11 +252,14 @@ def _losses(params, module, task: rollout.Task, data: TrainData, targets: Target
 
 @functools.partial(jax.jit, static_argnames=("module", "task_name", "graphs", "steps", "lr",
                                              "priority_weight", "smoothing", "prng_impl",
-                                             "total"))
+                                             "total", "on_policy"))
 def bc_chunk(state: CloneState, data: TrainData, targets: Targets, *, module, task_name: str,
              graphs: int, steps: int, lr: float, priority_weight: float, smoothing: float,
-             prng_impl: str, total: int):
-  """`steps` cloning steps in one lax.scan; metrics stacked, shape (steps,) each."""
+             prng_impl: str, total: int, on_policy: float = 0.0):
+  """`steps` cloning steps in one lax.scan; metrics stacked, shape (steps,) each. With
+  `on_policy` > 0 each picked instance is, with a probability that ramps from 0 to `on_policy`
+  over the first half of the `total` steps, decoded against the load of the policy's own greedy
+  placement (no gradient through it) instead of the target's."""
   TRACES["bc_chunk"] += 1
   task = rollout.get_task(task_name)
   opt = _optimizer(lr, total)
@@ -255,8 +267,8 @@ def bc_chunk(state: CloneState, data: TrainData, targets: Targets, *, module, ta
   w_p = 1.0 if task.learns_placement else 0.0
   w_l = priority_weight if task.learns_priority else 0.0
 
-  def loss_fn(params, d, tg):
-    ce_p, ce_l, acc_p, acc_l = _losses(params, module, task, d, tg, smoothing)
+  def loss_fn(params, d, tg, state_pl):
+    ce_p, ce_l, acc_p, acc_l = _losses(params, module, task, d, tg, smoothing, state_pl)
     return w_p * ce_p + w_l * ce_l, {"ce_placement": ce_p, "ce_level": ce_l,
                                      "acc_placement": acc_p, "acc_level": acc_l}
 
@@ -267,7 +279,17 @@ def bc_chunk(state: CloneState, data: TrainData, targets: Targets, *, module, ta
            jax.random.choice(k_pick, num, (graphs,), replace=False))
     d = jax.tree_util.tree_map(lambda x: x[idx], data)
     tg = jax.tree_util.tree_map(lambda x: x[idx], targets)
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(s.params, d, tg)
+    state_pl = None
+    if on_policy > 0 and getattr(module, "load_state", False):
+      own = jax.vmap(module.apply, in_axes=(None, 0))(jax.lax.stop_gradient(s.params), d.feats)
+      own = jnp.argmax(own.greedy_placement_logits, -1).astype(jnp.int32)  # (G, Np)
+      # fold_in, not split: with on_policy = 0 the key stream is the one of plain cloning
+      # the share ramps up from 0 over the first half of the steps (scheduled sampling, Bengio et
+      # al. 2015): early on the policy's own decode is noise, and its loads would teach nothing
+      share = on_policy * jnp.minimum(1.0, 2.0 * s.step.astype(jnp.float32) / max(total, 1))
+      pick = jax.random.bernoulli(jax.random.fold_in(k_pick, 1), share, (idx.shape[0],))
+      state_pl = jnp.where(pick[:, None], own, tg.placement)
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(s.params, d, tg, state_pl)
     updates, opt_state = opt.update(grads, s.opt_state, s.params)
     new = CloneState(params=optax.apply_updates(s.params, updates), opt_state=opt_state,
                      key=jax.random.key_data(key), step=s.step + 1)
@@ -293,6 +315,8 @@ def check_config(cfg) -> None:
     raise ValueError(f"imitation.learning_rate must be > 0, got {cfg.learning_rate}")
   if not 0.0 <= float(cfg.get("label_smoothing", 0.0)) < 1.0:
     raise ValueError(f"imitation.label_smoothing must be in [0, 1), got {cfg.label_smoothing}")
+  if not 0.0 <= float(cfg.get("on_policy", 0.0)) <= 1.0:
+    raise ValueError(f"imitation.on_policy must be in [0, 1], got {cfg.on_policy}")
   if not list(cfg.teachers):
     raise ValueError("imitation.teachers must name at least one placement or joint method")
   if cfg.get("max_seconds", None) is not None and not float(cfg.max_seconds) > 0:
@@ -305,7 +329,8 @@ def _fingerprint(trainer, cfg) -> str:
   """What a partial cloning file must match to be resumed: the imitation settings (less
   RESUMABLE_CHANGES), the instances and their padded size, as sorted JSON."""
   fields = {f"imitation.{k}": (list(v) if isinstance(v, (list, tuple)) else v)
-            for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
+            for k, v in cfg.items() if k not in RESUMABLE_CHANGES and not (
+                k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])}
   return json.dumps(dict(fields, instances=list(trainer.problems.names),
                          nodes_padded=int(trainer.problems.num_nodes_padded),
                          task=trainer.hp.task, prng_impl=trainer.hp.prng_impl),
@@ -417,7 +442,8 @@ def clone(trainer, params, cfg, *, progress: bool = True, partial_path: Optional
                                 task_name=trainer.hp.task, graphs=graphs, steps=per_call,
                                 lr=lr, priority_weight=float(cfg.get("priority_weight", 1.0)),
                                 smoothing=float(cfg.get("label_smoothing", 0.0)),
-                                prng_impl=impl, total=steps)
+                                prng_impl=impl, total=steps,
+                                on_policy=float(cfg.get("on_policy", 0.0)))
       metrics = jax.device_get(metrics)
       done = int(state.step)
       last = {k: float(v[-1]) for k, v in metrics.items()}
