@@ -333,7 +333,8 @@ def test_m_sct_tight_memory_does_not_retry_every_waiting_op(monkeypatch):
   checks = _count_live_checks(monkeypatch)
   fast = ls.m_sct(problem, config)
   assert checks[0] < 15 * g.num_nodes  # was 37 per op here, and growing with the graph
-  monkeypatch.setattr(memory_plan._LiveMemory, "lasting_excess", lambda *_: -np.inf)
+  monkeypatch.setattr(memory_plan._LiveMemory, "lasting_excess",
+                      lambda self, d, level, const: np.full(level.shape, -np.inf))
   every = ls.m_sct(problem, config)  # every waiting op re-tried at every release
   _assert_same_schedule(fast, every)
 
@@ -354,3 +355,33 @@ def test_m_etf_tight_memory_does_not_retry_overflows_a_release_cannot_end(monkey
   monkeypatch.setattr(memory_plan._LiveMemory, "adds_before", lambda *_: False)
   every = ls.m_etf(problem, config)  # every blocked op re-tried at every release
   _assert_same_schedule(fast, every)
+
+
+@pytest.mark.parametrize("method,graph,topology", [
+    ("m_sct", "layered:n=600,width=32", "nvlink4@mem=0.2x"),
+    ("m_etf", "zoo:bert_base,size=tiny", "nvlink4@mem=0.3x")])
+def test_retry_index_cache_is_fresh_whenever_it_decides(monkeypatch, method, graph, topology):
+  """The retry index of the waiting (op, device) pairs caches each pair's `lasting_parts` and
+  `adds_before` until a copy of one of the op's inputs reaches the device; a missed refresh
+  would keep an op waiting that a release lets fit (or retry one that cannot). Every cached row
+  it decides on must equal a fresh computation."""
+  from go_jax.methods import list_memory
+  from simulator.topology_spec import load_topology
+  g = load_graph(graph)
+  problem = Problem(g, load_topology(topology, g), "makespan", 0, None, None)
+  config = dict(METHODS_REGISTRY[method].defaults, memory_model="live")
+  refresh = list_memory.RetryIndex._refresh
+  compared = [0]
+
+  def checked(self, ops, e, rows, level, const, adds=None, t_ok=None, start=None):
+    for k in np.flatnonzero(rows & ~self.stale[ops, e]).tolist():
+      j = int(ops[k])
+      assert (level[k], const[k]) == self.mem.lasting_parts(j, e), (j, e)
+      if adds is not None:
+        assert bool(adds[k]) == self.mem.adds_before(j, e, float(t_ok[k]), float(start[k]))
+      compared[0] += 1
+    refresh(self, ops, e, rows, level, const, adds, t_ok, start)
+
+  monkeypatch.setattr(list_memory.RetryIndex, "_refresh", checked)
+  getattr(ls, method)(problem, config)
+  assert compared[0] > 1000  # cached rows were decided on

@@ -27,6 +27,7 @@ import numpy as np
 
 from go_jax import objectives, placements
 from go_jax.methods import Problem, Proposal, register
+from go_jax.methods.list_memory import RetryIndex
 
 # The memory models; MEMORY_MODELS is re-exported for callers of this module.
 from go_jax.methods.memory_plan import (MEMORY_MODELS, _check_config, _memory,  # noqa: F401
@@ -264,9 +265,7 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
   done = np.zeros(n, bool)
   waiting = [[] for _ in range(d)]  # heaps of (ready time, -level, op)
   arrived = [[] for _ in range(d)]  # heaps of (-level, op)
-  blocked = [[] for _ in range(d)]  # live model: heaps of (time the overflow ends, op, its
-  # start, bytes over just before that time, bytes released before that time since)
-  lasting = [[] for _ in range(d)]  # live model: heaps of (released bytes to wait for, op)
+  waits = RetryIndex(g, mem, done, dropped, forced) if mem.releases else None
   pending = []  # heap of (-level, op) of the ready ops; committed ones are skipped lazily
   every = list(range(d))
 
@@ -319,43 +318,9 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
     return None
 
   def unblock(e, everything):
-    """Offers e again to the ops waiting for its memory (all, or those whose overflow ended).
-
-    An op that would still overflow e for good (`lasting_excess`) would only be refused again:
-    it waits in `lasting[e]` until e has released as many bytes as its excess (re-trying every
-    waiting op at every release made m_sct quadratic: minutes on zoo:gnmt2 at mem=0.2x).
-    Likewise an op refused at start s whose overflow found just before t_ok (`check`) is
-    still there at any later start, because e has released, before t_ok, fewer bytes than that
-    overflow and what e gains only adds to it, would only be refused again: it stays blocked.
-    That needs j to still add bytes there (`adds_before`) and either t_ok > s with e's queue
-    before t_ok (j's start stays before t_ok), or t_ok <= s with e's queue past t_ok (then every
-    commit on e, the only way a copy of j's input reaches e, pops j here again). m_sct on
-    zoo:gnmt2 at mem=0.2x: 320k -> 140k checks."""
-    b = blocked[e]
-    again = []
-    while b and (everything or b[0][0] <= free[e]):
-      again.append(heapq.heappop(b))
-    margin = mem.lasting_margin(e) if mem.releases else 0.0
-    freed = mem.freed.get(e, ()) if everything else ()
-    if everything:
-      rel, f = mem.released[e], lasting[e]
-      while f and f[0][0] <= rel + margin:
-        again.append((_INF, heapq.heappop(f)[1], _INF, 0.0, 0.0))
-    for t_ok, j, s, over, gone in again:
-      if not done[j] and dropped[j, e]:
-        if mem.bound_device(j) < 0 and not forced[j]:
-          if everything:
-            excess = mem.lasting_excess(j, e)
-            if excess > margin:
-              heapq.heappush(lasting[e], (rel + excess, j))
-              continue
-            gone += sum(nbytes for t, nbytes in freed if t < t_ok)
-          if (gone < over - margin and (t_ok <= free[e] if t_ok <= s else t_ok > free[e]) and
-              mem.adds_before(j, e, t_ok, s)):
-            heapq.heappush(b, (t_ok, j, s, over, gone))
-            continue
-        dropped[j, e] = False
-        offer(j, [e])
+    """Offers e again to the ops waiting for its memory (all, or those whose overflow ended)."""
+    for j in waits.retry(e, everything, free[e]):
+      offer(j, [e])
 
   def slot(j, e):
     s = max(free[e], float(ready_at[j, e]))
@@ -395,7 +360,7 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
           only[j] = -1
           offer(j, every)
         if mem.releases:
-          heapq.heappush(blocked[e], (t_ok, j, start, over, 0.0))
+          waits.block(j, e, t_ok, start, over)
         elif not any(mem.fits(j, x) for x in every if not dropped[j, x]):
           only[j] = mem.choose_fallback(j, every, {x: (0.0, 0.0) for x in every})
           forced[j] = True
@@ -403,6 +368,8 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
           offer(j, [only[j]])
         continue
     first_of_group = mem.bound_device(j) < 0
+    if mem.releases:
+      waits.before_commit(j, e)
     done[j] = True
     finish[j] = fin
     free[e] = fin

@@ -333,22 +333,28 @@ class _LiveMemory(_MemoryBase):
           t_ok, excess = end, over
     return peak, t_ok, excess
 
-  def lasting_excess(self, j: int, d: int) -> float:
-    """Bytes by which j on d would overflow d for good, at any start: d's last level plus what
-    j leaves there to the end of the step (its output, copies of its remote inputs not yet on
-    d, its group's parameters) minus capacity; -inf where j leaves nothing. Above a small
-    margin (`lasting_margin`), `check` would find the overflow open-ended (t_ok inf). Until
-    d's memory is released again it only grows: what d gains is d's level, and a copy that
-    another consumer brings to d moves from j's part to d's level."""
+  def lasting_parts(self, j: int, d: int) -> Tuple[float, float]:
+    """(what j on d would leave there to the end of the step besides its group's parameters:
+    its output and copies of its remote inputs not yet on d, those parameters or 0 where the
+    group is placed) for `lasting_excess`. Changes only when a copy of an input of j reaches d
+    (`list_memory.RetryIndex` caches it until then)."""
     const = self.group_param[self.root[j]] if self.group_device[self.root[j]] < 0 else 0.0
     level = self.out[j]
     for i in self.preds[j]:
       e = self.place[i]
       if e >= 0 and e != d and d not in self.last_use[i]:
         level += self.out[i]
-    if not (level > 0 or const > 0):
-      return -_INF
-    return float(self.profiles[d].vals[-1]) + level + self.base[d] + const - self.capacity[d]
+    return level, const
+
+  def lasting_excess(self, d: int, level: np.ndarray, const: np.ndarray) -> np.ndarray:
+    """Bytes by which each op (its `lasting_parts` on d: arrays `level`, `const`) would
+    overflow d for good, at any start: d's last level plus what the op leaves there minus
+    capacity; -inf where it leaves nothing. Above a small margin (`lasting_margin`), `check`
+    would find the overflow open-ended (t_ok inf). Until d's memory is released again it only
+    grows: what d gains is d's level, and a copy that another consumer brings to d moves from
+    the op's part to d's level."""
+    excess = float(self.profiles[d].vals[-1]) + level + self.base[d] + const - self.capacity[d]
+    return np.where((level > 0) | (const > 0), excess, -_INF)
 
   def adds_before(self, j: int, d: int, t: float, start: float) -> bool:
     """Whether j on d, started at or after `start` (and before t when t > start), adds bytes
