@@ -261,8 +261,9 @@ class _Profile:
 
   def window(self, t0: float, t1: float) -> Tuple[int, int]:
     """Index range of the pieces meeting [t0, t1) (t1 > t0)."""
-    k0 = int(np.searchsorted(self.times, t0, side="right")) - 1
-    k1 = self.times.size if t1 == _INF else int(np.searchsorted(self.times, t1))
+    times = self.times  # the array's own searchsorted: np.searchsorted's wrapper cost as much
+    k0 = int(times.searchsorted(t0, side="right")) - 1
+    k1 = times.size if t1 == _INF else int(times.searchsorted(t1))
     return max(k0, 0), max(k1, k0 + 1)
 
 
@@ -326,7 +327,7 @@ class _LiveMemory(_MemoryBase):
       top = float(piece.max()) + level + base
       peak = max(peak, top)
       if top > cap:
-        last = k0 + int(np.flatnonzero(piece + (level + base) > cap)[-1])
+        last = k0 + int((piece + (level + base) > cap).nonzero()[0][-1])
         end = min(float(prof.times[last + 1]) if last + 1 < prof.times.size else _INF, t1)
         over = float(prof.vals[last]) + (level + base) - cap
         if end > t_ok or (end == t_ok and over < excess):
