@@ -243,10 +243,10 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
 
   Memory: a pair (j, e) whose op would overflow e at its start is set aside. With the static
   model it stays refused, and an op that fits on no remaining device goes to the device with the
-  most free memory at once. With the live model the op waits for e: it is offered to e again
-  when memory planned on e is released (a buffer's last consumer placed) or when e's queue
-  has moved past the overflow; only when every ready op waits does the one with the highest
-  level go to the device with the most free memory at the time it would start there.
+  most free memory at once. With the live model the op waits for e (`list_memory.RetryIndex`):
+  it is offered to e again when memory planned on e is released (a buffer's last consumer
+  placed) or e's queue has moved past the overflow; only when every ready op waits does the one
+  with the highest level go to the device with the most free memory at its start there.
   """
   g, topo = problem.graph, problem.topology
   n, d = g.num_nodes, topo.num_devices
@@ -317,8 +317,7 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
       return (w[0][0], w[0][1], w[0][2], e)
     return None
 
-  def unblock(e, everything):
-    """Offers e again to the ops waiting for its memory (all, or those whose overflow ended)."""
+  def unblock(e, everything):  # offers e again to the ops waiting for its memory (RetryIndex)
     for j in waits.retry(e, everything, free[e]):
       offer(j, [e])
 
@@ -368,7 +367,7 @@ def _list_schedule(problem: Problem, mem, favourite_parent: Optional[np.ndarray]
           offer(j, [only[j]])
         continue
     first_of_group = mem.bound_device(j) < 0
-    if mem.releases:
+    if mem.releases:  # before `commit` records the copies of j's inputs on e
       waits.before_commit(j, e)
     done[j] = True
     finish[j] = fin
