@@ -25,6 +25,9 @@ class _Rows:
     self.cols = [np.zeros(0) for _ in range(width)]
     self.new: List[tuple] = []
 
+  def __bool__(self) -> bool:
+    return bool(self.new) or self.cols[0].size > 0
+
   def arrays(self) -> List[np.ndarray]:
     if self.new:
       add = np.array(self.new, np.float64).reshape(len(self.new), len(self.cols)).T
@@ -103,11 +106,12 @@ class RetryIndex:
     """The ops to offer e again after a commit (their `dropped` flag cleared): with
     `everything` (e released memory), of all waiting pairs, else of those whose overflow ends
     by `free`, the time e's queue reaches."""
+    if not (self.blocked[e] or everything and self.lasting[e]):
+      return []  # nothing waits for e (the common case with ample memory)
     mem = self.mem
-    margin = mem.lasting_margin(e)
+    margin, rel = mem.lasting_margin(e), mem.released[e]
     offers = []
-    if everything:
-      rel = mem.released[e]
+    if everything and self.lasting[e]:
       rows = self.lasting[e]
       key, ops, level, const = rows.arrays()
       take = key <= rel + margin
@@ -125,7 +129,7 @@ class RetryIndex:
     cols = rows.arrays()
     ops, t_ok, start, over, gone = cols[:5]
     take = np.ones(ops.size, bool) if everything else t_ok <= free
-    if take.any():
+    if ops.size and take.any():
       ops = ops.astype(np.int64)
       live, direct = self._waiting(ops, e, take)
       test = live & ~direct
