@@ -13,8 +13,6 @@ from typing import List
 
 import numpy as np
 
-_INF = np.inf
-
 
 class _Rows:
   """Rows of float columns: appended one at a time, read and filtered as whole columns."""
