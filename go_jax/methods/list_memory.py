@@ -4,7 +4,7 @@ A pair (j, e) refused because j would overflow e waits here for e to release mem
 queue to move past the overflow) and is then offered to e again. Each device's waiting pairs are
 kept as columns of numpy arrays, so a release decides for all of them at once, by the same rules
 and with the same floating-point operations as deciding for one pair at a time (m_sct on zoo:gnmt8
-at mem=0.2x spent most of its minutes re-deciding for 13M pairs one by one in Python).
+at mem=0.2x re-decided for 13M pairs one by one in Python: 106 s -> 47 s on 2 shared cores).
 """
 
 from __future__ import annotations
