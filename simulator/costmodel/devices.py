@@ -158,8 +158,10 @@ register(DeviceSpec(
 # TPU v4, ONE CHIP (its two TensorCores form one "megacore" XLA device). Jouppi et al., "TPU v4:
 # An Optically Reconfigurable Supercomputer for Machine Learning with Hardware Support for
 # Embeddings", ISCA 2023: 275 TFLOPS bf16, 1200 GB/s and 32 GiB HBM2 per chip. f32 as for v3.
+# int8 dots: 275 TOPS ("275 teraflops (bf16 or int8)", Cloud TPU v4 documentation).
 register(DeviceSpec(
-    "tpu_v4", {"f32": 275 * TFLOPS, "bf16": 275 * TFLOPS}, 1200 * GBPS, 2 * US, 32 * GiB,
+    "tpu_v4", {"f32": 275 * TFLOPS, "bf16": 275 * TFLOPS, "s8": 275 * TFLOPS}, 1200 * GBPS,
+    2 * US, 32 * GiB,
     "one TPU v4 chip (megacore: both TensorCores as one device)"))
 
 
