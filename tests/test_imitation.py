@@ -260,6 +260,19 @@ def test_on_policy_cloning_decodes_against_the_policys_own_loads(toy_run):
   assert first_loss(1.0, total // 2) == pytest.approx(float(on_own[0]), rel=1e-5)
 
 
+def test_partial_cloning_files_from_before_on_policy_still_resume(toy_run):
+  """A partial cloning file's fingerprint leaves imitation.on_policy out at its default (0): a
+  file written before the field existed matches a config with it off, and not one with it on."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  cfg, _, _, _, result = toy_run
+  new = cfg.imitation.copy_and_resolve_references()
+  old = ml_collections.ConfigDict({k: v for k, v in new.items() if k != "on_policy"})
+  assert imitation._fingerprint(result.trainer, new) == imitation._fingerprint(result.trainer,
+                                                                               old)
+  new.on_policy = 0.5
+  assert json.loads(imitation._fingerprint(result.trainer, new))["imitation.on_policy"] == 0.5
+
+
 def test_resume_check_ignores_only_the_resumable_cloning_settings(tmp_path):
   cfg = toy_config()
   saved = json.loads(cfg.to_json())
