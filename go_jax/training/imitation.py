@@ -325,12 +325,18 @@ def check_config(cfg) -> None:
     raise ValueError(f"imitation.checkpoint_every must be >= 1, got {cfg.checkpoint_every}")
 
 
+def resume_fields(cfg) -> Dict[str, Any]:
+  """The imitation settings (a mapping) a resumed run must match: all but RESUMABLE_CHANGES
+  and the ADDED_DEFAULTS fields at their defaults (a run saved before they existed)."""
+  return {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES and not (
+      k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])}
+
+
 def _fingerprint(trainer, cfg) -> str:
   """What a partial cloning file must match to be resumed: the imitation settings (less
   RESUMABLE_CHANGES), the instances and their padded size, as sorted JSON."""
   fields = {f"imitation.{k}": (list(v) if isinstance(v, (list, tuple)) else v)
-            for k, v in cfg.items() if k not in RESUMABLE_CHANGES and not (
-                k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])}
+            for k, v in resume_fields(cfg).items()}
   return json.dumps(dict(fields, instances=list(trainer.problems.names),
                          nodes_padded=int(trainer.problems.num_nodes_padded),
                          task=trainer.hp.task, prng_impl=trainer.hp.prng_impl),
@@ -495,4 +501,4 @@ def warm_start(trainer, params, cfg, workdir: Optional[str], *, progress: bool =
 
 __all__ = ["default_config", "clone", "warm_start", "build_targets", "canonical_devices",
            "priority_levels", "Targets", "CloneState", "PARAMS_NAME", "SUMMARY_NAME",
-           "PARTIAL_NAME"]
+           "PARTIAL_NAME", "resume_fields"]

@@ -124,10 +124,7 @@ def check_resume(workdir: str, config) -> None:
   new = config_dict(config)
   for cfg in (old, new):  # cloning settings a resumed cloning may change (imitation.py)
     if isinstance(cfg.get("imitation"), dict):
-      cfg["imitation"] = {k: v for k, v in cfg["imitation"].items()
-                          if k not in imitation.RESUMABLE_CHANGES and not (
-                              k in imitation.ADDED_DEFAULTS and
-                              v == imitation.ADDED_DEFAULTS[k])}
+      cfg["imitation"] = imitation.resume_fields(cfg["imitation"])
   differ = sorted(k for k in set(old) | set(new)
                   if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
   if differ:
