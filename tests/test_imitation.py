@@ -14,6 +14,7 @@ tests/test_training_eval.py): building a second toy run for it cost as much as t
 
 import json
 import os
+import types
 
 import jax
 import numpy as np
@@ -148,12 +149,25 @@ def test_canonical_devices_only_where_the_topology_allows_it():
     ("steps", 30, "multiple of"), ("graphs_per_step", 0, "graphs_per_step"),
     ("learning_rate", 0.0, "learning_rate"), ("label_smoothing", 1.0, "label_smoothing"),
     ("teachers", (), "teachers"), ("checkpoint_every", 0, "checkpoint_every"),
-    ("on_policy", 1.5, "on_policy"), ("on_policy", -0.1, "on_policy")])
+    ("on_policy", 1.5, "on_policy"), ("on_policy", -0.1, "on_policy"),
+    ("prefer", "sa", "prefer must be one of imitation.teachers")])
 def test_bad_imitation_config_raises_clear_errors(field, value, match):
   cfg = imitation.default_config()
   cfg[field] = value
   with pytest.raises(ValueError, match=match):
     imitation.check_config(cfg)
+
+
+def test_the_preferred_teacher_is_the_target_wherever_it_fits():
+  def sol(method, objective, feasible=True):
+    return types.SimpleNamespace(method=method, objective=objective, feasible=feasible)
+  fits = [sol("heft", 1.2), sol("m_etf", 1.0), sol("m_sct", 1.1)]
+  assert imitation.choose_target(fits).method == "m_etf"  # no preference: the best
+  assert imitation.choose_target(fits, "heft").method == "heft"  # preferred, though worse
+  over = [sol("heft", 1e9, feasible=False), sol("m_etf", 1.3), sol("m_sct", 1.1)]
+  assert imitation.choose_target(over, "heft").method == "m_sct"  # out of memory: the best
+  none = [sol("heft", 2e9, feasible=False), sol("m_etf", 1e9, feasible=False)]
+  assert imitation.choose_target(none, "heft").method == "m_etf"
 
 
 def test_schedule_only_teachers_are_refused(toy_run):

@@ -300,6 +300,17 @@ def test_seeded_rows_and_step_budget_pretraining_args(tmp_path):
   assert pretrain.get_config("go,on_policy=0.5").imitation.on_policy == 0.5
   with pytest.raises(ValueError, match="on_policy must be in"):
     pretrain.get_config("go,on_policy=1.5")
+  # the single-teacher recipe's options; off, the shipped recipe is unchanged
+  assert (full.policy.load_block, full.imitation.prefer, full.imitation.label_smoothing,
+          full.policy.load_margin) == (8, "", 0.1, 0.1)
+  one = pretrain.get_config("go,block=1,prefer_heft=1,smoothing=0,margin=0.2")
+  assert (one.policy.load_block, one.imitation.prefer, one.imitation.label_smoothing,
+          one.policy.load_margin) == (1, "heft", 0.0, 0.2)
+  assert tuple(one.imitation.teachers) == ("heft", "m_etf", "m_sct")
+  for bad, match in (("block=0", "block must be >= 1"), ("prefer_heft=2", "prefer_heft must"),
+                     ("smoothing=1.0", "smoothing must be in"), ("margin=-0.1", "margin must")):
+    with pytest.raises(ValueError, match=match):
+      pretrain.get_config("go," + bad)
   with pytest.raises(ValueError, match="bad option"):
     pretrain.get_config("go,self_imitation=x")
   with pytest.raises(ValueError, match="bad option"):

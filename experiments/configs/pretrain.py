@@ -93,14 +93,23 @@ def small_policy(row: str):
 # go_jax/policies/features.py) instead of Kahn's topological order.
 # "on_policy=B" decodes a share B of the cloning's instances against the policy's own loads
 # (imitation.on_policy, go_jax/training/imitation.py; a float in [0, 1]).
+# "block=N" sets the load state's block (policy.load_block, go_jax/policies/load.py) for
+# training and sampling: 1 makes teacher forcing see every earlier decision, not only those of
+# earlier blocks of 8.
+# "prefer_heft=1" clones the list schedulers with HEFT's solution as the target wherever it fits
+# memory, m-ETF's or m-SCT's elsewhere (imitation.teachers / imitation.prefer).
+# "smoothing=F" sets imitation.label_smoothing; "margin=F" the greedy decode's memory margin
+# (policy.load_margin).
 OPTIONS = ("seed", "updates", "imitation_steps", "self_imitation", "comm", "group_copies",
-           "greedy_block", "time", "rank", "on_policy")
+           "greedy_block", "time", "rank", "on_policy", "block", "prefer_heft", "smoothing",
+           "margin")
+FLOAT_OPTIONS = ("self_imitation", "on_policy", "smoothing", "margin")
 
 
 def _number(key: str, value: str):
   """The option's value (float for self_imitation, else int), or None where it is not one."""
   try:
-    return float(value) if key in ("self_imitation", "on_policy") else int(value)
+    return float(value) if key in FLOAT_OPTIONS else int(value)
   except ValueError:
     return None
 
@@ -120,11 +129,17 @@ def parse_arg(arg: str):
   for key in ("updates", "imitation_steps"):
     if key in values and values[key] < 1:
       raise ValueError(f"pretrain.py: {key} must be >= 1 in {arg!r}")
-  for key in ("comm", "group_copies", "time", "rank"):
+  for key in ("comm", "group_copies", "time", "rank", "prefer_heft"):
     if values.get(key, 0) not in (0, 1):
       raise ValueError(f"pretrain.py: {key} must be 0 or 1 in {arg!r}")
   if values.get("greedy_block", 0) < 0:
     raise ValueError(f"pretrain.py: greedy_block must be >= 0 in {arg!r}")
+  if values.get("block", 1) < 1:
+    raise ValueError(f"pretrain.py: block must be >= 1 in {arg!r}")
+  if not 0.0 <= values.get("smoothing", 0.0) < 1.0:
+    raise ValueError(f"pretrain.py: smoothing must be in [0, 1) in {arg!r}")
+  if not 0.0 <= values.get("margin", 0.0) < 1.0:
+    raise ValueError(f"pretrain.py: margin must be in [0, 1) in {arg!r}")
   return row, values
 
 
@@ -165,6 +180,15 @@ def get_config(arg: str = "go"):
   config.imitation.steps_per_call = 20
   config.imitation.graphs_per_step = 8
   config.imitation.max_seconds = 420.0
+  if "block" in opts:
+    config.policy.load_block = opts["block"]
+  if opts.get("prefer_heft"):
+    config.imitation.teachers = ("heft", "m_etf", "m_sct")
+    config.imitation.prefer = "heft"
+  if "smoothing" in opts:
+    config.imitation.label_smoothing = opts["smoothing"]
+  if "margin" in opts:
+    config.policy.load_margin = opts["margin"]
   if "on_policy" in opts:
     if not 0.0 <= opts["on_policy"] <= 1.0:
       raise ValueError(f"pretrain.py: on_policy must be in [0, 1] in {arg!r}")

@@ -7,7 +7,8 @@ them with RL. Here, for every training instance:
 
 1. the teachers (`config.imitation.teachers`, registered placement / joint methods: by default
    the list schedulers, METIS and the expert split) solve it and the best by the objective
-   (infeasible ranks last) is the target;
+   (infeasible ranks last) is the target; with `prefer`, the preferred teacher's solution is
+   the target wherever it is memory-feasible (imitation_targets.py);
 2. the target placement is relabelled canonically where the topology allows it: devices in the
    order of their first use along the topological order, but only when that permutation maps
    the topology onto itself (same speeds, capacities, overheads and links), so the simulated
@@ -45,7 +46,7 @@ import functools
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import flax
 import jax
@@ -56,12 +57,15 @@ import optax
 from absl import logging
 from flax import serialization
 
-from go_jax import distributed, methods
+from go_jax import distributed
 from go_jax.training import checkpoint as ckpt_lib
-from go_jax.training import hints, rollout
-from go_jax.training.problems import Problems, TrainData
+from go_jax.training import rollout
+# the targets (host side) live in imitation_targets.py; re-exported here
+from go_jax.training.imitation_targets import (Targets, build_targets,  # noqa: F401
+                                               canonical_devices, choose_target,
+                                               priority_levels)
+from go_jax.training.problems import TrainData
 from simulator import fileio
-from simulator.topology import Topology
 
 PARAMS_NAME, SUMMARY_NAME = "imitation.msgpack", "imitation.json"
 PARTIAL_NAME = "imitation_partial.msgpack"  # the cloning carry of an unfinished run
@@ -69,7 +73,7 @@ PARTIAL_NAME = "imitation_partial.msgpack"  # the cloning carry of an unfinished
 RESUMABLE_CHANGES = ("max_seconds", "checkpoint_every")
 # imitation config fields added after runs were saved without them, each with the default that
 # means what those runs did: at that value the field is left out of the resume checks
-ADDED_DEFAULTS = {"on_policy": 0.0}
+ADDED_DEFAULTS = {"on_policy": 0.0, "prefer": ""}
 DEFAULT_TEACHERS = ("heft", "m_etf", "m_sct", "metis", "expert")
 TRACES: Dict[str, int] = {"bc_chunk": 0}
 
@@ -79,6 +83,10 @@ def default_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.enabled = False
   c.teachers = DEFAULT_TEACHERS  # placement / joint methods of the registry
+  # a teacher whose memory-feasible solution is the target wherever it has one (elsewhere the
+  # best of all teachers); "" (default): the best teacher on every instance. One teacher's rule
+  # is easier to clone than the per-instance winner of several (BENCHMARKS.md, 2026-12-07)
+  c.prefer = ""
   c.steps = 400  # Adam steps (a multiple of steps_per_call)
   c.steps_per_call = 20
   c.graphs_per_step = 8  # instances per step (capped at the number of instances)
@@ -95,115 +103,6 @@ def default_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 200  # steps between writes of the cloning carry (resumable cloning)
   c.seed = 0
   return c
-
-
-# ------------------------------------------------------------------ targets (host)
-def canonical_devices(placement: np.ndarray, order: np.ndarray,
-                      topology: Topology) -> np.ndarray:
-  """`placement` with devices renamed in the order of first use along `order`, if that
-  renaming maps the topology onto itself (else `placement` unchanged)."""
-  d = topology.num_devices
-  first = []
-  for dev in np.asarray(placement)[order].tolist():
-    if dev not in first:
-      first.append(dev)
-      if len(first) == d:
-        break
-  old = np.asarray(first + [x for x in range(d) if x not in first], np.int64)  # new -> old
-  same = (np.array_equal(np.asarray(topology.speed)[old], np.asarray(topology.speed)) and
-          np.array_equal(np.asarray(topology.overhead)[old], np.asarray(topology.overhead)) and
-          np.array_equal(np.asarray(topology.mem_capacity)[old],
-                         np.asarray(topology.mem_capacity)) and
-          np.array_equal(np.asarray(topology.bandwidth)[np.ix_(old, old)],
-                         np.asarray(topology.bandwidth)) and
-          np.array_equal(np.asarray(topology.latency)[np.ix_(old, old)],
-                         np.asarray(topology.latency)))
-  if not same:
-    return np.asarray(placement, np.int64)
-  new = np.empty(d, np.int64)
-  new[old] = np.arange(d)
-  return new[np.asarray(placement, np.int64)]
-
-
-def priority_levels(priority: np.ndarray, levels: int) -> np.ndarray:
-  """(N,) level in [0, levels) of each op: its priority's rank (ties share the lowest rank)
-  cut into `levels` equal parts, so the highest priorities get the highest level."""
-  priority = np.asarray(priority, np.float64)
-  n = priority.size
-  if n == 0:
-    return np.zeros(0, np.int64)
-  order = np.argsort(priority, kind="stable")
-  rank = np.empty(n, np.int64)
-  rank[order] = np.arange(n)
-  # equal priorities: the lowest rank of their group, so ties never split across levels
-  _, inv = np.unique(priority, return_inverse=True)
-  low = np.full(inv.max() + 1, n, np.int64)
-  np.minimum.at(low, inv, rank)
-  return np.minimum(low[inv] * levels // n, levels - 1)
-
-
-@flax.struct.dataclass
-class Targets:
-  """What the policy clones, stacked like TrainData (leading instance axis I)."""
-  placement: jnp.ndarray  # (I, Np) int32 target device per op (0 on padding)
-  level: jnp.ndarray  # (I, Np) int32 target priority level per op (0 on padding)
-  weight: jnp.ndarray  # (I,) float32 1 where the target is memory-feasible, else 0 (the policy
-  #                      is not taught an out-of-memory solution)
-
-
-def build_targets(problems: Problems, data: TrainData, teachers: Sequence[str], levels: int,
-                  task: rollout.Task, progress: bool = True
-                  ) -> Tuple[Targets, List[Dict[str, Any]]]:
-  """Targets of every instance and a report row per instance (see the module docstring)."""
-  from go_jax.methods import learned  # pylint: disable=g-import-not-at-top  (registry cycle)
-  for m in teachers:
-    spec = methods.get(m)
-    if m in learned.METHOD_NAMES:
-      raise ValueError(f"imitation.teachers: '{m}' is a learned policy; teachers are baselines")
-    if spec.kind == "schedule":
-      raise ValueError(f"imitation.teachers: '{m}' only schedules; name placement or joint "
-                       "methods (e.g. 'heft', 'metis')")
-  np_ = problems.num_nodes_padded
-  tiebreak = np.asarray(jax.device_get(data.tiebreak))
-  fixed_prio = np.asarray(jax.device_get(data.fixed_priority))
-  places, lvls, weights, rows = [], [], [], []
-  t0 = time.perf_counter()
-  for i, (name, g, t) in enumerate(zip(problems.names, problems.graphs, problems.topologies)):
-    solved: Dict[str, methods.Solution] = {}
-    sols = [hints.solve_once(m, g, t, problems.objective, solved) for m in teachers]
-    best = min(sols, key=lambda s: s.objective)
-    place = canonical_devices(best.placement, g.topological_order(), t)
-    level = priority_levels(best.priority, levels)
-    n = g.num_nodes
-    if task.learns_priority:
-      prio = level + tiebreak[i, :n]
-    else:
-      prio = fixed_prio[i, :n]
-    if task.learns_placement:
-      target = methods.evaluate(g, t, place, prio, problems.objective)
-    else:
-      target = methods.evaluate(g, t, np.asarray(jax.device_get(data.fixed_placement[i]))[:n],
-                                prio, problems.objective)
-    rows.append({"instance": name, "teacher": best.method, "teacher_objective": best.objective,
-                 "teacher_feasible": best.feasible, "target_objective": target["objective"],
-                 "target_feasible": target["feasible"],
-                 "reference": float(problems.reference[i]),
-                 "target_ratio": target["objective"] / float(problems.reference[i])})
-    p = np.zeros(np_, np.int32)
-    p[:n] = place
-    lv = np.zeros(np_, np.int32)
-    lv[:n] = level
-    places.append(p)
-    lvls.append(lv)
-    weights.append(1.0 if target["feasible"] else 0.0)
-    if progress and (i + 1 == len(problems.names) or (i + 1) % 10 == 0):
-      logging.info("imitation targets: %d/%d instances (%.1f s)", i + 1, len(problems.names),
-                   time.perf_counter() - t0)
-  if not any(weights):
-    raise ValueError("imitation: no teacher found a memory-feasible solution on any training "
-                     f"instance (teachers {list(teachers)}); loosen the memory or add teachers")
-  return Targets(placement=jnp.asarray(np.stack(places)), level=jnp.asarray(np.stack(lvls)),
-                 weight=jnp.asarray(weights, jnp.float32)), rows
 
 
 # ------------------------------------------------------------------ cloning (one jit)
@@ -319,6 +218,10 @@ def check_config(cfg) -> None:
     raise ValueError(f"imitation.on_policy must be in [0, 1], got {cfg.on_policy}")
   if not list(cfg.teachers):
     raise ValueError("imitation.teachers must name at least one placement or joint method")
+  prefer = cfg.get("prefer", "")
+  if prefer and prefer not in tuple(cfg.teachers):
+    raise ValueError(f"imitation.prefer must be one of imitation.teachers {list(cfg.teachers)} "
+                     f"or '', got {prefer!r}")
   if cfg.get("max_seconds", None) is not None and not float(cfg.max_seconds) > 0:
     raise ValueError(f"imitation.max_seconds must be > 0, got {cfg.max_seconds}")
   if int(cfg.get("checkpoint_every", 1)) < 1:
@@ -426,7 +329,7 @@ def clone(trainer, params, cfg, *, progress: bool = True, partial_path: Optional
                  int(state.step), steps)
   else:
     targets, rows = build_targets(trainer.problems, trainer.data, tuple(cfg.teachers), levels,
-                                  task, progress)
+                                  task, progress, prefer=cfg.get("prefer", ""))
     target_seconds = time.perf_counter() - t0
   clone_before = spent - target_seconds  # cloning seconds of earlier runs
   max_seconds = cfg.get("max_seconds", None)
@@ -500,5 +403,6 @@ def warm_start(trainer, params, cfg, workdir: Optional[str], *, progress: bool =
 
 
 __all__ = ["default_config", "clone", "warm_start", "build_targets", "canonical_devices",
+           "choose_target",
            "priority_levels", "Targets", "CloneState", "PARAMS_NAME", "SUMMARY_NAME",
            "PARTIAL_NAME", "resume_fields"]
