@@ -85,7 +85,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.teachers = DEFAULT_TEACHERS  # placement / joint methods of the registry
   # a teacher whose memory-feasible solution is the target wherever it has one (elsewhere the
   # best of all teachers); "" (default): the best teacher on every instance. One teacher's rule
-  # is easier to clone than the per-instance winner of several (BENCHMARKS.md, 2026-12-07)
+  # clones better than the per-instance winner of several (BENCHMARKS.md, 2026-12-07)
   c.prefer = ""
   c.steps = 400  # Adam steps (a multiple of steps_per_call)
   c.steps_per_call = 20
