@@ -107,7 +107,7 @@ FLOAT_OPTIONS = ("self_imitation", "on_policy", "smoothing", "margin")
 
 
 def _number(key: str, value: str):
-  """The option's value (float for self_imitation, else int), or None where it is not one."""
+  """The option's value (float for FLOAT_OPTIONS, else int), or None where it is not one."""
   try:
     return float(value) if key in FLOAT_OPTIONS else int(value)
   except ValueError:

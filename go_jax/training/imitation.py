@@ -403,6 +403,5 @@ def warm_start(trainer, params, cfg, workdir: Optional[str], *, progress: bool =
 
 
 __all__ = ["default_config", "clone", "warm_start", "build_targets", "canonical_devices",
-           "choose_target",
-           "priority_levels", "Targets", "CloneState", "PARAMS_NAME", "SUMMARY_NAME",
-           "PARTIAL_NAME", "resume_fields"]
+           "choose_target", "priority_levels", "Targets", "CloneState", "PARAMS_NAME",
+           "SUMMARY_NAME", "PARTIAL_NAME", "resume_fields"]
